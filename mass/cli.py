@@ -1,0 +1,94 @@
+"""`mass` command line: one subcommand per module in :mod:`mass.commands`.
+
+Each command module defines ``HELP`` (one line), ``add_arguments(parser)`` and
+``run(args) -> int``. Modules are imported lazily so `mass --help` stays fast and a
+missing optional extra only breaks the command that needs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+
+from mass.errors import MassError
+
+COMMANDS = {
+    "prepare": "mass.commands.prepare",
+    "train-extractor": "mass.commands.train_extractor",
+    "serve": "mass.commands.serve",
+    "extract": "mass.commands.extract",
+    "train": "mass.commands.train",
+    "export": "mass.commands.export",
+    "anonymize": "mass.commands.anonymize",
+    "audit": "mass.commands.audit",
+    "bench": "mass.commands.bench",
+}
+
+DESCRIPTIONS = {
+    "prepare": "write coloured MNIST-5k (images + labels) to Parquet splits",
+    "train-extractor": "train the SimCLR CNN feature extractor on the training images",
+    "serve": "start the local Triton server on a model repository and wait",
+    "extract": "Beam job: raw column -> Triton feature extractor -> embeddings Parquet",
+    "train": "train a data modifier (MaSS or another method) on embedding Parquet",
+    "export": "export a trained run into a Triton model repository (checksummed)",
+    "anonymize": "Beam job: embeddings -> Triton modifier -> privatized release Parquet",
+    "audit": "Great Expectations audit of a release; non-zero exit when it fails",
+    "bench": "benchmarks: quality, compare, throughput (JSON + Markdown)",
+}
+
+
+def _quiet_network_tools() -> None:
+    # Both tools phone home by default; this product runs offline and in CI.
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+    os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+
+
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mass",
+        description="MaSS-ETL: batch anonymization of embeddings (train, serve, anonymize, audit).",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    wanted = next((a for a in argv if a in COMMANDS), None)
+    for name, modname in COMMANDS.items():
+        if wanted is not None and name != wanted:
+            sub.add_parser(name, help=DESCRIPTIONS[name], add_help=False)
+            continue
+        try:
+            mod = importlib.import_module(modname)
+        except ModuleNotFoundError as e:
+            if wanted == name:
+                raise
+            sub.add_parser(name, help=f"{DESCRIPTIONS[name]} (unavailable: {e.name})")
+            continue
+        p = sub.add_parser(name, help=getattr(mod, "HELP", DESCRIPTIONS[name]),
+                           description=getattr(mod, "__doc__", None),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    _quiet_network_tools()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
+    args, extra = parser.parse_known_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if extra and not getattr(args, "_accepts_extra", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args._extra = extra
+    try:
+        return int(args._run(args) or 0)
+    except MassError as e:
+        print(f"mass {args.command}: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

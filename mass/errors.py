@@ -1,0 +1,63 @@
+"""One exception hierarchy for MaSS-ETL.
+
+Every message names the offending file, column, row or parameter and says what to do.
+Callers catch :class:`MassError` to handle any product failure; the CLI maps it to exit 2.
+"""
+
+from __future__ import annotations
+
+
+class MassError(Exception):
+    """Base class of every error this product raises on purpose."""
+
+
+class ConfigError(MassError):
+    """A configuration value is invalid or infeasible (names the parameter)."""
+
+
+class InputError(MassError):
+    """Input data violates the data contract (names file, column and, where it applies, row)."""
+
+
+class MissingInputError(InputError):
+    """A named input file, directory or glob does not exist or matches nothing."""
+
+
+class UnreadableInputError(InputError):
+    """A file exists but is not readable Parquet (truncated, corrupt, wrong format)."""
+
+
+class SchemaError(InputError):
+    """A required column is missing or has the wrong type or dimension."""
+
+
+class InvalidValueError(InputError):
+    """A value is NaN/Inf, ragged, duplicated, null or otherwise unusable."""
+
+
+class LabelError(InputError):
+    """A label column is unusable: a single class, or classes unseen at training time."""
+
+
+class ServingError(MassError):
+    """The inference server is unreachable, the model is missing, or it answered wrongly."""
+
+
+class ChecksumMismatchError(ServingError):
+    """The served model's files differ from the checksum recorded at export."""
+
+
+class ResponseShapeError(ServingError):
+    """The server returned a tensor with the wrong shape or dtype."""
+
+
+class ReleaseError(MassError):
+    """A release failed its invariants or could not be published atomically."""
+
+
+class QuarantineThresholdError(ReleaseError):
+    """More rows were quarantined than the configured threshold allows."""
+
+
+class AuditFailedError(MassError):
+    """At least one audit expectation failed; the release must not be published."""
