@@ -57,8 +57,34 @@ def mlp(sizes: list[int], *, batchnorm: bool = False) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+MODIFIER_KINDS: dict[str, type[nn.Module]] = {}
+
+
+def register_modifier(kind: str):
+    """Class decorator: make a modifier class rebuildable by :func:`load_modifier`.
+
+    A registered class takes one ``spec`` argument, exposes it as ``self.spec`` with
+    ``to_dict()``, has a classmethod ``spec_from_dict(d)``, and implements
+    ``forward(x: float32[N, d], seeds: int64[N] | None = None) -> float32[N, d]``.
+    """
+
+    def wrap(cls: type[nn.Module]) -> type[nn.Module]:
+        if kind in MODIFIER_KINDS and MODIFIER_KINDS[kind] is not cls:
+            raise ValueError(f"modifier kind {kind!r} registered twice")
+        MODIFIER_KINDS[kind] = cls
+        cls.kind = kind  # type: ignore[attr-defined]
+        return cls
+
+    return wrap
+
+
+@register_modifier("mass")
 class DataModifier(nn.Module):
     """x' = G(x) = n(x + n(MLP(x))) (eq. 1); with ``noise_dim`` the MLP also sees z(seed)."""
+
+    @classmethod
+    def spec_from_dict(cls, d: dict) -> ModifierSpec:
+        return ModifierSpec.from_dict(d)
 
     def __init__(self, spec: ModifierSpec) -> None:
         super().__init__()
@@ -81,13 +107,29 @@ class DataModifier(nn.Module):
         return l2_normalize(x + l2_normalize(h))
 
 
-def save_modifier(model: DataModifier, path: str, **extra: object) -> None:
-    torch.save({"spec": model.spec.to_dict(), "state_dict": model.state_dict(), **extra}, path)
+def save_modifier(model: nn.Module, path: str, **extra: object) -> None:
+    """Save any registered modifier with its kind and spec, plus JSON-able ``extra`` metadata."""
+    kind = getattr(model, "kind", None)
+    if kind not in MODIFIER_KINDS:
+        raise ValueError(f"{type(model).__name__} is not a registered modifier kind")
+    blob = {"kind": kind, "spec": model.spec.to_dict(), "state_dict": model.state_dict()}
+    torch.save({**blob, "meta": dict(extra)}, path)
 
 
-def load_modifier(path: str) -> DataModifier:
+def load_modifier(path: str) -> nn.Module:
     """Rebuild a modifier saved by :func:`save_modifier` (RUN_DIR/modifier.pt), in eval mode."""
+    import mass.methods  # noqa: F401  (registers every method's modifier kinds)
+
     blob = torch.load(path, map_location="cpu", weights_only=False)
-    model = DataModifier(ModifierSpec.from_dict(blob["spec"]))
+    kind = blob.get("kind", "mass")
+    if kind not in MODIFIER_KINDS:
+        raise ValueError(f"{path}: unknown modifier kind {kind!r}; known: {sorted(MODIFIER_KINDS)}")
+    cls = MODIFIER_KINDS[kind]
+    model = cls(cls.spec_from_dict(blob["spec"]))  # type: ignore[attr-defined]
     model.load_state_dict(blob["state_dict"])
     return model.eval()
+
+
+def modifier_meta(path: str) -> dict:
+    """The ``extra`` metadata stored by :func:`save_modifier` (method, suppress, preserve, ...)."""
+    return dict(torch.load(path, map_location="cpu", weights_only=False).get("meta", {}))
