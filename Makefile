@@ -1,0 +1,44 @@
+# The README's two commands: `make demo` (whole DVC pipeline on the embedded default)
+# and `make test` (the test suite). Both create .venv/ from this repository's own files.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export GX_ANALYTICS_ENABLED := False
+export DVC_NO_ANALYTICS := 1
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: venv demo test test-fast lint clean-demo
+
+$(BIN)/.installed: pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# torch first and exactly: the CPU wheel on disk; a looser pin pulls GBs of CUDA.
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,text]'
+	touch $@
+
+venv: $(BIN)/.installed
+
+demo: venv
+	$(BIN)/dvc repro
+	@echo
+	@echo "Release:      $(CURDIR)/release/"
+	@echo "Audit report: $(CURDIR)/reports/audit/ (audit.json, data_docs/index.html, privacy_utility.png)"
+	@$(BIN)/dvc metrics show
+
+test: venv
+	$(BIN)/ruff check mass transforms beam_pipelines tests bench
+	$(BIN)/python -m pytest -q tests
+
+test-fast: venv
+	$(BIN)/python -m pytest -q -m "not slow" tests
+
+lint: venv
+	$(BIN)/ruff check mass transforms beam_pipelines tests bench
+	$(BIN)/mypy mass/io.py mass/modifier.py mass/noise.py mass/errors.py
+
+clean-demo:
+	rm -rf data models runs release reports triton_models/mnist_cnn triton_models/mass_modifier

@@ -1,0 +1,41 @@
+"""Data modifier G (eq. 1) and n(): zero-vector case, unit norms, row-seeded noise."""
+
+from __future__ import annotations
+
+import torch
+
+from mass.modifier import DataModifier, ModifierSpec, l2_normalize, load_modifier, save_modifier
+
+
+def test_l2_normalize_maps_zero_to_zero_without_nan():
+    v = torch.tensor([[0.0, 0.0, 0.0], [3.0, 0.0, 4.0]], requires_grad=True)
+    out = l2_normalize(v)
+    assert out[0].tolist() == [0.0, 0.0, 0.0]
+    assert torch.allclose(out[1], torch.tensor([0.6, 0.0, 0.8]))
+    out.sum().backward()
+    assert torch.isfinite(v.grad).all()
+
+
+def test_modifier_output_is_unit_norm_and_residual_of_input():
+    torch.manual_seed(0)
+    g = DataModifier(ModifierSpec(dim=6, hidden=(8,)))
+    x = torch.randn(5, 6)
+    out = g(x)
+    assert torch.allclose(out.norm(dim=1), torch.ones(5), atol=1e-5)
+    # with the MLP zeroed, n(MLP) = 0 and G(x) = n(x)
+    for p in g.parameters():
+        torch.nn.init.zeros_(p)
+    assert torch.allclose(g(x), l2_normalize(x), atol=1e-6)
+
+
+def test_stochastic_modifier_is_a_function_of_row_seed(tmp_path):
+    torch.manual_seed(0)
+    g = DataModifier(ModifierSpec(dim=4, hidden=(8,), noise_dim=3)).eval()
+    x = torch.randn(3, 4)
+    seeds = torch.tensor([11, 12, 13])
+    a = g(x, seeds)
+    b = g(x.flip(0), seeds.flip(0)).flip(0)
+    assert torch.allclose(a, b, atol=1e-6)
+    assert not torch.allclose(g(x, seeds), g(x, seeds + 1))
+    save_modifier(g, str(tmp_path / "m.pt"), method="mass")
+    assert torch.allclose(load_modifier(str(tmp_path / "m.pt"))(x, seeds), a, atol=1e-6)
