@@ -87,7 +87,9 @@ def test_nt_xent_against_explicit_eq5_eq6_loop():
 
 
 def test_preservation_loss_is_negative_weighted_mean_eq8():
-    assert losses.preservation_loss(torch.tensor([-0.2, -0.4]), w_r=2.0).item() == pytest.approx(0.6)
+    assert losses.preservation_loss(torch.tensor([-0.2, -0.4]), w_r=2.0).item() == pytest.approx(
+        0.6
+    )
 
 
 def test_total_loss_sums_terms_eq9():
@@ -119,8 +121,18 @@ def test_group_matching_zero_for_identical_groups_positive_for_shifted():
 
 def test_group_matching_within_strata_ignores_between_strata_differences():
     # Stratum 0 rows sit at (1,0), stratum 1 rows at (0,1); within each, groups coincide.
-    x = torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0],
-                      [0.0, 1.0], [0.0, 1.0], [0.0, 1.0], [0.0, 1.0]])
+    x = torch.tensor(
+        [
+            [1.0, 0.0],
+            [1.0, 0.0],
+            [1.0, 0.0],
+            [1.0, 0.0],
+            [0.0, 1.0],
+            [0.0, 1.0],
+            [0.0, 1.0],
+            [0.0, 1.0],
+        ]
+    )
     groups = torch.tensor([0, 0, 1, 1, 0, 0, 1, 1])
     strata = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
     uncond = losses.group_matching_loss(x, groups, kind="mmd")
