@@ -1,0 +1,243 @@
+"""Training configuration: frozen dataclasses built once from params.yaml / CLI and validated.
+
+Defaults follow Table 7's Adience row (batch 64, lr 0.00125, w_rec=1, w^s=5, h^s=1,
+w^{r*}=40, w^r=1) and App. B (AdamW wd 0.05, cosine sim for S, KL for R). ``mode`` picks
+"faithful" (the paper) or "adaptive" (beyond the paper: online adversaries, stochastic
+modifier, distribution matching; each toggled in :class:`AdaptiveConfig`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+import numpy as np
+
+from mass.errors import ConfigError
+from mass.losses import SIM_TYPES
+
+log = logging.getLogger(__name__)
+MODES = ("faithful", "adaptive")
+ADVERSARY_FAMILIES = ("linear", "mlp")
+MATCH_KINDS = ("none", "mmd", "mean")
+
+
+@dataclass(frozen=True)
+class AdaptiveConfig:
+    """Ingredients of adaptive mode; ignored (all off) in faithful mode."""
+
+    adversaries: tuple[str, ...] = ("linear", "mlp")  # () turns online adversaries off
+    adv_weight: float = 5.0  # weight of KL(prior || adversary posterior) in G's loss
+    adv_lr: float = 0.003
+    adv_steps: int = 1  # adversary updates per generator step
+    adv_reinit_every: int = 5  # epochs; 0 = never re-initialise
+    adv_hidden: int = 128
+    noise_dim: int = 16  # stochastic modifier: noise inputs per row (0 = deterministic)
+    noise_scale: float = 1.0
+    match: str = "mmd"  # distribution matching of x' across values of s
+    match_weight: float = 10.0
+    match_within_preserved: bool = True  # compare groups of s within strata of R
+
+
+@dataclass(frozen=True)
+class MassConfig:
+    """Everything `mass train` needs for method "mass"; see the module docstring."""
+
+    suppress: tuple[str, ...]
+    preserve: tuple[str, ...] = ()
+    method: str = "mass"
+    mode: str = "faithful"
+    w_rec: float = 1.0
+    w_s: dict[str, float] = field(default_factory=dict)  # per attribute; else w_s_default
+    h_s: dict[str, float] = field(default_factory=dict)
+    w_r: dict[str, float] = field(default_factory=dict)
+    w_s_default: float = 5.0
+    h_s_default: float = 1.0
+    w_r_default: float = 1.0
+    w_rstar: float = 40.0  # 0 turns the attribute-agnostic term off
+    sim_s: str = "cos"
+    sim_r: str = "kl"
+    hidden: tuple[int, ...] = (256, 128, 256)
+    epochs: int = 30
+    batch_size: int = 64
+    lr: float = 0.00125
+    weight_decay: float = 0.05
+    seed: int = 0
+    tau: float = 0.07
+    branch_epochs: int = 30
+    agnostic_epochs: int = 30
+    aug_noise_std: float = 0.05
+    aug_drop_prob: float = 0.2
+    adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
+
+    def weight_s(self, attr: str) -> float:
+        return float(self.w_s.get(attr, self.w_s_default))
+
+    def entropy_weight(self, attr: str) -> float:
+        return float(self.h_s.get(attr, self.h_s_default))
+
+    def weight_r(self, attr: str) -> float:
+        return float(self.w_r.get(attr, self.w_r_default))
+
+    @property
+    def adaptive_on(self) -> bool:
+        return self.mode == "adaptive"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["suppress"], d["preserve"], d["hidden"] = (
+            list(self.suppress), list(self.preserve), list(self.hidden),
+        )  # fmt: skip
+        d["adaptive"]["adversaries"] = list(self.adaptive.adversaries)
+        return d
+
+    def config_hash(self) -> str:
+        """sha256 of the canonical JSON of the resolved config."""
+        return config_hash(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], **overrides: Any) -> MassConfig:
+        """Build from a params.yaml ``train:`` section (flat keys; ``weights``, ``sim``,
+        ``modifier`` and ``adaptive`` may be nested); ``overrides`` (e.g. CLI) win."""
+        flat = dict(d or {})
+        for key in ("weights", "sim", "modifier"):
+            nested = flat.pop(key, None) or {}
+            if not isinstance(nested, dict):
+                raise ConfigError(f"{key}: expected a mapping, got {nested!r}")
+            for k, v in nested.items():
+                k = {"suppress": "sim_s", "preserve": "sim_r"}.get(k, k) if key == "sim" else k
+                flat[k] = v
+        flat.update({k: v for k, v in overrides.items() if v is not None})
+        for wkey in ("w_s", "h_s", "w_r"):  # a scalar weight is the per-attribute default
+            if wkey in flat and not isinstance(flat[wkey], dict):
+                flat[f"{wkey}_default"] = flat.pop(wkey)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(flat) - known)
+        if unknown:
+            raise ConfigError(f"train: unknown parameter(s) {unknown}; known: {sorted(known)}")
+        ad = flat.pop("adaptive", None) or {}
+        if isinstance(ad, AdaptiveConfig):
+            adaptive = ad
+        else:
+            aknown = {f.name for f in fields(AdaptiveConfig)}
+            bad = sorted(set(ad) - aknown)
+            if bad:
+                raise ConfigError(f"adaptive: unknown parameter(s) {bad}; known: {sorted(aknown)}")
+            if "adversaries" in ad:
+                ad = {**ad, "adversaries": _names(ad["adversaries"], "adaptive.adversaries")}
+            adaptive = AdaptiveConfig(**ad)
+        for key in ("suppress", "preserve"):
+            flat[key] = _names(flat.get(key, ()), key)
+        if "hidden" in flat:
+            flat["hidden"] = tuple(int(h) for h in _names(flat["hidden"], "hidden"))
+        cfg = cls(**flat, adaptive=adaptive)
+        cfg.check_values()
+        return cfg
+
+    def check_values(self) -> None:
+        """Value checks that need no data; each error names the parameter."""
+        if not self.suppress:
+            raise ConfigError("suppress: empty; name at least one attribute to suppress")
+        both = sorted(set(self.suppress) & set(self.preserve))
+        if both:
+            raise ConfigError(f"suppress/preserve: {both} appear in both; an attribute is one")
+        if self.mode not in MODES:
+            raise ConfigError(f"mode: {self.mode!r} is not one of {MODES}")
+        for name in ("sim_s", "sim_r"):
+            if getattr(self, name) not in SIM_TYPES:
+                raise ConfigError(f"{name}: {getattr(self, name)!r} is not one of {SIM_TYPES}")
+        for name in ("epochs", "batch_size", "branch_epochs", "agnostic_epochs"):
+            if int(getattr(self, name)) < 1:
+                raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.batch_size < 2:
+            raise ConfigError("batch_size: NT-Xent and BatchNorm need at least 2 rows")
+        if self.lr <= 0:
+            raise ConfigError(f"lr: must be > 0, got {self.lr}")
+        bad = [f for f in self.adaptive.adversaries if f not in ADVERSARY_FAMILIES]
+        if bad:
+            raise ConfigError(f"adaptive.adversaries: {bad} not among {ADVERSARY_FAMILIES}")
+        if self.adaptive.match not in MATCH_KINDS:
+            raise ConfigError(f"adaptive.match: {self.adaptive.match!r} not in {MATCH_KINDS}")
+
+    def validate(self, labels: dict[str, np.ndarray], *, source: str = "data") -> None:
+        """Data checks up front (see :func:`validate_attributes`)."""
+        validate_attributes(self.suppress, self.preserve, labels, source=source)
+
+    def with_(self, **changes: Any) -> MassConfig:
+        return replace(self, **changes)
+
+
+def _names(v: Any, param: str) -> tuple:
+    if v is None:
+        return ()
+    if isinstance(v, str):
+        return tuple(s.strip() for s in v.split(",") if s.strip())
+    if isinstance(v, (list, tuple)):
+        return tuple(v)
+    raise ConfigError(f"{param}: expected a list or comma-separated string, got {v!r}")
+
+
+def config_hash(d: dict[str, Any]) -> str:
+    blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def conditional_entropy(r: np.ndarray, s: np.ndarray) -> tuple[float, float]:
+    """(H(r | s), H(r)) in bits from joint label counts."""
+    _, r_idx = np.unique(r, return_inverse=True)
+    _, s_idx = np.unique(s, return_inverse=True)
+    joint = np.zeros((s_idx.max() + 1, r_idx.max() + 1))
+    np.add.at(joint, (s_idx, r_idx), 1)
+    p = joint / joint.sum()
+    ps = p.sum(1, keepdims=True)
+    pr = p.sum(0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        h_rs = -np.nansum(p * np.log2(np.where(p > 0, p / ps, 1)))
+        h_r = -np.nansum(pr * np.log2(np.where(pr > 0, pr, 1)))
+    return max(float(h_rs), 0.0) + 0.0, max(float(h_r), 0.0) + 0.0
+
+
+def validate_attributes(
+    suppress: tuple[str, ...] | list[str],
+    preserve: tuple[str, ...] | list[str],
+    labels: dict[str, np.ndarray],
+    *,
+    source: str = "data",
+    dependency_threshold: float = 0.05,
+) -> None:
+    """ConfigError for unknown attributes, single-class attributes, overlap and empty S;
+    a warning when a preserved attribute is (almost) a function of the suppressed ones."""
+    if not suppress:
+        raise ConfigError("suppress: empty; name at least one attribute to suppress")
+    both = sorted(set(suppress) & set(preserve))
+    if both:
+        raise ConfigError(f"suppress/preserve: {both} appear in both; an attribute is one")
+    for param, attrs in (("suppress", suppress), ("preserve", preserve)):
+        for a in attrs:
+            if a not in labels:
+                raise ConfigError(
+                    f"{param}: attribute '{a}' is not a label column of {source} "
+                    f"(labels: {sorted(labels)})"
+                )
+            if np.unique(labels[a]).size < 2:
+                raise ConfigError(
+                    f"{param}: attribute '{a}' has a single class in {source}; "
+                    "it cannot be suppressed or preserved"
+                )
+    if not preserve:
+        return
+    joint_s = np.zeros(len(labels[suppress[0]]), dtype=np.int64)
+    for a in suppress:
+        _, idx = np.unique(labels[a], return_inverse=True)
+        joint_s = joint_s * (idx.max() + 1) + idx
+    for r in preserve:
+        h_rs, h_r = conditional_entropy(labels[r], joint_s)
+        if h_r > 0 and h_rs <= dependency_threshold * h_r:
+            log.warning(
+                "preserve: '%s' is (almost) a function of suppressed %s in %s: "
+                "H(%s|S) = %.3f bits of H(%s) = %.3f bits; suppressing S will also remove it",
+                r, list(suppress), source, r, h_rs, r, h_r,
+            )  # fmt: skip
