@@ -1,0 +1,244 @@
+"""Beam job: embeddings Parquet -> Triton modifier -> privatized release Parquet (fail-closed).
+
+    mass anonymize --input IN --output OUT --model NAME [--repository DIR]
+        [--triton-url HOST:PORT] [--id-col id --emb-col emb] [--allow-columns a,b]
+        [--batch-rows 4096] [--shards N] [--max-quarantined 0] [beam flags, e.g. --runner]
+
+Steps: check the server/model and the input schema before reading data; read Arrow batches;
+quarantine bad rows; modify batches on Triton (``RunInference``); write fixed shards into a
+staging directory; verify and rename into OUT (see :mod:`transforms.release`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import time
+
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.compute as pc
+from apache_beam.ml.inference.base import RunInference
+
+from beam_pipelines.options import (
+    LogProgress,
+    add_serving_arguments,
+    check_common,
+    counter,
+    csv_list,
+    pipeline_for,
+    triton_endpoint,
+)
+from mass.errors import QuarantineThresholdError, SchemaError
+from mass.io import check_ids, read_table
+from transforms.parquet_io import ReadArrowBatches, WriteShardedParquet, input_schema
+from transforms.quarantine import SplitValidRows, publish_quarantine, quarantine_schema
+from transforms.release import (
+    export_info,
+    publish_release,
+    release_metadata,
+    resolve_allow_columns,
+    server_info,
+    staging_dir,
+)
+from transforms.triton_handler import ModifierInputs, TritonModelHandler
+
+log = logging.getLogger("mass.anonymize")
+INPUT_COPY = "__mass_input"  # the model's input, carried to the writer for the bypass check
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--input", required=True, help="embedding Parquet file, dir or glob")
+    parser.add_argument("--output", required=True, help="release directory (replaced atomically)")
+    parser.add_argument("--model", required=True, help="modifier name in the Triton repository")
+    parser.add_argument("--id-col", default="id")
+    parser.add_argument("--emb-col", default="emb")
+    parser.add_argument(
+        "--allow-columns",
+        type=csv_list,
+        default=[],
+        help="comma-separated extra columns to release (never labels by default)",
+    )
+    parser.add_argument(
+        "--force-allow",
+        action="store_true",
+        help="release allow-listed suppressed/raw columns anyway (recorded)",
+    )
+    parser.add_argument(
+        "--max-quarantined",
+        type=int,
+        default=0,
+        help="fail without publishing when more rows are quarantined",
+    )
+    parser.add_argument("--quarantine", default=None, help="quarantine dir (OUT_quarantine)")
+    add_serving_arguments(parser)
+
+
+def run(
+    argv: list[str] | None = None,
+    test_pipeline: beam.Pipeline | None = None,
+    *,
+    model_handler=None,
+    model_info: dict | None = None,
+) -> dict:
+    """Parse ``argv`` (unknown flags go to Beam) and run the job; returns the summary.
+
+    ``model_handler``/``model_info`` swap the Triton call for another handler (e.g. an
+    in-process :class:`transforms.triton_handler.FunctionModelHandler`) and its provenance.
+    """
+    parser = argparse.ArgumentParser(prog="anonymize")
+    add_arguments(parser)
+    args, extra = parser.parse_known_args(argv)
+    return run_job(
+        args, extra, test_pipeline=test_pipeline, model_handler=model_handler, model_info=model_info
+    )
+
+
+def run_job(args, extra, *, test_pipeline=None, model_handler=None, model_info=None) -> dict:
+    check_common(args)
+    schema = input_schema(args.input)
+    for col in (args.id_col, args.emb_col):
+        if col not in schema.names:
+            raise SchemaError(
+                f"{args.input}: no column '{col}' (columns: {schema.names}); "
+                "pass --id-col/--emb-col"
+            )
+    if model_handler is not None:
+        return _run(args, extra, test_pipeline, model_handler, model_info or {}, None)
+    info = (
+        export_info(args.repository, args.model, args.model_version or None)
+        if os.path.isdir(os.path.join(args.repository, args.model))
+        else None
+    )
+    with triton_endpoint(args, model=args.model) as url:
+        if info is None:
+            info = server_info(url, args.model, args.model_version)
+        handler = TritonModelHandler(
+            url,
+            args.model,
+            version=args.model_version,
+            inputs=ModifierInputs(id_col=args.id_col, emb_col=args.emb_col),
+            output_col=args.emb_col,
+            output_dim=int(info["dim"]) if info.get("dim") else None,
+            keep_input_as=INPUT_COPY,
+            timeout_s=args.timeout_s,
+            max_retries=args.max_retries,
+        )
+        return _run(args, extra, test_pipeline, handler, info, url)
+
+
+def _run(args, extra, test_pipeline, handler, info: dict, url: str | None) -> dict:
+    t0 = time.monotonic()
+    schema = input_schema(args.input)
+    dim = int(info.get("dim") or handler._output_dim or _dim_of(schema, args.emb_col))
+    forced = resolve_allow_columns(
+        args.allow_columns,
+        schema=schema,
+        suppress=list(info.get("suppress", [])),
+        id_col=args.id_col,
+        emb_col=args.emb_col,
+        force=args.force_allow,
+    )
+    meta = release_metadata(info, forced_columns=forced)
+    out_schema = pa.schema(
+        [
+            schema.field(args.id_col),
+            pa.field(args.emb_col, pa.list_(pa.float32(), dim)),
+            *[schema.field(c) for c in args.allow_columns],
+        ],
+        metadata=meta,
+    )
+    ids = check_ids(read_table(args.input, columns=[args.id_col]), args.id_col, source=args.input)
+    q_out = args.quarantine or f"{os.path.normpath(args.output)}_quarantine"
+    q_schema = quarantine_schema(schema.field(args.id_col).type, args.id_col)
+    stage, q_stage = staging_dir(args.output), staging_dir(q_out)
+
+    p = pipeline_for(extra, test_pipeline)
+    batches = p | "Read" >> ReadArrowBatches(
+        args.input,
+        columns=[args.id_col, args.emb_col, *args.allow_columns],
+        batch_rows=args.batch_rows,
+    )
+    valid, bad = batches | "Split" >> SplitValidRows(
+        id_col=args.id_col, emb_col=args.emb_col, dim=dim
+    )
+    _ = bad | "WriteQuarantine" >> WriteShardedParquet(
+        q_stage, id_col=args.id_col, num_shards=1, schema=q_schema
+    )
+    _ = (
+        valid
+        | "Modify" >> RunInference(handler)
+        | "Progress" >> beam.ParDo(LogProgress(args.progress_every, "anonymize"))
+        | "WriteRelease"
+        >> WriteShardedParquet(
+            stage,
+            id_col=args.id_col,
+            num_shards=args.shards,
+            schema=out_schema,
+            emb_col=args.emb_col,
+            verify_col=INPUT_COPY,
+        )
+    )
+    try:
+        result = p.run()
+        result.wait_until_finish()
+        n_bad = publish_quarantine(q_stage, q_out, schema=q_schema)
+        if n_bad > args.max_quarantined:
+            raise QuarantineThresholdError(
+                f"{n_bad} rows quarantined (see {q_out}), more than --max-quarantined "
+                f"{args.max_quarantined}; fix the input or raise the threshold; nothing published"
+            )
+        if n_bad:
+            q_ids = read_table(q_out, columns=[args.id_col]).column(args.id_col)
+            ids = ids.filter(pc.invert(pc.is_in(ids, value_set=q_ids.combine_chunks())))
+        rows_out = publish_release(
+            stage,
+            args.output,
+            expected_ids=ids,
+            id_col=args.id_col,
+            emb_col=args.emb_col,
+            allow_columns=args.allow_columns,
+            num_shards=args.shards,
+            schema=out_schema,
+        )
+    finally:
+        for d in (stage, q_stage):
+            shutil.rmtree(d, ignore_errors=True)
+    secs = time.monotonic() - t0
+    summary = {
+        "rows_in": len(ids) + n_bad,
+        "rows_out": rows_out,
+        "quarantined": n_bad,
+        "retries": counter(result, "retries"),
+        "seconds": round(secs, 3),
+        "rows_per_s": round((len(ids) + n_bad) / max(secs, 1e-9), 1),
+        "output": args.output,
+        "quarantine": q_out,
+        "model": info.get("name"),
+        "model_version": info.get("version"),
+        "forced_columns": forced,
+    }
+    print(
+        f"anonymize: {summary['rows_in']} rows in, {rows_out} out, {n_bad} quarantined, "
+        f"{summary['retries']} retries, {secs:.1f} s, {summary['rows_per_s']:.0f} rows/s"
+    )
+    log.info("summary %s", json.dumps(summary))
+    return summary
+
+
+def _dim_of(schema: pa.Schema, col: str) -> int:
+    typ = schema.field(col).type
+    if pa.types.is_fixed_size_list(typ):
+        return typ.list_size
+    raise SchemaError(
+        f"column '{col}' is {typ}; the model's dimension is unknown, pass a "
+        "repository with export.json"
+    )
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO)
+    run()

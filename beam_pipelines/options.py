@@ -1,0 +1,121 @@
+"""Flags shared by the Beam jobs; everything unknown goes to Beam's PipelineOptions untouched.
+
+The default runner is FnApiRunner (the stock DirectRunner tries to download Prism); any
+``--runner`` (DaskRunner, DataflowRunner, ...) with its own flags works unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import time
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from mass.errors import ConfigError
+
+log = logging.getLogger("mass.beam")
+
+
+def csv_list(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def add_serving_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("serving")
+    g.add_argument(
+        "--repository",
+        default="triton_models",
+        help="Triton model repository (local server is started on it unless "
+        "--triton-url is given; export.json provenance is read from it)",
+    )
+    g.add_argument(
+        "--triton-url",
+        default=None,
+        help="gRPC HOST:PORT of a running Triton; default: start a local one",
+    )
+    g.add_argument("--model-version", default="", help="model version (default: latest)")
+    g.add_argument("--timeout-s", type=float, default=60.0, help="per-request timeout")
+    g.add_argument(
+        "--max-retries",
+        type=int,
+        default=5,
+        help="retries on UNAVAILABLE/DEADLINE_EXCEEDED (exponential backoff)",
+    )
+    g.add_argument("--batch-rows", type=int, default=4096, help="rows per Arrow batch/request")
+    g.add_argument("--shards", type=int, default=1, help="output files (fixed for DVC)")
+    g.add_argument(
+        "--progress-every",
+        type=int,
+        default=20,
+        help="log a rows/s line every N batches per worker",
+    )
+
+
+def check_common(args: argparse.Namespace) -> None:
+    for name in ("batch_rows", "shards"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+
+
+def pipeline_for(extra: list[str], test_pipeline: beam.Pipeline | None) -> beam.Pipeline:
+    if test_pipeline is not None:
+        return test_pipeline
+    options = PipelineOptions(extra)
+    if any(a == "--runner" or a.startswith("--runner=") for a in extra):
+        return beam.Pipeline(options=options)
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+    return beam.Pipeline(runner=FnApiRunner(), options=options)
+
+
+@contextlib.contextmanager
+def triton_endpoint(args: argparse.Namespace, *, model: str):
+    """Yield the gRPC URL to use: ``--triton-url`` checked, or a local server for the job."""
+    from mass.serving import TritonServer, check_server
+
+    version = args.model_version or None
+    if args.triton_url:
+        check_server(args.triton_url, model=model, version=version)
+        yield args.triton_url
+        return
+    with TritonServer(args.repository) as server:
+        check_server(server.grpc_url, model=model, version=version)
+        yield server.grpc_url
+
+
+class LogProgress(beam.DoFn):
+    """Pass-through that logs rows/s seen by this worker every ``every`` batches."""
+
+    def __init__(self, every: int, what: str) -> None:
+        self._every, self._what = max(1, every), what
+
+    def setup(self):
+        self._t0, self._rows, self._batches = time.monotonic(), 0, 0
+
+    def process(self, batch):
+        self._rows += batch.num_rows
+        self._batches += 1
+        if self._batches % self._every == 0:
+            dt = time.monotonic() - self._t0
+            log.info(
+                "%s: %d rows in %.1f s (%.0f rows/s on this worker)",
+                self._what,
+                self._rows,
+                dt,
+                self._rows / max(dt, 1e-9),
+            )
+        yield batch
+
+
+def counter(result, name: str) -> int | None:
+    """A ``mass`` counter from a finished pipeline, or None where the runner has no metrics."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    try:
+        res = result.metrics().query(MetricsFilter().with_namespace("mass").with_name(name))
+    except Exception:  # DaskRunner: "collecting metrics will come later"
+        return None
+    return int(sum(c.committed or 0 for c in res["counters"])) if res["counters"] else 0

@@ -1,0 +1,24 @@
+"""Beam job: raw column (image/text) -> Triton feature extractor -> embedding dataset Parquet.
+
+Unknown flags (``--runner DaskRunner --dask_client_address ...``) go to Beam unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "Beam job: raw column -> Triton feature extractor -> embeddings Parquet"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from beam_pipelines.extract import add_arguments as add
+
+    add(parser)
+    parser.set_defaults(_accepts_extra=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from beam_pipelines.extract import run_job
+
+    run_job(args, list(getattr(args, "_extra", [])))
+    return 0

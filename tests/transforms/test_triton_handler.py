@@ -1,0 +1,97 @@
+from __future__ import annotations
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pytest
+from apache_beam.ml.inference.base import RunInference
+from apache_beam.testing.util import assert_that, equal_to
+
+from mass.errors import ResponseShapeError, ServingError
+from mass.io import embedding_array
+from mass.serving import free_port
+from transforms.testing import NumpyModifier, WrongWidth
+from transforms.triton_handler import (
+    FunctionModelHandler,
+    ModifierInputs,
+    TritonModelHandler,
+    _TritonConnection,
+    check_response,
+)
+
+
+def _batch(n=5, d=4, start=0):
+    x = np.arange(n * d, dtype=np.float32).reshape(n, d) + 1
+    return pa.RecordBatch.from_pydict(
+        {"id": list(range(start, start + n)), "emb": embedding_array(x), "digit": [1] * n}
+    )
+
+
+@pytest.mark.parametrize(
+    "out, why",
+    [
+        (np.zeros((5, 3), np.float32), "expected float32 \\[5, 4\\]"),
+        (np.zeros((4, 4), np.float32), "for 5 rows"),
+        (np.zeros((5, 4), np.float64), "float64"),
+        (np.full((5, 4), np.nan, np.float32), "NaN/Inf at batch row 0"),
+    ],
+)
+def test_bad_responses_are_refused(out, why):
+    with pytest.raises(ResponseShapeError, match=why):
+        check_response(out, rows=5, dim=4, model="m")
+
+
+def test_modifier_inputs_are_float32_matrix_and_int64_seed_column():
+    t = ModifierInputs()(_batch().slice(1, 3))  # a slice: offsets must be respected
+    assert t["EMBEDDING"].dtype == np.float32 and t["EMBEDDING"].shape == (3, 4)
+    assert t["EMBEDDING"][0, 0] == 5.0
+    assert t["ROW_SEED"].dtype == np.int64 and t["ROW_SEED"].shape == (3, 1)
+
+
+def test_function_handler_in_run_inference_replaces_emb_and_keeps_rows(beam_pipeline):
+    handler = FunctionModelHandler(NumpyModifier(), output_dim=4, keep_input_as="orig")
+
+    def check(b):
+        out, orig = b.column("emb").to_pylist(), b.column("orig").to_pylist()
+        return (
+            b.column("id").to_pylist(),
+            b.column("digit").to_pylist() == [1] * b.num_rows,
+            all(o != i for o, i in zip(out, orig, strict=True)),
+            b.schema.field("emb").type,
+        )
+
+    with beam_pipeline() as p:
+        res = p | beam.Create([_batch(), _batch(3, start=10)]) | RunInference(handler)
+        assert_that(
+            res | beam.Map(check),
+            equal_to(
+                [
+                    ([0, 1, 2, 3, 4], True, True, pa.list_(pa.float32(), 4)),
+                    ([10, 11, 12], True, True, pa.list_(pa.float32(), 4)),
+                ]
+            ),
+        )
+
+
+def test_function_handler_refuses_a_wrong_width_batch():
+    handler = FunctionModelHandler(WrongWidth(), output_dim=4)
+    with pytest.raises(ResponseShapeError):
+        handler.run_inference(_batch(), handler.load_model())
+
+
+def test_unreachable_server_is_a_serving_error_at_client_creation():
+    with pytest.raises(ServingError, match="cannot reach model 'm'"):
+        TritonModelHandler(f"127.0.0.1:{free_port()}", "m").create_client()
+
+
+def test_unavailable_is_retried_with_backoff_then_fails():
+    import tritonclient.grpc as grpcclient
+
+    url = f"127.0.0.1:{free_port()}"
+    conn = _TritonConnection.__new__(_TritonConnection)
+    conn.url, conn.model, conn.version, conn.max_batch = url, "m", "", None
+    conn.client = grpcclient.InferenceServerClient(url)
+    conn.inputs = {"EMBEDDING": "FP32", "ROW_SEED": "INT64"}
+    handler = TritonModelHandler(url, "m", max_retries=2, backoff_s=0.01, timeout_s=2)
+    with pytest.raises(ServingError, match="UNAVAILABLE.*after 2 retries"):
+        handler.request(_batch(), conn)

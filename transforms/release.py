@@ -1,0 +1,264 @@
+"""Fail-closed release publication: stage, verify every invariant, then rename into place.
+
+The job writes into ``OUT.tmp-<uuid>``; :func:`publish_release` checks the staged files
+(rows out == rows in, ids one-to-one with the input, no row equal to its input embedding,
+finite values, only allow-listed columns, provenance metadata on every file) and only then
+renames the directory to ``OUT``. An existing ``OUT`` is first renamed to ``OUT.old-<uuid>``
+and removed after the new one is in place, so a crash leaves the previous release (possibly
+under its ``.old-`` name) or none, never a partial one.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import uuid
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from mass.errors import ReleaseError, SchemaError, ServingError
+from transforms.parquet_io import fill_empty_shards, read_sidecars, remove_sidecars
+
+META_KEYS = (
+    "mass.model",
+    "mass.model_version",
+    "mass.sha256",
+    "mass.method",
+    "mass.suppress",
+    "mass.preserve",
+    "mass.config_hash",
+    "mass.forced_columns",
+)
+RAW_MEDIA_NAMES = {
+    "image",
+    "images",
+    "audio",
+    "text",
+    "raw",
+    "pixels",
+    "video",
+    "bytes",
+    "binary",
+    "blob",
+}
+
+
+def export_info(repository: str, model: str, version: str | int | None = None) -> dict:
+    """``export.json`` of ``repository/model/<version>`` (latest numeric version if None)."""
+    base = os.path.join(repository, model)
+    if version in (None, ""):
+        versions = (
+            sorted((int(v) for v in os.listdir(base) if v.isdigit()), reverse=True)
+            if os.path.isdir(base)
+            else []
+        )
+        if not versions:
+            raise ServingError(f"{base}: no numeric version folder; run `mass export` first")
+        version = versions[0]
+    path = os.path.join(base, str(version), "export.json")
+    try:
+        with open(path) as f:
+            info = json.load(f)
+    except FileNotFoundError as e:
+        raise ServingError(f"{path}: missing; re-export the model with `mass export`") from e
+    info.setdefault("name", model)
+    info.setdefault("version", int(version))
+    return info
+
+
+def server_info(url: str, model: str, version: str = "") -> dict:
+    """Provenance from the served model's config ``parameters`` (no repository at hand)."""
+    import tritonclient.grpc as grpcclient
+
+    try:
+        cfg = grpcclient.InferenceServerClient(url).get_model_config(model, version, as_json=True)[
+            "config"
+        ]
+    except Exception as e:
+        raise ServingError(f"Triton at {url}: no config for model '{model}' ({e})") from e
+    params = {
+        k.removeprefix("mass."): v.get("string_value", "")
+        for k, v in cfg.get("parameters", {}).items()
+    }
+    info = {"name": model, "version": version or params.get("version", "")}
+    for key in ("sha256", "method", "config_hash", "dim"):
+        info[key] = params.get(key, "")
+    for key in ("suppress", "preserve"):
+        info[key] = json.loads(params[key]) if params.get(key) else []
+    if not info["sha256"]:
+        raise ServingError(
+            f"Triton at {url}: model '{model}' carries no sha256 parameter; "
+            "pass --repository so the release records export.json"
+        )
+    return info
+
+
+def resolve_allow_columns(
+    allow: list[str],
+    *,
+    schema: pa.Schema,
+    suppress: list[str],
+    id_col: str,
+    emb_col: str,
+    force: bool = False,
+) -> list[str]:
+    """Check the allow-list; return the columns kept only because of ``force`` (recorded)."""
+    forced = []
+    for col in allow:
+        if col in (id_col, emb_col):
+            raise ReleaseError(
+                f"--allow-columns names '{col}', which is always released; remove it from the list"
+            )
+        if col not in schema.names:
+            raise SchemaError(
+                f"--allow-columns names '{col}', not a column of the input "
+                f"(columns: {schema.names})"
+            )
+        typ = schema.field(col).type
+        media = (
+            col.lower() in RAW_MEDIA_NAMES
+            or pa.types.is_binary(typ)
+            or pa.types.is_large_binary(typ)
+            or (pa.types.is_list(typ) or pa.types.is_fixed_size_list(typ))
+            and pa.types.is_integer(typ.value_type)
+            and typ.value_type.bit_width == 8
+        )
+        why = (
+            "a suppressed attribute" if col in suppress else "a raw media column" if media else None
+        )
+        if why is None:
+            continue
+        if not force:
+            raise ReleaseError(
+                f"--allow-columns names '{col}', {why}: releasing it would undo "
+                "the anonymization; drop it or pass --force-allow (recorded in "
+                "the release metadata)"
+            )
+        forced.append(col)
+    return forced
+
+
+def release_metadata(info: dict, *, forced_columns: list[str] = ()) -> dict[bytes, bytes]:
+    values = {
+        "mass.model": str(info.get("name", "")),
+        "mass.model_version": str(info.get("version", "")),
+        "mass.sha256": str(info.get("sha256", "")),
+        "mass.method": str(info.get("method", "")),
+        "mass.suppress": json.dumps(list(info.get("suppress", []))),
+        "mass.preserve": json.dumps(list(info.get("preserve", []))),
+        "mass.config_hash": str(info.get("config_hash", "")),
+        "mass.forced_columns": json.dumps(list(forced_columns)),
+    }
+    return {k.encode(): v.encode() for k, v in values.items()}
+
+
+def staging_dir(out: str, kind: str = "tmp") -> str:
+    return f"{os.path.normpath(out)}.{kind}-{uuid.uuid4().hex[:12]}"
+
+
+def verify_release(
+    staging: str,
+    *,
+    expected_ids: pa.Array,
+    id_col: str,
+    emb_col: str,
+    allow_columns: list[str],
+    num_shards: int,
+    required_metadata: tuple[str, ...] = META_KEYS,
+) -> int:
+    """Raise :class:`ReleaseError` unless the staged release satisfies every invariant."""
+    stats = read_sidecars(staging)
+    files = sorted(glob.glob(os.path.join(staging, "part-*.parquet")))
+    if len(files) != num_shards:
+        raise ReleaseError(f"{staging}: {len(files)} part files, expected {num_shards}")
+    for s in stats:
+        if s.get("unmodified"):
+            raise ReleaseError(
+                f"{s['unmodified']} released row(s) equal their input embedding (first id "
+                f"{s['first_unmodified_id']!r}): the modifier was bypassed; nothing published"
+            )
+        if s.get("nonfinite"):
+            raise ReleaseError(
+                f"{s['nonfinite']} row(s) with NaN/Inf (first id "
+                f"{s['first_nonfinite_id']!r}); nothing published"
+            )
+    allowed = {id_col, emb_col, *allow_columns}
+    ids = []
+    for path in files:
+        pf = pq.ParquetFile(path)
+        schema = pf.schema_arrow
+        extra = [c for c in schema.names if c not in allowed]
+        if extra:
+            raise ReleaseError(f"{path}: columns {extra} are not allow-listed; nothing published")
+        missing = [k for k in required_metadata if k.encode() not in (schema.metadata or {})]
+        if missing:
+            raise ReleaseError(f"{path}: metadata {missing} missing; nothing published")
+        typ = schema.field(emb_col).type
+        if not (pa.types.is_fixed_size_list(typ) and typ.value_type == pa.float32()):
+            raise ReleaseError(f"{path}: column '{emb_col}' is {typ}, expected float32 list")
+        ids.append(pf.read(columns=[id_col]).column(id_col))
+    got = pa.chunked_array([c for a in ids for c in a.chunks], type=expected_ids.type)
+    if len(got) != len(expected_ids):
+        raise ReleaseError(
+            f"{staging}: {len(got)} rows released for {len(expected_ids)} "
+            "valid input rows; nothing published"
+        )
+    if got.null_count or len(pc.unique(got)) != len(got):
+        raise ReleaseError(f"{staging}: null or duplicate ids in the release; nothing published")
+    a = pc.take(got, pc.sort_indices(got)).combine_chunks()
+    b = pc.take(expected_ids, pc.sort_indices(expected_ids))
+    if not a.equals(b.combine_chunks() if isinstance(b, pa.ChunkedArray) else b):
+        raise ReleaseError(f"{staging}: released ids differ from the input ids; nothing published")
+    return len(got)
+
+
+def publish_release(
+    staging: str,
+    out: str,
+    *,
+    expected_ids: pa.Array,
+    id_col: str,
+    emb_col: str,
+    allow_columns: list[str],
+    num_shards: int,
+    schema: pa.Schema,
+    required_metadata: tuple[str, ...] = META_KEYS,
+) -> int:
+    """Verify ``staging`` and atomically make it ``out``; on any failure remove it and raise."""
+    try:
+        fill_empty_shards(staging, schema, num_shards)
+        rows = verify_release(
+            staging,
+            expected_ids=expected_ids,
+            id_col=id_col,
+            emb_col=emb_col,
+            allow_columns=allow_columns,
+            num_shards=num_shards,
+            required_metadata=required_metadata,
+        )
+        remove_sidecars(staging)
+        swap_into_place(staging, out)
+        return rows
+    finally:
+        if os.path.exists(staging):
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def swap_into_place(staging: str, out: str) -> None:
+    """Rename ``staging`` to ``out``; the previous ``out`` is removed only afterwards."""
+    old = None
+    if os.path.exists(out):
+        old = staging_dir(out, "old")
+        os.replace(out, old)
+    try:
+        os.replace(staging, out)
+    except OSError as e:
+        if old is not None:
+            os.replace(old, out)
+        raise ReleaseError(f"{out}: could not publish ({e}); the previous release is kept") from e
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,69 @@
+"""Importable stand-ins for tests and examples (Beam workers unpickle them by reference).
+
+Each class is a zero-argument "loader" for :class:`transforms.triton_handler.FunctionModelHandler`
+returning ``infer(tensors) -> float32[n, d]``, the same contract as a Triton modifier.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from mass.io import embedding_array
+
+
+def _unit(v: np.ndarray) -> np.ndarray:
+    n = np.linalg.norm(v, axis=1, keepdims=True)
+    return np.where(n > 0, v / np.where(n > 0, n, 1), 0).astype(np.float32)
+
+
+class NumpyModifier:
+    """n(x + n(roll(x) + 0.1 * seed noise)): shaped like eq. 1, deterministic per row id."""
+
+    def __call__(self):
+        def infer(t):
+            x = _unit(np.asarray(t["EMBEDDING"], np.float32))
+            seeds = t["ROW_SEED"][:, 0].astype(np.uint64)
+            noise = (
+                (seeds[:, None] * np.uint64(2654435761) + np.arange(x.shape[1], dtype=np.uint64))
+                % np.uint64(1000)
+            ).astype(np.float32) / 1000.0
+            return _unit(x + _unit(np.roll(x, 1, axis=1) + 0.1 * noise))
+
+        return infer
+
+
+class Bypass:
+    """Returns its input unchanged: what a misconfigured model would do."""
+
+    def __call__(self):
+        return lambda t: np.array(t["EMBEDDING"], np.float32)
+
+
+class WrongWidth:
+    """Returns one column too many: a response the handler must refuse."""
+
+    def __call__(self):
+        return lambda t: np.zeros((len(t["EMBEDDING"]), t["EMBEDDING"].shape[1] + 1), np.float32)
+
+
+def write_embeddings(
+    path: str,
+    *,
+    rows: int,
+    dim: int,
+    seed: int = 0,
+    row_group: int = 500,
+    label: bool = True,
+    id_offset: int = 0,
+) -> pa.Table:
+    """A small embedding dataset (id, emb, digit) written with fixed row groups."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(rows, dim)).astype(np.float32)
+    cols = {"id": pa.array(np.arange(rows, dtype=np.int64) + id_offset), "emb": embedding_array(x)}
+    if label:
+        cols["digit"] = pa.array(rng.integers(0, 10, rows))
+    table = pa.table(cols)
+    pq.write_table(table, path, row_group_size=row_group)
+    return table

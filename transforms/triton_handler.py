@@ -1,0 +1,334 @@
+"""Beam model handlers that map a whole ``pa.RecordBatch`` to a ``pa.RecordBatch``.
+
+Same contract as ``apache_beam.ml.inference``: a handler loads a "model" once per worker
+(``load_model``; for Triton, one gRPC client) and ``run_inference`` applies it; use it with
+``RunInference(handler)``. Batching is skipped because every element already is a batch of
+``--batch-rows`` rows; the Triton handler splits it further to the model's
+``max_batch_size``. What runs is swappable: :class:`TritonModelHandler` calls a server,
+:class:`FunctionModelHandler` calls a Python function with the same named input tensors
+(tests, in-process runs). Both validate the response (shape ``[n, d]``, float32, finite) and
+raise :class:`mass.errors.ResponseShapeError` instead of writing a batch they could not modify.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pyarrow as pa
+from apache_beam.metrics import Metrics
+from apache_beam.ml.inference.base import ModelHandler, RemoteModelHandler
+
+from mass.errors import ResponseShapeError, ServingError
+from mass.io import embedding_array
+from mass.noise import row_seeds
+
+Tensors = dict[str, np.ndarray]
+RETRYABLE = ("StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED")
+NAMESPACE = "mass"
+
+
+def _matrix(batch: pa.RecordBatch, col: str, dtype) -> np.ndarray:
+    """Fixed-size-list column -> ``[n, d]`` numpy view of the Arrow buffer (no copy)."""
+    arr = batch.column(col)
+    d = arr.type.list_size
+    n = batch.num_rows
+    return (
+        arr.values.slice(arr.offset * d, n * d)
+        .to_numpy(zero_copy_only=False)
+        .astype(dtype, copy=False)
+        .reshape(n, d)
+    )
+
+
+class ModifierInputs:
+    """Modifier tensors: ``EMBEDDING`` float32 ``[n, d]`` and ``ROW_SEED`` int64 ``[n, 1]``."""
+
+    def __init__(self, *, id_col: str = "id", emb_col: str = "emb") -> None:
+        self.id_col, self.emb_col = id_col, emb_col
+
+    def __call__(self, batch: pa.RecordBatch) -> Tensors:
+        seeds = row_seeds(batch.column(self.id_col)).reshape(-1, 1)
+        return {"EMBEDDING": _matrix(batch, self.emb_col, np.float32), "ROW_SEED": seeds}
+
+
+class ImageInputs:
+    """Extractor tensor ``IMAGE`` uint8 ``[n, 2352]`` from a fixed-size-list<uint8> column."""
+
+    def __init__(self, *, raw_col: str = "image", name: str = "IMAGE") -> None:
+        self.raw_col, self.name = raw_col, name
+
+    def __call__(self, batch: pa.RecordBatch) -> Tensors:
+        return {self.name: _matrix(batch, self.raw_col, np.uint8)}
+
+
+class TextInputs:
+    """Extractor tensor ``TEXT`` BYTES ``[n, 1]`` (strings must cross as objects for gRPC)."""
+
+    def __init__(self, *, raw_col: str = "text", name: str = "TEXT") -> None:
+        self.raw_col, self.name = raw_col, name
+
+    def __call__(self, batch: pa.RecordBatch) -> Tensors:
+        col = batch.column(self.raw_col).to_numpy(zero_copy_only=False)
+        return {self.name: np.asarray([s.encode() for s in col], dtype=object).reshape(-1, 1)}
+
+
+def check_response(out, *, rows: int, dim: int | None, model: str) -> np.ndarray:
+    """Refuse a response that is not float32 ``[rows, dim]`` and finite."""
+    if (
+        not isinstance(out, np.ndarray)
+        or out.dtype != np.float32
+        or out.ndim != 2
+        or out.shape[0] != rows
+        or (dim is not None and out.shape[1] != dim)
+    ):
+        got = (getattr(out, "shape", None), getattr(out, "dtype", type(out).__name__))
+        raise ResponseShapeError(
+            f"model '{model}' returned {got} for {rows} rows; expected float32 [{rows}, "
+            f"{dim if dim is not None else 'd'}]; check the model's config.pbtxt output dims"
+        )
+    if not np.isfinite(out).all():
+        row = int(np.flatnonzero(~np.isfinite(out).all(axis=1))[0])
+        raise ResponseShapeError(
+            f"model '{model}' returned NaN/Inf at batch row {row}; "
+            "the batch is refused; check the exported model"
+        )
+    return out
+
+
+class _ArrowBatchInference:
+    """RecordBatch plumbing shared by both handlers (inputs, validation, output column)."""
+
+    def _init_arrow(
+        self,
+        *,
+        model: str,
+        inputs: Callable[[pa.RecordBatch], Tensors],
+        output: str,
+        output_col: str,
+        output_dim: int | None,
+        keep_input_as: str | None,
+        input_col: str | None,
+    ) -> None:
+        self.model_name = model
+        self._inputs = inputs
+        self._output = output
+        self._output_col = output_col
+        self._output_dim = output_dim
+        self._keep_input_as = keep_input_as
+        self._input_col = input_col or output_col
+        self._rows_in = Metrics.counter(NAMESPACE, "rows_in")
+        self._rows_out = Metrics.counter(NAMESPACE, "rows_out")
+        self._batches = Metrics.counter(NAMESPACE, "batches")
+
+    def _apply(self, batch: pa.RecordBatch, infer: Callable[[Tensors], np.ndarray]):
+        self._rows_in.inc(batch.num_rows)
+        out = check_response(
+            infer(self._inputs(batch)),
+            rows=batch.num_rows,
+            dim=self._output_dim,
+            model=self.model_name,
+        )
+        result = batch
+        if self._keep_input_as:
+            result = result.append_column(self._keep_input_as, batch.column(self._input_col))
+        col = embedding_array(out)
+        if self._output_col in result.schema.names:
+            idx = result.schema.get_field_index(self._output_col)
+            result = result.set_column(idx, self._output_col, col)
+        else:
+            result = result.append_column(self._output_col, col)
+        self._batches.inc()
+        self._rows_out.inc(result.num_rows)
+        return result
+
+    def _each(self, batch, infer) -> list[pa.RecordBatch]:
+        batches = [batch] if isinstance(batch, pa.RecordBatch) else list(batch)
+        return [self._apply(b, infer) for b in batches]
+
+    def should_skip_batching(self) -> bool:
+        return True  # elements are already RecordBatches of --batch-rows rows
+
+    def get_num_bytes(self, batch) -> int:
+        batches = [batch] if isinstance(batch, pa.RecordBatch) else batch
+        return int(sum(b.nbytes for b in batches))
+
+    def get_metrics_namespace(self) -> str:
+        return NAMESPACE
+
+
+class FunctionModelHandler(_ArrowBatchInference, ModelHandler):
+    """Run ``load()`` once per worker, then ``fn(tensors) -> float32[n, d]`` per batch.
+
+    ``load`` is a picklable zero-argument callable returning the inference function (e.g.
+    :class:`TorchModifierFunction`), so heavy models are built on the worker, not pickled.
+    """
+
+    def __init__(
+        self,
+        load: Callable[[], Callable[[Tensors], np.ndarray]],
+        *,
+        model: str = "function",
+        inputs: Callable[[pa.RecordBatch], Tensors] | None = None,
+        output_col: str = "emb",
+        output_dim: int | None = None,
+        keep_input_as: str | None = None,
+        input_col: str | None = None,
+    ) -> None:
+        ModelHandler.__init__(self)
+        self._load = load
+        self._init_arrow(
+            model=model,
+            inputs=inputs or ModifierInputs(),
+            output="",
+            output_col=output_col,
+            output_dim=output_dim,
+            keep_input_as=keep_input_as,
+            input_col=input_col,
+        )
+
+    def load_model(self):
+        return self._load()
+
+    def run_inference(self, batch, model, inference_args=None):
+        return self._each(batch, model)
+
+
+class TorchModifierFunction:
+    """In-process modifier: ``load_modifier(path)`` applied to EMBEDDING with ROW_SEED."""
+
+    def __init__(self, path: str, *, threads: int = 1) -> None:
+        self.path, self.threads = path, threads
+
+    def __call__(self):
+        import torch
+
+        from mass.modifier import load_modifier
+
+        torch.set_num_threads(self.threads)
+        model = load_modifier(self.path)
+
+        def infer(t: Tensors) -> np.ndarray:
+            with torch.no_grad():
+                seeds = torch.from_numpy(np.ascontiguousarray(t["ROW_SEED"][:, 0]))
+                return model(torch.from_numpy(np.array(t["EMBEDDING"])), seeds=seeds).numpy()
+
+        return infer
+
+
+class _TritonConnection:
+    def __init__(self, url: str, model: str, version: str) -> None:
+        import tritonclient.grpc as grpcclient
+
+        self.url, self.model, self.version = url, model, version
+        self.client = grpcclient.InferenceServerClient(url=url)
+        try:
+            ready = self.client.is_model_ready(model, version)
+            cfg = self.client.get_model_config(model, version, as_json=True)["config"]
+        except Exception as e:  # tritonclient raises its own exception type for gRPC errors
+            raise ServingError(
+                f"Triton at {url}: cannot reach model '{model}' ({e}); "
+                "start the server (mass serve) or fix --triton-url"
+            ) from e
+        if not ready:
+            raise ServingError(
+                f"Triton at {url}: model '{model}' version '{version or 'latest'}'"
+                " is not ready; check the server log and the repository"
+            )
+        self.max_batch = int(cfg.get("max_batch_size", 0)) or None
+        self.inputs = {i["name"]: i["data_type"].removeprefix("TYPE_") for i in cfg["input"]}
+
+
+class TritonModelHandler(_ArrowBatchInference, RemoteModelHandler):
+    """RecordBatch -> Triton (gRPC, binary tensors) -> RecordBatch with ``output_col`` set.
+
+    One client per worker (``create_client``); requests are split to the model's
+    ``max_batch_size``; UNAVAILABLE / DEADLINE_EXCEEDED are retried ``max_retries`` times with
+    exponential backoff starting at ``backoff_s``; each request times out after
+    ``timeout_s``. Any other error, or a bad response, fails the batch.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        *,
+        version: str = "",
+        inputs: Callable[[pa.RecordBatch], Tensors] | None = None,
+        output: str = "PRIVATIZED",
+        output_col: str = "emb",
+        output_dim: int | None = None,
+        keep_input_as: str | None = None,
+        input_col: str | None = None,
+        timeout_s: float = 60.0,
+        max_retries: int = 5,
+        backoff_s: float = 0.5,
+    ) -> None:
+        # Retries happen in request() (configurable backoff, counted), not in the base class.
+        RemoteModelHandler.__init__(self, namespace=NAMESPACE, num_retries=0)
+        self._url, self._version = url, str(version or "")
+        self._timeout_s, self._max_retries, self._backoff_s = timeout_s, max_retries, backoff_s
+        self._retries = Metrics.counter(NAMESPACE, "retries")
+        self._init_arrow(
+            model=model,
+            inputs=inputs or ModifierInputs(),
+            output=output,
+            output_col=output_col,
+            output_dim=output_dim,
+            keep_input_as=keep_input_as,
+            input_col=input_col,
+        )
+
+    def create_client(self) -> _TritonConnection:
+        return _TritonConnection(self._url, self.model_name, self._version)
+
+    def request(self, batch, model: _TritonConnection, inference_args=None):
+        return self._each(batch, lambda tensors: self._infer(model, tensors))
+
+    def _infer(self, conn: _TritonConnection, tensors: Tensors) -> np.ndarray:
+        n = len(next(iter(tensors.values())))
+        step = conn.max_batch or n
+        parts = [
+            self._infer_once(conn, {k: v[i : i + step] for k, v in tensors.items()})
+            for i in range(0, n, step)
+        ]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _infer_once(self, conn: _TritonConnection, tensors: Tensors) -> np.ndarray:
+        import tritonclient.grpc as grpcclient
+        from tritonclient.utils import InferenceServerException
+
+        req = []
+        for name, arr in tensors.items():
+            dtype = conn.inputs.get(name, "BYTES" if arr.dtype == object else None)
+            if dtype is None:
+                raise ServingError(
+                    f"model '{self.model_name}' has no input '{name}' "
+                    f"(inputs: {sorted(conn.inputs)}); wrong --model?"
+                )
+            inp = grpcclient.InferInput(
+                name, list(arr.shape), "BYTES" if dtype == "STRING" else dtype
+            )
+            inp.set_data_from_numpy(arr)  # gRPC: raw binary tensor contents
+            req.append(inp)
+        outputs = [grpcclient.InferRequestedOutput(self._output)]
+        for attempt in range(self._max_retries + 1):
+            try:
+                res = conn.client.infer(
+                    self.model_name,
+                    req,
+                    model_version=self._version,
+                    outputs=outputs,
+                    client_timeout=self._timeout_s,
+                )
+                return res.as_numpy(self._output)
+            except InferenceServerException as e:
+                if e.status() not in RETRYABLE or attempt == self._max_retries:
+                    raise ServingError(
+                        f"Triton at {conn.url}, model '{self.model_name}': {e.status()} "
+                        f"{e.message()} (after {attempt} retries); check the server"
+                    ) from e
+                self._retries.inc()
+                time.sleep(self._backoff_s * 2**attempt)
+        raise AssertionError("unreachable")
