@@ -1,0 +1,310 @@
+"""Shared pieces of the comparison methods: parameter checks, label tensors, small training
+loops, the affine and Gaussian-noise modifier kinds, and mutual-information estimators.
+
+Every modifier here ends with L2 normalisation like the MaSS modifier (eq. 1's n()), so the
+same export / anonymize / audit pipeline handles any method's release unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mass.errors import ConfigError
+from mass.io import EmbeddingDataset
+from mass.modifier import l2_normalize, register_modifier
+from mass.noise import row_noise
+
+
+def param(params: dict[str, Any], name: str, default: Any, *, lo: float | None = None) -> Any:
+    """``params[name]`` (or ``default``) cast to the default's type; ``lo`` is a lower bound."""
+    value = params.get(name, default)
+    try:
+        if isinstance(default, bool):
+            value = bool(value)
+        elif isinstance(default, int):
+            value = int(value)
+        elif isinstance(default, float):
+            value = float(value)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"params.{name}={value!r}: expected {type(default).__name__}") from e
+    if lo is not None and value < lo:
+        raise ConfigError(f"params.{name}={value}: must be >= {lo}")
+    return value
+
+
+def check_attrs(train: EmbeddingDataset, suppress: list[str], preserve: list[str]) -> None:
+    """Every named attribute has labels in ``train``; a suppressed one is never preserved."""
+    if not suppress:
+        raise ConfigError("suppress: name at least one attribute to suppress")
+    for attr in [*suppress, *preserve]:
+        if attr not in train.labels:
+            raise ConfigError(
+                f"{attr!r}: no labels in {train.source or 'the training data'} "
+                f"(labels: {sorted(train.labels)}); fix suppress/preserve"
+            )
+    both = set(suppress) & set(preserve)
+    if both:
+        raise ConfigError(f"{sorted(both)}: an attribute cannot be suppressed and preserved")
+
+
+def label_tensors(ds: EmbeddingDataset, attrs: list[str]) -> dict[str, torch.Tensor]:
+    return {a: torch.as_tensor(ds.labels[a], dtype=torch.long) for a in attrs}
+
+
+def n_classes(ds: EmbeddingDataset, attr: str) -> int:
+    if attr in ds.encodings:
+        return ds.num_classes(attr)
+    return int(ds.labels[attr].max()) + 1
+
+
+def unit_x(ds: EmbeddingDataset) -> torch.Tensor:
+    return l2_normalize(torch.as_tensor(np.ascontiguousarray(ds.x), dtype=torch.float32))
+
+
+def batches(n: int, batch_size: int, gen: torch.Generator) -> list[torch.Tensor]:
+    """A fresh permutation cut into batches (the last short one is kept if >= 2 rows)."""
+    perm = torch.randperm(n, generator=gen)
+    out = [perm[i : i + batch_size] for i in range(0, n, batch_size)]
+    return [b for b in out if len(b) >= 2] or [perm]
+
+
+def classifier(dim: int, k: int, hidden: int = 128) -> nn.Sequential:
+    """The small ELU classifier the generative-filter paper uses as adversary / utility judge."""
+    return nn.Sequential(nn.Linear(dim, hidden), nn.ELU(), nn.Linear(hidden, k))
+
+
+def fit_classifier(
+    x: torch.Tensor, y: torch.Tensor, k: int, *, epochs: int = 30, seed: int = 0, lr: float = 1e-3
+) -> nn.Module:
+    """Train :func:`classifier` with cross-entropy; returns it in eval mode."""
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    model = classifier(x.shape[1], k)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    for _ in range(epochs):
+        for idx in batches(len(x), 128, gen):
+            opt.zero_grad()
+            F.cross_entropy(model(x[idx]), y[idx]).backward()
+            opt.step()
+    return model.eval()
+
+
+def entropy_of(y: torch.Tensor, k: int) -> float:
+    """Empirical entropy H(y) in nats."""
+    p = torch.bincount(y, minlength=k).double() / max(len(y), 1)
+    p = p[p > 0]
+    return float(-(p * p.log()).sum())
+
+
+@dataclass(frozen=True)
+class AffineSpec:
+    dim: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@register_modifier("affine")
+class AffineModifier(nn.Module):
+    """x' = n(W n(x) + b): the closed-form erasers (LEACE, INLP) as one servable kind."""
+
+    @classmethod
+    def spec_from_dict(cls, d: dict) -> AffineSpec:
+        return AffineSpec(dim=int(d["dim"]))
+
+    def __init__(self, spec: AffineSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        self.register_buffer("weight", torch.eye(spec.dim))
+        self.register_buffer("bias", torch.zeros(spec.dim))
+
+    def set(self, weight: torch.Tensor, bias: torch.Tensor) -> AffineModifier:
+        self.weight.copy_(weight.to(torch.float32))
+        self.bias.copy_(bias.to(torch.float32))
+        return self
+
+    def forward(self, x: torch.Tensor, seeds: torch.Tensor | None = None) -> torch.Tensor:
+        return l2_normalize(l2_normalize(x) @ self.weight.T + self.bias)
+
+
+@dataclass(frozen=True)
+class NoiseSpec:
+    dim: int
+    sigma: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@register_modifier("gaussian_noise")
+class GaussianNoiseModifier(nn.Module):
+    """x' = n(n(x) + sigma * eps(seed)): the feature-noise baseline (MaSS Table 5, row 1)."""
+
+    @classmethod
+    def spec_from_dict(cls, d: dict) -> NoiseSpec:
+        return NoiseSpec(dim=int(d["dim"]), sigma=float(d["sigma"]))
+
+    def __init__(self, spec: NoiseSpec) -> None:
+        super().__init__()
+        self.spec = spec
+
+    def forward(self, x: torch.Tensor, seeds: torch.Tensor | None = None) -> torch.Tensor:
+        if seeds is None:
+            raise ValueError("gaussian_noise modifier needs per-row seeds (mass.noise.row_seeds)")
+        eps = row_noise(seeds, self.spec.dim).to(x.device)
+        return l2_normalize(l2_normalize(x) + self.spec.sigma * eps)
+
+
+def knn_mutual_information(x: np.ndarray, y: np.ndarray, *, k: int = 3) -> float:
+    """I(X; Y) in nats for continuous X and discrete Y, kNN estimator (Ross 2014).
+
+    I = psi(N) - <psi(N_y)> + psi(k) - <psi(m)>, where the k-th neighbour distance is taken
+    within the row's class and m counts rows of any class inside that radius. The
+    generative-filter paper (Appx. 6.6.2) reports such an empirical MI of release vs label.
+    """
+    from scipy.special import digamma
+    from sklearn.neighbors import NearestNeighbors
+
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y)
+    n = len(y)
+    radius = np.empty(n)
+    n_y = np.empty(n)
+    keep = np.ones(n, dtype=bool)
+    for c in np.unique(y):
+        rows = np.flatnonzero(y == c)
+        n_y[rows] = len(rows)
+        if len(rows) <= k:
+            keep[rows] = False
+            continue
+        nn_c = NearestNeighbors(n_neighbors=k + 1, metric="chebyshev").fit(x[rows])
+        dist, _ = nn_c.kneighbors(x[rows])
+        radius[rows] = np.nextafter(dist[:, -1], 0)
+    if keep.sum() < 2:
+        return 0.0
+    tree = NearestNeighbors(metric="chebyshev").fit(x)
+    m = np.array(
+        [len(a) - 1 for a in tree.radius_neighbors(x[keep], radius=radius[keep])[1]], dtype=float
+    )
+    mi = digamma(keep.sum()) - digamma(n_y[keep]).mean() + digamma(k) - digamma(m + 1).mean()
+    return float(max(mi, 0.0))
+
+
+def classifier_mutual_information(
+    x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray
+) -> float:
+    """Variational lower bound I(X; Y) >= H(Y) - CE(q(y|x)) in nats (generative filter, eq. 22)."""
+    from sklearn.linear_model import LogisticRegression
+
+    clf = LogisticRegression(max_iter=500).fit(x_train, y_train)
+    proba = np.clip(clf.predict_proba(x_test), 1e-12, 1.0)
+    col = np.searchsorted(clf.classes_, y_test)
+    seen = (col < len(clf.classes_)) & (
+        clf.classes_[np.minimum(col, len(clf.classes_) - 1)] == y_test
+    )
+    ce = -np.log(
+        np.where(seen, proba[np.arange(len(y_test)), np.minimum(col, proba.shape[1] - 1)], 1e-12)
+    )
+    _, counts = np.unique(y_test, return_counts=True)
+    p = counts / counts.sum()
+    return float(max(-(p * np.log(p)).sum() - ce.mean(), 0.0))
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy()
+
+
+def toy_dataset(
+    n: int = 300,
+    *,
+    dim: int = 16,
+    classes: dict[str, int] | None = None,
+    seed: int = 0,
+    scale: float = 2.0,
+    noise: float = 0.5,
+) -> EmbeddingDataset:
+    """Class-direction mixture for tests and ``--synthetic`` smoke runs: each attribute's class
+    adds its own random direction, then Gaussian noise; rows L2-normalised."""
+    import pyarrow as pa
+
+    from mass.io import LabelEncoding
+
+    classes = classes or {"a": 3, "b": 4}
+    rng = np.random.default_rng(seed)
+    x = rng.normal(scale=noise, size=(n, dim))
+    labels = {}
+    for attr, k in classes.items():
+        y = rng.integers(0, k, size=n)
+        x += scale * rng.normal(size=(k, dim))[y] / np.sqrt(dim)
+        labels[attr] = y.astype(np.int64)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    encodings = {a: LabelEncoding(a, tuple(range(k))) for a, k in classes.items()}
+    return EmbeddingDataset(
+        ids=pa.array(np.arange(n, dtype=np.int64)),
+        x=x.astype(np.float32),
+        labels=labels,
+        encodings=encodings,
+        source="toy",
+    )
+
+
+def subset(ds: EmbeddingDataset, rows: np.ndarray) -> EmbeddingDataset:
+    """Rows ``rows`` of ``ds`` (same encodings)."""
+    import pyarrow as pa
+
+    return EmbeddingDataset(
+        ids=ds.ids.take(pa.array(rows)),
+        x=ds.x[rows],
+        encodings=ds.encodings,
+        source=ds.source,
+        labels={a: y[rows] for a, y in ds.labels.items()},
+    )
+
+
+def train_with_aux(
+    modifier: nn.Module,
+    aux: nn.Module,
+    x: torch.Tensor,
+    labels: dict[str, torch.Tensor],
+    *,
+    aux_loss,
+    mod_loss,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    gen: torch.Generator,
+) -> list[dict[str, float]]:
+    """Alternate per batch: ``aux`` learns on the detached modified data (``aux_loss(h, x, y)``),
+    then the modifier descends ``mod_loss(h, x, y)`` through the (un-stepped) aux networks.
+
+    This is the "local" update of the attribute-unlearning paper (Sec. 3.3) and the usual
+    adversarial alternation; one loop serves the unlearning and EnD methods.
+    """
+    opt_m = torch.optim.Adam(modifier.parameters(), lr=lr)
+    opt_a = torch.optim.Adam(aux.parameters(), lr=lr) if list(aux.parameters()) else None
+    history = []
+    for _ in range(epochs):
+        totals = {"mod_loss": 0.0, "aux_loss": 0.0}
+        for idx in batches(len(x), batch_size, gen):
+            xb = x[idx]
+            yb = {a: y[idx] for a, y in labels.items()}
+            h = modifier(xb)
+            if opt_a is not None:
+                a_loss = aux_loss(h.detach(), xb, yb)
+                opt_a.zero_grad()
+                a_loss.backward()
+                opt_a.step()
+                totals["aux_loss"] += float(a_loss.detach()) * len(idx)
+            m_loss = mod_loss(h, xb, yb)
+            opt_m.zero_grad()
+            m_loss.backward()
+            opt_m.step()
+            totals["mod_loss"] += float(m_loss.detach()) * len(idx)
+        history.append({k: v / len(x) for k, v in totals.items()})
+    return history
