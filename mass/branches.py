@@ -70,6 +70,7 @@ def freeze(model: nn.Module) -> nn.Module:
     """Eval mode (BatchNorm uses running stats) and no parameter takes gradients."""
     model.eval()
     for p in model.parameters():
+        p.grad = None  # drop pretraining's last gradient so "no .grad" means "never touched"
         p.requires_grad_(False)
     return model
 

@@ -1,0 +1,129 @@
+"""Method "mass": MaSS (faithful, the paper) and its adaptive mode, behind the Method protocol."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from mass.branches import load_branches, save_branches, train_agnostic, train_classifier
+from mass.config import MassConfig
+from mass.io import EmbeddingDataset
+from mass.methods import FitResult, register_method
+from mass.noise import row_seeds
+from mass.trainer import Branches, ModifierTrainer
+
+log = logging.getLogger(__name__)
+
+
+def normalize_rows(x: np.ndarray) -> np.ndarray:
+    """n() of eq. 1 on numpy rows (zero rows stay zero): G and the branches see unit inputs."""
+    norm = np.linalg.norm(x, axis=1, keepdims=True)
+    return np.where(norm > 0, x / np.where(norm > 0, norm, 1), 0).astype(np.float32)
+
+
+def pretrain_branches(
+    x: np.ndarray,
+    labels: dict[str, np.ndarray],
+    num_classes: dict[str, int],
+    cfg: MassConfig,
+    *,
+    attributes: tuple[str, ...] | None = None,
+    agnostic: bool | None = None,
+    views: tuple[np.ndarray, np.ndarray] | None = None,
+) -> Branches:
+    """Classifiers for S (and R where w^r > 0) and, when w^{r*} > 0, the agnostic model."""
+    if attributes is None:
+        attributes = cfg.suppress + tuple(r for r in cfg.preserve if cfg.weight_r(r) > 0)
+    classifiers = {}
+    for i, a in enumerate(attributes):
+        t0 = time.perf_counter()
+        classifiers[a] = train_classifier(
+            x, labels[a], num_classes[a], epochs=cfg.branch_epochs, seed=cfg.seed + 17 * i
+        )
+        log.info("branch %s trained in %.1fs", a, time.perf_counter() - t0)
+    agn = None
+    if agnostic if agnostic is not None else cfg.w_rstar > 0:
+        t0 = time.perf_counter()
+        agn = train_agnostic(
+            x, views=views, epochs=cfg.agnostic_epochs, tau=cfg.tau, seed=cfg.seed,
+            noise_std=cfg.aug_noise_std, drop_prob=cfg.aug_drop_prob,
+        )  # fmt: skip
+        log.info("agnostic model trained in %.1fs", time.perf_counter() - t0)
+    return Branches(classifiers, agn)
+
+
+def fit_mass(
+    train: EmbeddingDataset,
+    cfg: MassConfig,
+    *,
+    branches: Branches | None = None,
+    run_dir: str | None = None,
+    resume: bool = False,
+    progress: bool = True,
+    views: tuple[np.ndarray, np.ndarray] | None = None,
+) -> FitResult:
+    """Pretrain (or reuse / resume) the branches, then train G; deterministic given cfg.seed."""
+    cfg.validate(train.labels, source=train.source or "training data")
+    try:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    except Exception:  # some builds refuse; determinism on CPU holds without it
+        pass
+    t0 = time.perf_counter()
+    if run_dir:
+        os.makedirs(run_dir, exist_ok=True)
+    x = normalize_rows(train.x)
+    num_classes = {a: train.num_classes(a) for a in train.labels}
+    bpath = os.path.join(run_dir, "branches.pt") if run_dir else None
+    if branches is None and resume and bpath and os.path.exists(bpath):
+        cls, agn = load_branches(bpath)
+        branches = Branches(cls, agn)
+    if branches is None:
+        branches = pretrain_branches(x, train.labels, num_classes, cfg, views=views)
+    if bpath:
+        save_branches(bpath, branches.classifiers, branches.agnostic)
+    t_branches = time.perf_counter() - t0
+    trainer = ModifierTrainer(cfg, branches, dim=x.shape[1], num_classes=num_classes)
+    history = trainer.fit(
+        x, train.labels, seeds=row_seeds(train.ids),
+        checkpoint=os.path.join(run_dir, "checkpoint.pt") if run_dir else None,
+        resume=resume, progress=progress,
+    )  # fmt: skip
+    return FitResult(
+        modifier=trainer.modifier,
+        branches={**branches.classifiers, **({"agnostic": branches.agnostic} if branches.agnostic else {})},
+        history=history,
+        seconds=time.perf_counter() - t0,
+        extra={"branch_seconds": t_branches, "config": cfg.to_dict(),
+               "config_hash": cfg.config_hash(), "branches_obj": branches},
+    )  # fmt: skip
+
+
+@register_method("mass")
+class MassMethod:
+    """MaSS (Chen et al., ICLR 2024), faithful or adaptive per ``params['mode']``."""
+
+    def fit(
+        self,
+        train: EmbeddingDataset,
+        *,
+        suppress: list[str],
+        preserve: list[str],
+        params: dict[str, Any],
+        val: EmbeddingDataset | None = None,
+        seed: int = 0,
+        progress: bool = True,
+        run_dir: str | None = None,
+        resume: bool = False,
+        branches: Branches | None = None,
+    ) -> FitResult:
+        params = dict(params or {})
+        params.setdefault("seed", seed)
+        cfg = MassConfig.from_dict(params, suppress=list(suppress), preserve=list(preserve))
+        return fit_mass(
+            train, cfg, branches=branches, run_dir=run_dir, resume=resume, progress=progress
+        )
