@@ -17,14 +17,26 @@ from mass.triton_adapters import verify_version_dir
 warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
 
 
-def setup(args: dict) -> tuple[dict, Path, dict]:
-    """(model config, version folder, verified export.json) from Triton's initialize args."""
+def setup(args: dict) -> tuple[dict, Path, dict, torch.device]:
+    """(config, version folder, verified export.json, device) from Triton's initialize args."""
     config = json.loads(args["model_config"])
     version_dir = Path(args["model_repository"]) / str(args["model_version"])
     meta = verify_version_dir(version_dir, config)
     params = {k: v.get("string_value") for k, v in config.get("parameters", {}).items()}
     torch.set_num_threads(int(params.get("torch_threads") or 1))
-    return config, version_dir, meta
+    return config, version_dir, meta, instance_device(args)
+
+
+def instance_device(args: dict) -> torch.device:
+    """cuda:<id> for a KIND_GPU instance (configs/gpu.pbtxt), else the CPU."""
+    if args.get("model_instance_kind") != "GPU":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            "KIND_GPU instance but torch.cuda.is_available() is False in Triton's Python; "
+            "install a CUDA build of torch in the server image or use config.pbtxt (KIND_CPU)"
+        )
+    return torch.device(f"cuda:{args.get('model_instance_device_id', 0)}")
 
 
 def output_dtype(config: dict, name: str) -> np.dtype:

@@ -11,8 +11,8 @@ from mass.triton_adapters._common import as_tensor, input_dtype, output_dtype, r
 
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
-        config, version_dir, meta = setup(args)
-        self.model = load_extractor(str(version_dir / meta["weights"]))
+        config, version_dir, meta, self.device = setup(args)
+        self.model = load_extractor(str(version_dir / meta["weights"])).to(self.device)
         self.in_dim = int(meta["input_dim"])
         self.in_dtype = input_dtype(config, "IMAGE")
         self.out_dtype = output_dtype(config, "EMBEDDING")
@@ -24,7 +24,7 @@ class TritonPythonModel:
         return (images.astype(self.in_dtype, copy=False),)
 
     def _compute(self, images: np.ndarray) -> np.ndarray:
-        return self.model(as_tensor(images)).numpy()
+        return self.model(as_tensor(images).to(self.device)).cpu().numpy()
 
     def _write(self, emb: np.ndarray):
         out = pb_utils.Tensor("EMBEDDING", emb.astype(self.out_dtype, copy=False))

@@ -17,16 +17,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
-def load_minilm(model_dir: str):
+def load_minilm(model_dir: str, device: str = "cpu"):
     from sentence_transformers import SentenceTransformer
 
-    return SentenceTransformer(model_dir, device="cpu")
+    return SentenceTransformer(model_dir, device=device)
 
 
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
-        config, version_dir, meta = setup(args)
-        self.model = load_minilm(str((version_dir / meta["model_dir"]).resolve()))
+        config, version_dir, meta, device = setup(args)
+        self.model = load_minilm(str((version_dir / meta["model_dir"]).resolve()), str(device))
         self.out_dtype = output_dtype(config, "EMBEDDING")
 
     def _read(self, request) -> tuple[np.ndarray]:

@@ -11,8 +11,8 @@ from mass.triton_adapters._common import as_tensor, input_dtype, output_dtype, r
 
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
-        config, version_dir, meta = setup(args)
-        self.model = load_modifier(str(version_dir / meta["weights"]))
+        config, version_dir, meta, self.device = setup(args)
+        self.model = load_modifier(str(version_dir / meta["weights"])).to(self.device)
         self.dim = int(meta["dim"])
         self.emb_dtype = input_dtype(config, "EMBEDDING")
         self.out_dtype = output_dtype(config, "PRIVATIZED")
@@ -32,7 +32,8 @@ class TritonPythonModel:
         return x.astype(self.emb_dtype, copy=False), seeds
 
     def _compute(self, x: np.ndarray, seeds: np.ndarray) -> np.ndarray:
-        return self.model(as_tensor(x), as_tensor(seeds)).numpy()
+        x_t, seeds_t = as_tensor(x).to(self.device), as_tensor(seeds).to(self.device)
+        return self.model(x_t, seeds_t).cpu().numpy()
 
     def _write(self, y: np.ndarray):
         out = pb_utils.Tensor("PRIVATIZED", y.astype(self.out_dtype, copy=False))
