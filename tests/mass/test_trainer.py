@@ -47,7 +47,7 @@ def test_frozen_branches_get_no_grad_and_stay_unchanged(data, branches, mode):
     t = ModifierTrainer(cfg, branches, dim=8, num_classes={"s": 3, "u": 2})
     hist = t.fit(normalize_rows(data.x), data.labels, progress=False)
     assert len(hist) == 2 and np.isfinite(hist[-1]["loss"])
-    for p, q in zip(branches.parameters(), before):
+    for p, q in zip(branches.parameters(), before, strict=True):
         assert p.grad is None and not p.requires_grad
         assert torch.equal(p, q)
     if mode == "adaptive":
@@ -97,7 +97,7 @@ def test_resume_continues_to_the_same_weights(tmp_path, data, branches):
         data, cfg, branches=branches, run_dir=str(run_b), resume=True, progress=False
     )
     assert [h["epoch"] for h in resumed.history] == [0, 1, 2]
-    for p, q in zip(full.modifier.parameters(), resumed.modifier.parameters()):
+    for p, q in zip(full.modifier.parameters(), resumed.modifier.parameters(), strict=True):
         assert torch.allclose(p, q, atol=1e-6)
 
 

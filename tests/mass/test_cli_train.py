@@ -1,0 +1,138 @@
+"""`mass train` end to end on small synthetic Parquet: run directory contract and errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import yaml
+
+from mass.cli import main
+from mass.modifier import load_modifier, modifier_meta
+from mass.synthetic import write_synthetic
+
+FAST = {
+    "train": {
+        "epochs": 2,
+        "branch_epochs": 1,
+        "agnostic_epochs": 1,
+        "batch_size": 32,
+        "modifier": {"hidden": [16]},
+        "suppress": ["s"],
+    }
+}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    write_synthetic(str(d / "train.parquet"), n=96, dim=8, seed=0)
+    write_synthetic(str(d / "val.parquet"), n=48, dim=8, seed=0)
+    (d / "params.yaml").write_text(yaml.safe_dump(FAST))
+    return d
+
+
+def test_train_writes_the_run_directory_contract(files, tmp_path):
+    out = tmp_path / "run"
+    rc = main(
+        [
+            "train",
+            "--data",
+            str(files / "train.parquet"),
+            "--val",
+            str(files / "val.parquet"),
+            "--id-col",
+            "id",
+            "--emb-col",
+            "emb",
+            "--preserve",
+            "u",
+            "--method",
+            "mass",
+            "--config",
+            str(files / "params.yaml"),
+            "--out",
+            str(out),
+            "--no-progress",
+            "--attackers",
+            "logreg",
+        ]
+    )
+    assert rc == 0
+    for name in ("modifier.pt", "branches.pt", "config.yaml", "encodings.json", "metrics.json"):
+        assert (out / name).exists(), name
+    meta = modifier_meta(str(out / "modifier.pt"))
+    assert meta["method"] == "mass" and meta["suppress"] == ["s"] and meta["preserve"] == ["u"]
+    assert meta["dim"] == 8 and len(meta["config_hash"]) == 64
+    assert meta["encodings"] == {"s": [0, 1], "u": [0, 1]}
+    cfg = yaml.safe_load((out / "config.yaml").read_text())["train"]
+    assert cfg["epochs"] == 2 and cfg["suppress"] == ["s"] and cfg["preserve"] == ["u"]
+    m = json.loads((out / "metrics.json").read_text())
+    assert len(m["epoch_seconds"]) == 2 and m["train_seconds"] > 0
+    row = m["val"]["s"]
+    assert {"majority", "frozen_x", "frozen_xmod", "retrained_x", "retrained_xmod"} <= set(row)
+    assert set(row["retrained_xmod"]) == {"logreg"}
+    g = load_modifier(str(out / "modifier.pt"))
+    assert g(torch.zeros(2, 8)).shape == (2, 8)
+
+
+def test_resume_after_finished_run_keeps_history(files, tmp_path):
+    out = tmp_path / "run"
+    args = [
+        "train",
+        "--data",
+        str(files / "train.parquet"),
+        "--suppress",
+        "s",
+        "--config",
+        str(files / "params.yaml"),
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
+    assert main(args) == 0
+    assert main([*args, "--resume"]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert [h["epoch"] for h in m["history"]] == [0, 1]
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--suppress", "age"], "'age' is not a label column"),
+        (["--suppress", "s", "--preserve", "s"], "appear in both"),
+        (["--suppress", "s", "--method", "nope"], "unknown method"),
+    ],
+)
+def test_bad_attributes_exit_2_naming_the_parameter(files, tmp_path, capsys, extra, needle):
+    rc = main(
+        [
+            "train",
+            "--data",
+            str(files / "train.parquet"),
+            "--out",
+            str(tmp_path / "r"),
+            "--config",
+            str(files / "params.yaml"),
+            "--no-progress",
+            *extra,
+        ]
+    )
+    assert rc == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_missing_data_file_is_reported(tmp_path, capsys):
+    rc = main(
+        [
+            "train",
+            "--data",
+            str(tmp_path / "nope.parquet"),
+            "--suppress",
+            "s",
+            "--out",
+            str(tmp_path / "r"),
+        ]
+    )
+    assert rc == 2 and "nope.parquet" in capsys.readouterr().err
