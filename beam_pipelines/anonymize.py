@@ -30,6 +30,7 @@ from beam_pipelines.options import (
     counter,
     csv_list,
     pipeline_for,
+    run_to_completion,
     triton_endpoint,
 )
 from mass.errors import QuarantineThresholdError, SchemaError
@@ -165,10 +166,10 @@ def _run(args, extra, test_pipeline, handler, info: dict, url: str | None) -> di
     valid, bad = batches | "Split" >> SplitValidRows(
         id_col=args.id_col, emb_col=args.emb_col, dim=dim
     )
-    _ = bad | "WriteQuarantine" >> WriteShardedParquet(
+    quarantined = bad | "WriteQuarantine" >> WriteShardedParquet(
         q_stage, id_col=args.id_col, num_shards=1, schema=q_schema
     )
-    _ = (
+    released = (
         valid
         | "Modify" >> RunInference(handler)
         | "Progress" >> beam.ParDo(LogProgress(args.progress_every, "anonymize"))
@@ -182,9 +183,10 @@ def _run(args, extra, test_pipeline, handler, info: dict, url: str | None) -> di
             verify_col=INPUT_COPY,
         )
     )
+    # DaskRunner computes only the graph of the last transform: join both sinks into it.
+    _ = (quarantined, released) | "Done" >> beam.Flatten()
     try:
-        result = p.run()
-        result.wait_until_finish()
+        result = run_to_completion(p)
         n_bad = publish_quarantine(q_stage, q_out, schema=q_schema)
         if n_bad > args.max_quarantined:
             raise QuarantineThresholdError(

@@ -27,6 +27,7 @@ from beam_pipelines.options import (
     check_common,
     csv_list,
     pipeline_for,
+    run_to_completion,
     triton_endpoint,
 )
 from mass.errors import SchemaError, ServingError
@@ -138,7 +139,7 @@ def run_job(args, extra, *, test_pipeline=None) -> dict:
             )
         )
         try:
-            p.run().wait_until_finish()
+            run_to_completion(p)
             rows = publish_release(
                 stage,
                 args.output,

@@ -19,6 +19,9 @@ from mass.errors import ConfigError
 log = logging.getLogger("mass.beam")
 
 
+RUNNER_ALIASES = {"DaskRunner": "apache_beam.runners.dask.dask_runner.DaskRunner"}
+
+
 def csv_list(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
@@ -63,12 +66,27 @@ def check_common(args: argparse.Namespace) -> None:
 def pipeline_for(extra: list[str], test_pipeline: beam.Pipeline | None) -> beam.Pipeline:
     if test_pipeline is not None:
         return test_pipeline
+    # Beam does not register the Dask runner's short name; accept it like the others.
+    extra = [RUNNER_ALIASES.get(a, a) for a in extra]
+    extra = [f"--runner={RUNNER_ALIASES[a[9:]]}" if a[9:] in RUNNER_ALIASES else a for a in extra]
     options = PipelineOptions(extra)
     if any(a == "--runner" or a.startswith("--runner=") for a in extra):
         return beam.Pipeline(options=options)
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
     return beam.Pipeline(runner=FnApiRunner(), options=options)
+
+
+def run_to_completion(p: beam.Pipeline):
+    """Run and wait; close the Dask client the DaskRunner opened (it would try to reconnect)."""
+    result = p.run()
+    try:
+        result.wait_until_finish()
+    finally:
+        client = getattr(result, "client", None)
+        if client is not None:
+            client.close()
+    return result
 
 
 @contextlib.contextmanager

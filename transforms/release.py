@@ -144,13 +144,13 @@ def resolve_allow_columns(
 
 def release_metadata(info: dict, *, forced_columns: list[str] = ()) -> dict[bytes, bytes]:
     values = {
-        "mass.model": str(info.get("name", "")),
-        "mass.model_version": str(info.get("version", "")),
-        "mass.sha256": str(info.get("sha256", "")),
-        "mass.method": str(info.get("method", "")),
-        "mass.suppress": json.dumps(list(info.get("suppress", []))),
-        "mass.preserve": json.dumps(list(info.get("preserve", []))),
-        "mass.config_hash": str(info.get("config_hash", "")),
+        "mass.model": str(info.get("name") or ""),
+        "mass.model_version": str(info.get("version") or ""),
+        "mass.sha256": str(info.get("sha256") or ""),
+        "mass.method": str(info.get("method") or ""),
+        "mass.suppress": json.dumps(list(info.get("suppress") or [])),
+        "mass.preserve": json.dumps(list(info.get("preserve") or [])),
+        "mass.config_hash": str(info.get("config_hash") or ""),
         "mass.forced_columns": json.dumps(list(forced_columns)),
     }
     return {k.encode(): v.encode() for k, v in values.items()}

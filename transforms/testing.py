@@ -57,10 +57,14 @@ def write_embeddings(
     row_group: int = 500,
     label: bool = True,
     id_offset: int = 0,
+    nan_rows: tuple[int, ...] = (),
+    zero_rows: tuple[int, ...] = (),
 ) -> pa.Table:
     """A small embedding dataset (id, emb, digit) written with fixed row groups."""
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(rows, dim)).astype(np.float32)
+    x[list(nan_rows), 0] = np.nan
+    x[list(zero_rows)] = 0.0
     cols = {"id": pa.array(np.arange(rows, dtype=np.int64) + id_offset), "emb": embedding_array(x)}
     if label:
         cols["digit"] = pa.array(rng.integers(0, 10, rows))
