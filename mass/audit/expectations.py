@@ -1,0 +1,132 @@
+"""Custom Great Expectations (1.x) for attribute privacy and utility.
+
+GX 1.x defines a custom expectation as a pydantic subclass of ``BatchExpectation`` whose
+``metric_dependencies`` name metrics computed by a ``TableMetricProvider``; both register
+themselves on class creation (``great_expectations/expectations/expectation.py``).
+``UnexpectedRowsExpectation`` would be simpler but runs SQL only, and our batches are pandas.
+
+The batch they validate is the *judge frame* built by :mod:`mass.audit.suite`: one row per
+(attribute, judge) with the judge's accuracy on the release and the attribute's baselines,
+all computed by :mod:`mass.metrics`. The thresholds are the expectations' own arguments
+(the data owner's policy), so the GX result alone decides pass/fail and Data Docs show it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from great_expectations.core.metric_domain_types import MetricDomainTypes
+from great_expectations.execution_engine import PandasExecutionEngine
+from great_expectations.expectations.expectation import BatchExpectation
+from great_expectations.expectations.metrics.metric_provider import metric_value
+from great_expectations.expectations.metrics.table_metric_provider import TableMetricProvider
+
+from mass.metrics import preserved_ok, suppressed_ok
+
+JUDGE_COLUMNS = ("attribute", "role", "judge", "accuracy", "majority", "floor", "original")
+
+
+class AttributeJudgeRows(TableMetricProvider):
+    """Metric ``mass.attribute_judges``: the judge rows of one attribute, as records."""
+
+    metric_name = "mass.attribute_judges"
+    value_keys = ("attribute",)
+
+    @metric_value(engine=PandasExecutionEngine)
+    def _pandas(cls, execution_engine, metric_domain_kwargs, metric_value_kwargs, metrics,
+                runtime_configuration):  # fmt: skip
+        df, _, _ = execution_engine.get_compute_domain(
+            domain_kwargs=metric_domain_kwargs, domain_type=MetricDomainTypes.TABLE
+        )
+        missing = [c for c in JUDGE_COLUMNS if c not in df.columns]
+        if missing:
+            raise ValueError(f"judge frame lacks columns {missing}")
+        rows = df[df["attribute"] == metric_value_kwargs["attribute"]]
+        return [
+            {k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()}
+            for r in rows[list(JUDGE_COLUMNS)].to_dict("records")
+        ]
+
+
+class ExpectAttributeToBeSuppressed(BatchExpectation):
+    """Every judge's accuracy on the release is <= max(majority, floor) + its margin.
+
+    ``margins`` maps each required judge ("frozen", "logreg", ...) to its margin; a judge
+    without a row in the batch fails the expectation (an unmeasured attacker proves nothing).
+    """
+
+    attribute: str
+    margins: dict[str, float]
+
+    metric_dependencies = ("mass.attribute_judges",)
+    domain_keys: ClassVar[tuple[str, ...]] = ()
+    success_keys = ("attribute", "margins")
+    args_keys = ("attribute", "margins")
+
+    def _validate(self, metrics: dict, runtime_configuration: dict | None = None,
+                  execution_engine: Any = None) -> dict:  # fmt: skip
+        rows = {r["judge"]: r for r in metrics["mass.attribute_judges"]}
+        missing = sorted(set(self.margins) - set(rows))
+        details, failed = [], list(missing)
+        worst = float("-inf")
+        for judge, margin in self.margins.items():
+            r = rows.get(judge)
+            if r is None:  # already listed in missing
+                continue
+            if r["role"] != "suppressed":
+                failed.append(judge)
+                continue
+            baseline = max(float(r["majority"]), float(r["floor"]))
+            acc = float(r["accuracy"])
+            ok = suppressed_ok(acc, baseline, float(margin))
+            worst = max(worst, acc - baseline)
+            failed += [] if ok else [judge]
+            details.append({"judge": judge, "accuracy": acc, "baseline": baseline,
+                            "limit": baseline + float(margin), "passed": ok})  # fmt: skip
+        return {
+            "success": not failed and bool(details),
+            "result": {
+                "observed_value": f"worst excess over max(majority, floor): {worst:+.4f}"
+                + (f"; failed: {', '.join(sorted(set(failed)))}" if failed else ""),
+                "details": {"judges": details, "missing_judges": missing},
+            },
+        }
+
+
+class ExpectAttributeToBePreserved(BatchExpectation):
+    """The best retrained attacker on the release keeps >= ``min_fraction`` of the best
+    retrained attacker's accuracy on the original embeddings."""
+
+    attribute: str
+    min_fraction: float
+
+    metric_dependencies = ("mass.attribute_judges",)
+    domain_keys: ClassVar[tuple[str, ...]] = ()
+    success_keys = ("attribute", "min_fraction")
+    args_keys = ("attribute", "min_fraction")
+
+    def _validate(self, metrics: dict, runtime_configuration: dict | None = None,
+                  execution_engine: Any = None) -> dict:  # fmt: skip
+        rows = [
+            r for r in metrics["mass.attribute_judges"]
+            if r["role"] == "preserved" and r["judge"] != "frozen"
+        ]  # fmt: skip
+        if not rows:
+            return {"success": False, "result": {"observed_value": "no retrained attacker rows"}}
+        best = max(rows, key=lambda r: float(r["accuracy"]))
+        acc, original = float(best["accuracy"]), float(best["original"])
+        retention = acc / original if original > 0 else float("nan")
+        ok = preserved_ok(acc, original, float(self.min_fraction))
+        return {
+            "success": ok,
+            "result": {
+                "observed_value": f"retention {retention:.4f} ({best['judge']} {acc:.4f} "
+                f"of original {original:.4f})",
+                "details": {
+                    "accuracy": acc,
+                    "original": original,
+                    "retention": retention,
+                    "judge": best["judge"],
+                },  # fmt: skip
+            },
+        }

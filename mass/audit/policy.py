@@ -1,0 +1,180 @@
+"""The data owner's audit policy: thresholds live in params.yaml under ``audit:``.
+
+```yaml
+audit:
+  frozen_margin: 0.05     # allowed margin above max(majority, floor) for the frozen models
+  attacker_margin:        # ... for each retrained attacker family (or one number for all)
+    logreg: 0.05
+    mlp: 0.05
+    gboost: 0.05
+    knn: 0.05
+  min_utility_fraction: 0.9   # fraction of original accuracy a preserved attribute keeps
+  suppress:               # optional per-attribute overrides, per judge ("frozen" or family)
+    colour: {frozen: 0.05, logreg: 0.03}
+  preserve:               # optional per-attribute overrides of min_utility_fraction
+    digit: 0.95
+  families: [logreg, mlp, gboost, knn]
+  folds: 5
+  seed: 0
+  max_rows: null          # subsample for the retrained attackers (runtime bound)
+  norm_tol: 1.0e-4        # |norm - 1| allowed for released embeddings
+  allow_columns: []       # columns the release may carry besides id and embedding
+```
+When ``audit.allow_columns`` is absent, ``anonymize.allow_columns`` (if any) is used.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from mass.errors import ConfigError
+from mass.metrics import ATTACKER_FAMILIES, FROZEN
+
+KEYS = {"frozen_margin", "attacker_margin", "min_utility_fraction", "suppress", "preserve",
+        "families", "folds", "seed", "max_rows", "norm_tol", "allow_columns"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class AuditPolicy:
+    """Validated thresholds and attacker settings (see the module docstring)."""
+
+    frozen_margin: float = 0.05
+    attacker_margin: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys(ATTACKER_FAMILIES, 0.05)
+    )
+    min_utility_fraction: float = 0.9
+    suppress: dict[str, dict[str, float]] = field(default_factory=dict)
+    preserve: dict[str, float] = field(default_factory=dict)
+    families: tuple[str, ...] = ATTACKER_FAMILIES
+    folds: int = 5
+    seed: int = 0
+    max_rows: int | None = None
+    norm_tol: float = 1e-4
+    allow_columns: tuple[str, ...] = ()
+
+    def margins(self, attr: str) -> dict[str, float]:
+        """Margin per judge ("frozen" and each family) for a suppressed attribute."""
+        over = self.suppress.get(attr, {})
+        base = {FROZEN: self.frozen_margin, **self.attacker_margin}
+        return {j: float(over.get(j, base.get(j, 0.05))) for j in (FROZEN, *self.families)}
+
+    def fraction(self, attr: str) -> float:
+        return float(self.preserve.get(attr, self.min_utility_fraction))
+
+
+def _number(key: str, value: Any, *, lo: float, hi: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"audit.{key}: expected a number, got {value!r}")
+    if not lo <= value <= hi:
+        raise ConfigError(f"audit.{key}: {value} is outside [{lo}, {hi}]")
+    return float(value)
+
+
+def _int(key: str, value: Any, *, lo: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise ConfigError(f"audit.{key}: expected an integer >= {lo}, got {value!r}")
+    return int(value)
+
+
+def _names(key: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):  # "a,b" as on the command line
+        return tuple(v.strip() for v in value.split(",") if v.strip())
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"audit.{key}: expected a list of names, got {value!r}")
+    return tuple(value)
+
+
+def policy_from_dict(section: Mapping[str, Any] | None) -> AuditPolicy:
+    """Build and validate the policy from the ``audit:`` mapping (None -> defaults)."""
+    sec = dict(section or {})
+    unknown = sorted(set(sec) - KEYS)
+    if unknown:
+        raise ConfigError(f"audit.{unknown[0]}: unknown key; known keys: {sorted(KEYS)}")
+    kw: dict[str, Any] = {}
+    if "frozen_margin" in sec:
+        kw["frozen_margin"] = _number("frozen_margin", sec["frozen_margin"], lo=0.0, hi=1.0)
+    if "min_utility_fraction" in sec:
+        kw["min_utility_fraction"] = _number(
+            "min_utility_fraction", sec["min_utility_fraction"], lo=0.0, hi=2.0
+        )
+    if "families" in sec:
+        fams = _names("families", sec["families"])
+        bad = [f for f in fams if f not in ATTACKER_FAMILIES]
+        if bad or not fams:
+            raise ConfigError(
+                f"audit.families: {bad or fams!r} invalid; choose from {list(ATTACKER_FAMILIES)}"
+            )
+        kw["families"] = fams
+    judges = (FROZEN, *kw.get("families", ATTACKER_FAMILIES))
+    if "attacker_margin" in sec:
+        am = sec["attacker_margin"]
+        if not isinstance(am, Mapping):
+            am = dict.fromkeys(ATTACKER_FAMILIES, am)
+        for fam in am:
+            if fam not in ATTACKER_FAMILIES:
+                raise ConfigError(
+                    f"audit.attacker_margin.{fam}: unknown family; use {list(ATTACKER_FAMILIES)}"
+                )
+        kw["attacker_margin"] = {
+            **dict.fromkeys(ATTACKER_FAMILIES, 0.05),
+            **{f: _number(f"attacker_margin.{f}", m, lo=0.0, hi=1.0) for f, m in am.items()},
+        }
+    suppress: dict[str, dict[str, float]] = {}
+    for attr, per in (sec.get("suppress") or {}).items():
+        if isinstance(per, int | float) and not isinstance(per, bool):
+            per = dict.fromkeys(judges, per)
+        if not isinstance(per, Mapping):
+            raise ConfigError(f"audit.suppress.{attr}: expected a number or {{judge: margin}}")
+        for judge in per:
+            if judge not in judges:
+                raise ConfigError(f"audit.suppress.{attr}.{judge}: unknown judge; use {judges}")
+        suppress[str(attr)] = {
+            j: _number(f"suppress.{attr}.{j}", m, lo=0.0, hi=1.0) for j, m in per.items()
+        }
+    kw["suppress"] = suppress
+    preserve = sec.get("preserve") or {}
+    if not isinstance(preserve, Mapping):
+        raise ConfigError("audit.preserve: expected {attribute: min_fraction}")
+    kw["preserve"] = {
+        str(a): _number(f"preserve.{a}", f, lo=0.0, hi=2.0) for a, f in preserve.items()
+    }
+    if "folds" in sec:
+        kw["folds"] = _int("folds", sec["folds"], lo=2)
+    if "seed" in sec:
+        kw["seed"] = _int("seed", sec["seed"], lo=0)
+    if sec.get("max_rows") is not None:
+        kw["max_rows"] = _int("max_rows", sec["max_rows"], lo=10)
+    if "norm_tol" in sec:
+        kw["norm_tol"] = _number("norm_tol", sec["norm_tol"], lo=0.0, hi=1.0)
+    if "allow_columns" in sec:
+        kw["allow_columns"] = _names("allow_columns", sec["allow_columns"] or [])
+    return AuditPolicy(**kw)
+
+
+def load_policy(params_path: str | None) -> AuditPolicy:
+    """Read ``audit:`` from a params.yaml (a missing file or section -> defaults)."""
+    if params_path is None:
+        return AuditPolicy()
+    try:
+        with open(params_path) as f:
+            params = yaml.safe_load(f) or {}
+    except FileNotFoundError as e:
+        raise ConfigError(f"{params_path}: no such params file; pass --params") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{params_path}: not valid YAML ({e})") from e
+    if not isinstance(params, Mapping):
+        raise ConfigError(f"{params_path}: expected a mapping at the top level")
+    section = params.get("audit")
+    if section is not None and not isinstance(section, Mapping):
+        raise ConfigError(f"{params_path}: audit: expected a mapping of thresholds")
+    section = dict(section or {})
+    anonymize = params.get("anonymize")
+    if "allow_columns" not in section and isinstance(anonymize, Mapping):
+        if anonymize.get("allow_columns") is not None:
+            section["allow_columns"] = anonymize["allow_columns"]
+    return policy_from_dict(section)

@@ -1,0 +1,212 @@
+"""`mass audit`: the GX suites decide pass/fail on small synthetic releases."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from mass.audit import AuditRequest, policy_from_dict, run_audit
+from mass.audit.policy import load_policy
+from mass.audit.suite import REQUIRED_METADATA
+from mass.cli import main
+from mass.errors import ConfigError
+from mass.io import embedding_array
+
+N, D = 400, 24
+S_BLOCK, R_BLOCK = slice(0, 8), slice(8, 16)
+FAST = {"families": ["logreg", "knn"], "folds": 3}
+
+
+def _unit(x):
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def data():
+    """s (3 classes) lives in dims 0-7, r (2 classes) in dims 8-15, the rest is noise."""
+    rng = np.random.default_rng(0)
+    s, r = rng.integers(0, 3, N), rng.integers(0, 2, N)
+    x = rng.normal(scale=0.15, size=(N, D))
+    x[np.arange(N), s] += 1.0
+    x[np.arange(N), 8 + r] += 1.0
+    return {"id": np.arange(N, dtype=np.int64) + 1000, "s": s, "r": r, "x": _unit(x)}
+
+
+def _metadata(**over):
+    meta = {k: "x" for k in REQUIRED_METADATA}
+    meta.update({"mass.suppress": '["s"]', "mass.preserve": '["r"]',
+                 "mass.forced_columns": "[]", "mass.method": "test"})  # fmt: skip
+    meta.update(over)
+    return {k.encode(): v.encode() for k, v in meta.items() if v is not None}
+
+
+def _write(tmp_path, data, *, x=None, keep=None, extra=None, metadata=None, parts=2):
+    """Labels file (id, emb, s, r) + release directory of Parquet parts."""
+    pq.write_table(pa.table({"id": data["id"], "emb": embedding_array(data["x"]),
+                             "s": data["s"], "r": data["r"]}), tmp_path / "labels.parquet")  # fmt: skip
+    x = data["x"] if x is None else x
+    keep = np.arange(N) if keep is None else keep
+    cols = {"id": pa.array(data["id"][keep]), "emb": embedding_array(x[keep])}
+    cols.update({k: pa.array(v[keep]) for k, v in (extra or {}).items()})
+    table = pa.table(cols).replace_schema_metadata(_metadata() if metadata is None else metadata)
+    out = tmp_path / "release"
+    out.mkdir()
+    for i, rows in enumerate(np.array_split(np.arange(len(keep)), parts)):
+        pq.write_table(table.take(rows), out / f"part-{i:05d}-of-{parts:05d}.parquet")
+    return str(out), str(tmp_path / "labels.parquet")
+
+
+def _drop_s(x):
+    x = x.copy()
+    x[:, S_BLOCK] = 0.0
+    return _unit(x)
+
+
+def _audit(tmp_path, release, labels, **kw):
+    policy = policy_from_dict(kw.pop("policy", FAST))
+    req = AuditRequest(release=release, labels=labels, suppress=("s",), preserve=("r",),
+                       policy=policy, **kw)  # fmt: skip
+    return run_audit(req)
+
+
+def _failed(result):
+    return {(e.suite, e.expectation) for e in result.outcome.failed}
+
+
+def test_identity_release_fails_and_cli_exits_1(tmp_path, data, capsys):
+    release, labels = _write(tmp_path, data)
+    params = tmp_path / "params.yaml"
+    params.write_text("audit:\n  families: [logreg, knn]\n  folds: 3\n")
+    report = tmp_path / "report"
+    rc = main(["audit", "--release", release, "--labels", labels, "--suppress", "s",
+               "--preserve", "r", "--report", str(report), "--params", str(params)])  # fmt: skip
+    assert rc == 1
+    metrics = json.loads((report / "audit.json").read_text())
+    assert metrics["pass"] is False
+    assert metrics["attributes"]["s"]["pass"] is False and metrics["attributes"]["r"]["pass"]
+    assert metrics["attributes"]["s"]["logreg"] > 0.9
+    assert metrics["rows"]["release"] == N
+    assert (report / "data_docs" / "index.html").exists()
+    assert (report / "privacy_utility.png").stat().st_size > 0
+    assert "audit FAILED" in capsys.readouterr().out
+
+
+def test_release_without_the_s_block_passes_with_all_attackers(tmp_path, data):
+    release, labels = _write(tmp_path, data, x=_drop_s(data["x"]))
+    report = tmp_path / "report"
+    params = tmp_path / "params.yaml"
+    params.write_text("audit:\n  folds: 3\n")  # every family (the default), fewer folds
+    rc = main(["audit", "--release", release, "--labels", labels, "--suppress", "s",
+               "--preserve", "r", "--report", str(report), "--params", str(params)])  # fmt: skip
+    metrics = json.loads((report / "audit.json").read_text())
+    assert rc == 0, metrics
+    s = metrics["attributes"]["s"]
+    assert {"logreg", "mlp", "gboost", "knn"} <= set(s)
+    assert s["worst"] <= s["baseline"] + 0.05 and s["original"] > 0.9
+    assert metrics["attributes"]["r"]["retention"] >= 0.9
+    docs = list((report / "data_docs" / "validations").rglob("*.html"))
+    assert len(docs) == 4  # one page per suite
+    html = "".join(p.read_text() for p in docs)
+    assert "&#39;s&#39; is suppressed" in html or "'s' is suppressed" in html
+
+
+def test_label_or_unlisted_column_in_release_fails(tmp_path, data):
+    release, labels = _write(tmp_path, data, x=_drop_s(data["x"]),
+                             extra={"s": data["s"], "note": data["r"]})  # fmt: skip
+    result = _audit(tmp_path, release, labels, allow=("note",))
+    assert not result.success
+    assert _failed(result) == {
+        ("release_columns", "expect_column_values_to_be_in_set"),
+        ("release_columns", "expect_column_values_to_not_be_in_set"),
+    }
+
+
+def test_allow_listed_column_passes_and_unlisted_fails(tmp_path, data):
+    release, labels = _write(tmp_path, data, x=_drop_s(data["x"]), extra={"note": data["r"]})
+    assert _audit(tmp_path, release, labels, allow=("note",)).success
+    failed = _failed(_audit(tmp_path, release, labels))
+    assert failed == {("release_columns", "expect_column_values_to_be_in_set")}
+
+
+def test_row_count_mismatch_fails(tmp_path, data):
+    release, labels = _write(tmp_path, data, x=_drop_s(data["x"]), keep=np.arange(N - 7))
+    result = _audit(tmp_path, release, labels)
+    assert _failed(result) == {("release_rows", "expect_table_row_count_to_equal")}
+    assert result.counts["release"] == N - 7
+
+
+def test_nan_row_fails_without_crashing(tmp_path, data):
+    x = _drop_s(data["x"])
+    x[5, 3] = np.nan
+    release, labels = _write(tmp_path, data, x=x)
+    result = _audit(tmp_path, release, labels)
+    assert _failed(result) == {("release_rows", "expect_column_values_to_be_in_set")}
+    assert result.counts["nonfinite"] == 1 and result.counts["audited"] == N - 1
+
+
+def test_non_unit_norm_and_missing_metadata_fail(tmp_path, data):
+    x = _drop_s(data["x"])
+    x[7] *= 1.01
+    release, labels = _write(tmp_path, data, x=x, metadata=_metadata(**{"mass.sha256": None}))
+    assert _failed(_audit(tmp_path, release, labels)) == {
+        ("release_rows", "expect_column_values_to_be_between"),
+        ("release_metadata", "expect_column_distinct_values_to_contain_set"),
+    }
+
+
+def test_input_with_other_ids_fails_id_set(tmp_path, data):
+    release, labels = _write(tmp_path, data, x=_drop_s(data["x"]))
+    other = tmp_path / "input.parquet"
+    pq.write_table(pa.table({"id": data["id"] + 1, "emb": embedding_array(data["x"])}), other)
+    failed = _failed(_audit(tmp_path, release, labels, input=str(other)))
+    assert failed == {("release_rows", "expect_column_values_to_be_in_set")}
+
+
+def test_frozen_branch_models_from_run_dir_are_judges(tmp_path, data):
+    import torch
+
+    from mass.branches import AttributeClassifier, freeze, save_branches
+
+    run = tmp_path / "run"
+    run.mkdir()
+    clf = AttributeClassifier(D, 3, widths=(8, 8))  # hand-set: logits = x[:, :3] (s dims)
+    with torch.no_grad():
+        for p in clf.parameters():
+            p.zero_()
+        clf.features[0].weight[:, :8].copy_(torch.eye(8))
+        clf.features[3].weight.copy_(torch.eye(8))
+        for bn in (clf.features[1], clf.features[4]):
+            bn.weight.fill_(1.0)
+        clf.head.weight[:, :3].copy_(torch.eye(3))
+    freeze(clf)
+    save_branches(str(run / "branches.pt"), {"s": clf}, None)
+    (run / "encodings.json").write_text(json.dumps({"s": [0, 1, 2], "r": [0, 1]}))
+    release, labels = _write(tmp_path, data)
+    result = _audit(tmp_path, release, labels, run_dir=str(run))
+    s = next(r for r in result.reports if r.name == "s")
+    assert s.frozen_x is not None and s.frozen_x > 0.9 and s.frozen_xprime == s.frozen_x
+    assert "frozen" in s.margins and not result.success
+
+
+def test_policy_reads_params_and_names_bad_keys(tmp_path):
+    params = tmp_path / "params.yaml"
+    params.write_text(
+        "anonymize:\n  allow_columns: [note]\n"
+        "audit:\n  frozen_margin: 0.02\n  attacker_margin: {logreg: 0.03}\n"
+        "  min_utility_fraction: 0.8\n  suppress: {s: {knn: 0.1}}\n"
+    )
+    pol = load_policy(str(params))
+    assert pol.margins("s") == {"frozen": 0.02, "logreg": 0.03, "mlp": 0.05, "gboost": 0.05,
+                                "knn": 0.1}  # fmt: skip
+    assert pol.fraction("r") == 0.8 and pol.allow_columns == ("note",)
+    assert load_policy(None).margins("s")["frozen"] == 0.05
+    with pytest.raises(ConfigError, match="audit.frozen_margn"):
+        policy_from_dict({"frozen_margn": 0.1})
+    with pytest.raises(ConfigError, match="audit.attacker_margin.svm"):
+        policy_from_dict({"attacker_margin": {"svm": 0.1}})
+    with pytest.raises(ConfigError, match="audit.min_utility_fraction"):
+        policy_from_dict({"min_utility_fraction": "high"})

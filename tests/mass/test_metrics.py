@@ -1,0 +1,161 @@
+"""mass.metrics on synthetic data whose answer is known."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from mass.metrics import (
+    ATTACKER_FAMILIES,
+    AttributeReport,
+    attribute_report,
+    aum,
+    frozen_accuracy,
+    leakage_floor,
+    majority_rate,
+    retrained_attackers,
+    utility_retention,
+)
+
+
+def _unit(x):
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_majority_rate_is_the_largest_class_share():
+    assert majority_rate([0, 0, 0, 1]) == 0.75
+    assert majority_rate(np.array(["a", "b"])) == 0.5
+    assert majority_rate([]) == 0.0
+
+
+def test_attackers_on_random_labels_stay_near_majority():
+    rng = np.random.default_rng(0)
+    x = _unit(rng.normal(size=(300, 16)))
+    y = rng.integers(0, 2, 300)
+    accs = retrained_attackers(x, y, folds=3)
+    assert set(accs) == set(ATTACKER_FAMILIES)
+    for fam, acc in accs.items():
+        assert abs(acc - majority_rate(y)) < 0.1, (fam, acc)
+
+
+def test_logreg_separates_linearly_separable_classes():
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 3, 300)
+    x = rng.normal(scale=0.1, size=(300, 8))
+    x[np.arange(300), y] += 3.0
+    cv = retrained_attackers(x, y, families=("logreg",), folds=3)
+    holdout = retrained_attackers(x[:200], y[:200], x[200:], y[200:], families=("logreg",))
+    assert cv["logreg"] > 0.98 and holdout["logreg"] > 0.98
+
+
+def test_attackers_are_deterministic_given_seed_and_subsample_with_max_rows():
+    rng = np.random.default_rng(2)
+    x, y = rng.normal(size=(200, 8)), rng.integers(0, 2, 200)
+    a = retrained_attackers(x, y, families=("mlp", "gboost"), folds=3, seed=5, max_rows=120)
+    b = retrained_attackers(x, y, families=("mlp", "gboost"), folds=3, seed=5, max_rows=120)
+    assert a == b
+    # subsampled to 120 rows: every accuracy is a multiple of 1/120
+    assert all(abs(v * 120 - round(v * 120)) < 1e-9 for v in a.values())
+
+
+def test_unknown_family_is_rejected_before_fitting():
+    with pytest.raises(ValueError, match="unknown attacker family 'svm'"):
+        retrained_attackers(np.zeros((10, 2)), np.arange(10) % 2, families=("svm",))
+
+
+def test_leakage_floor_is_one_when_s_is_a_function_of_r():
+    rng = np.random.default_rng(3)
+    r = rng.integers(0, 6, 500)
+    assert leakage_floor(r % 2, {"r": r}) == 1.0
+
+
+def test_leakage_floor_is_majority_when_independent_or_nothing_is_preserved():
+    rng = np.random.default_rng(4)
+    s, r = rng.integers(0, 2, 1000), rng.integers(0, 3, 1000)
+    assert abs(leakage_floor(s, {"r": r}) - majority_rate(s)) < 0.05
+    assert leakage_floor(s, {}) == majority_rate(s)
+
+
+def test_leakage_floor_uses_the_joint_preserved_labels():
+    rng = np.random.default_rng(5)
+    a, b = rng.integers(0, 2, 800), rng.integers(0, 2, 800)
+    s = a ^ b  # neither alone tells s; both together do
+    assert leakage_floor(s, {"a": a}) < 0.6
+    assert leakage_floor(s, {"a": a, "b": b}) == 1.0
+
+
+class _Linear(nn.Module):
+    def __init__(self, tuple_out: bool = False):
+        super().__init__()
+        self.fc = nn.Linear(2, 2, bias=False)
+        with torch.no_grad():
+            self.fc.weight.copy_(torch.eye(2))  # class = argmax of the coordinates
+        self.tuple_out = tuple_out
+
+    def forward(self, x):
+        return (x, self.fc(x)) if self.tuple_out else self.fc(x)
+
+
+class _HasLogits:
+    def logits(self, x):
+        return x * torch.tensor([1.0, -1.0])  # always class 0 for positive inputs
+
+
+def test_frozen_accuracy_reads_logits_tuples_and_logits_method():
+    x = np.array([[1, 0], [0, 1], [2, 1], [1, 3]], dtype=np.float32)
+    y = np.array([0, 1, 0, 0])
+    assert frozen_accuracy(_Linear(), x, y) == 0.75
+    model = _Linear(tuple_out=True).train()
+    assert frozen_accuracy(model, x, y, batch_size=3) == 0.75
+    assert model.training  # the caller's mode is restored
+    assert frozen_accuracy(_HasLogits(), x, y) == 0.75
+
+
+def test_aum_reproduces_the_papers_table_1():
+    # Efficient Attribute Unlearning, Table 1: (efficacy, fidelity) -> AUM
+    assert aum(0.1352, 0.7950) == pytest.approx(0.8284, abs=1e-4)
+    assert aum(0.1095, 0.9351) == pytest.approx(0.9123, abs=1e-4)
+    assert aum(1.0, 0.0) == 0.0
+
+
+def test_utility_retention_is_a_ratio_and_rejects_zero_original():
+    assert utility_retention(0.45, 0.9) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="acc_original"):
+        utility_retention(0.5, 0.0)
+
+
+def _report(role, accs, **kw):
+    base = dict(name="a", role=role, n=100, majority=0.5, floor=0.6, original=0.9,
+                original_by_family={}, frozen_x=0.9, frozen_xprime=accs.pop("frozen", None),
+                attackers=accs)  # fmt: skip
+    return AttributeReport(**{**base, **kw})
+
+
+def test_attribute_report_judges_against_max_of_majority_and_floor():
+    margins = {"frozen": 0.05, "logreg": 0.05}
+    ok = _report("suppressed", {"frozen": 0.64, "logreg": 0.65}, margins=margins)
+    bad = _report("suppressed", {"frozen": 0.60, "logreg": 0.66}, margins=margins)
+    assert ok.baseline == 0.6 and ok.passed and ok.worst == 0.65
+    assert not bad.passed
+    kept = _report("preserved", {"logreg": 0.82, "knn": 0.5}, min_fraction=0.9)
+    lost = _report("preserved", {"logreg": 0.80}, min_fraction=0.9)
+    assert kept.passed and kept.retention == pytest.approx(0.82 / 0.9)
+    assert not lost.passed
+
+
+def test_attribute_report_measures_identity_as_leaky():
+    rng = np.random.default_rng(6)
+    y = rng.integers(0, 2, 200)
+    x = rng.normal(scale=0.2, size=(200, 8))
+    x[:, 0] += np.where(y == 1, 1.0, -1.0)
+    frozen = nn.Linear(8, 2, bias=False)
+    with torch.no_grad():
+        frozen.weight.zero_()
+        frozen.weight[0, 0], frozen.weight[1, 0] = -1.0, 1.0  # the class is the sign of x0
+    rep = attribute_report("s", y, x, x, role="suppressed", families=("logreg",), folds=3,
+                           frozen=frozen, margins=0.05)  # fmt: skip
+    assert rep.attackers["logreg"] > 0.95 and rep.original > 0.95
+    assert rep.frozen_x == rep.frozen_xprime > 0.95
+    assert set(rep.margins) == {"frozen", "logreg"} and not rep.passed
