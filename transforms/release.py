@@ -1,11 +1,11 @@
 """Fail-closed release publication: stage, verify every invariant, then rename into place.
 
-The job writes into ``OUT.tmp-<uuid>``; :func:`publish_release` checks the staged files
+The job writes into ``OUT.tmp-<pid>-<uuid>``; :func:`publish_release` checks the staged files
 (rows out == rows in, ids one-to-one with the input, no row equal to its input embedding,
 finite values, only allow-listed columns, provenance metadata on every file) and only then
-renames the directory to ``OUT``. An existing ``OUT`` is first renamed to ``OUT.old-<uuid>``
-and removed after the new one is in place, so a crash leaves the previous release (possibly
-under its ``.old-`` name) or none, never a partial one.
+swaps the directory into ``OUT`` (one atomic ``renameat2`` exchange on Linux; elsewhere via
+``OUT.old-<pid>-<uuid>``), so a crash leaves the previous release or none, never a partial
+one; :func:`recover_output` clears a killed job's leftovers before the next run.
 """
 
 from __future__ import annotations
@@ -157,7 +157,41 @@ def release_metadata(info: dict, *, forced_columns: list[str] = ()) -> dict[byte
 
 
 def staging_dir(out: str, kind: str = "tmp") -> str:
-    return f"{os.path.normpath(out)}.{kind}-{uuid.uuid4().hex[:12]}"
+    """``OUT.<kind>-<pid>-<uuid>``: the pid lets a later run tell a crashed job's leftovers."""
+    return f"{os.path.normpath(out)}.{kind}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def recover_output(out: str) -> list[str]:
+    """Clean up after a job that was killed (SIGKILL, OOM, power) while publishing ``out``.
+
+    Staging (``.tmp-``) and displaced (``.old-``) directories whose job is no longer running
+    are removed; if ``out`` itself is missing but a dead job's ``.old-`` copy exists (a crash
+    between the two renames of the non-atomic fallback), that previous release is put back.
+    Returns the paths removed or restored (for the log).
+    """
+    base = os.path.normpath(out)
+    touched = []
+    for kind in ("old", "tmp"):
+        for path in sorted(glob.glob(f"{glob.escape(base)}.{kind}-*")):
+            pid = path.rsplit(f".{kind}-", 1)[1].split("-", 1)[0]
+            if pid.isdigit() and _pid_alive(int(pid)) and int(pid) != os.getpid():
+                continue  # another live job's directory: not ours to touch
+            if kind == "old" and not os.path.exists(base):
+                os.replace(path, base)
+            else:
+                shutil.rmtree(path, ignore_errors=True)
+            touched.append(path)
+    return touched
 
 
 def verify_release(
@@ -248,8 +282,33 @@ def publish_release(
             shutil.rmtree(staging, ignore_errors=True)
 
 
+def _exchange(a: str, b: str) -> bool:
+    """Atomically swap two directories (Linux ``renameat2(RENAME_EXCHANGE)``); False if
+    the platform or filesystem cannot, so the caller falls back to two renames."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    rc = fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
+    return rc == 0
+
+
 def swap_into_place(staging: str, out: str) -> None:
-    """Rename ``staging`` to ``out``; the previous ``out`` is removed only afterwards."""
+    """Make ``staging`` the new ``out``; the previous ``out`` is removed only afterwards.
+
+    Where the kernel can, the two directories are exchanged in one atomic step, so every
+    observer (and every crash) sees either the whole previous release or the whole new one.
+    Elsewhere the previous one is first renamed to ``.old-<pid>-...``; a crash between the two
+    renames leaves it there and :func:`recover_output` (run by the next job) puts it back.
+    """
+    if os.path.isdir(out) and _exchange(staging, out):
+        shutil.rmtree(staging, ignore_errors=True)  # now holds the previous release
+        return
     old = None
     if os.path.exists(out):
         old = staging_dir(out, "old")

@@ -12,6 +12,7 @@ raise :class:`mass.errors.ResponseShapeError` instead of writing a batch they co
 
 from __future__ import annotations
 
+import atexit
 import time
 from collections.abc import Callable
 
@@ -223,6 +224,8 @@ class _TritonConnection:
 
         self.url, self.model, self.version = url, model, version
         self.client = grpcclient.InferenceServerClient(url=url)
+        # Workers keep the client until exit; close it before gRPC's module teardown.
+        atexit.register(self.client.close)
         try:
             ready = self.client.is_model_ready(model, version)
             cfg = self.client.get_model_config(model, version, as_json=True)["config"]

@@ -1,0 +1,188 @@
+"""anonymize / extract on the real tritonserver (FnApiRunner, and DaskRunner for the slow test)."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from beam_pipelines import anonymize, extract
+
+pytestmark = pytest.mark.triton
+DIM = 16
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    """A repository with a stochastic DataModifier (16-d) and a tiny random extractor."""
+    from mass.export import export_extractor, export_modifier
+    from mass.extractor import EncoderConfig, ImageEncoder, save_extractor
+    from mass.modifier import DataModifier, ModifierSpec, save_modifier
+
+    base = tmp_path_factory.mktemp("triton")
+    torch.manual_seed(0)
+    run = base / "run"
+    run.mkdir()
+    save_modifier(
+        DataModifier(ModifierSpec(DIM, hidden=(32,), noise_dim=4)),
+        str(run / "modifier.pt"),
+        method="mass",
+        suppress=["digit"],
+        preserve=[],
+        config_hash="h1",
+    )
+    export_modifier(run, base / "repo", "mod", max_batch_size=512)
+    save_extractor(ImageEncoder(EncoderConfig(widths=(4, 8, 8))), str(base / "extractor.pt"))
+    export_extractor(base / "extractor.pt", base / "repo", "mnist_cnn")
+    return base
+
+
+@pytest.fixture(scope="module")
+def emb_input(repo):
+    from transforms.testing import write_embeddings
+
+    path = str(repo / "emb.parquet")
+    write_embeddings(path, rows=2000, dim=DIM, row_group=700, nan_rows=(5,))
+    return path
+
+
+def _bytes(out):
+    return {
+        os.path.basename(f): open(f, "rb").read()
+        for f in sorted(glob.glob(os.path.join(out, "*.parquet")))
+    }
+
+
+def test_anonymize_on_a_local_server_matches_the_in_process_modifier(repo, emb_input, tmp_path):
+    from mass.modifier import load_modifier
+    from mass.noise import row_seeds
+
+    out = str(tmp_path / "release")
+    summary = anonymize.run(
+        [
+            "--input",
+            emb_input,
+            "--output",
+            out,
+            "--model",
+            "mod",
+            "--repository",
+            str(repo / "repo"),
+            "--shards",
+            "2",
+            "--batch-rows",
+            "700",
+            "--max-quarantined",
+            "1",
+        ]
+    )
+    assert (summary["rows_in"], summary["rows_out"], summary["quarantined"]) == (2000, 1999, 1)
+    rel = pq.read_table(out).sort_by("id")
+    src = pq.read_table(emb_input)
+    expected_ids = [i for i in range(2000) if i != 5]
+    assert rel.column("id").to_pylist() == expected_ids
+    assert rel.column_names == ["id", "emb"]  # the digit label does not leak
+    meta = rel.schema.metadata
+    sha = open(glob.glob(str(repo / "repo/mod/1/export.json"))[0]).read()
+    assert meta[b"mass.sha256"].decode() in sha and meta[b"mass.model"] == b"mod"
+    x = np.stack(src.take(pa.array(expected_ids)).column("emb").to_numpy(zero_copy_only=False))
+    model = load_modifier(str(repo / "run" / "modifier.pt"))
+    with torch.no_grad():
+        ref = model(
+            torch.from_numpy(x.astype(np.float32)),
+            seeds=torch.from_numpy(row_seeds(rel.column("id"))),
+        ).numpy()
+    got = np.stack(rel.column("emb").to_numpy(zero_copy_only=False))
+    np.testing.assert_allclose(got, ref, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def server(repo, triton_server_factory):
+    return triton_server_factory(repo / "repo")
+
+
+def test_extract_on_triton_matches_the_in_process_extractor(repo, server, tmp_path):
+    from mass.extractor import load_extractor
+
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, size=(300, 2352), dtype=np.uint8)
+    src = str(tmp_path / "raw.parquet")
+    pq.write_table(
+        pa.table(
+            {
+                "id": pa.array(np.arange(300, dtype=np.int64)),
+                "image": pa.FixedSizeListArray.from_arrays(pa.array(images.ravel()), 2352),
+                "digit": pa.array(rng.integers(0, 10, 300)),
+            }
+        ),
+        src,
+    )
+    out = str(tmp_path / "features")
+    extract.run(
+        [
+            "--input",
+            src,
+            "--output",
+            out,
+            "--model",
+            "mnist_cnn",
+            "--raw-col",
+            "image",
+            "--keep-columns",
+            "digit",
+            "--triton-url",
+            server.grpc_url,
+            "--batch-rows",
+            "128",
+        ]
+    )
+    feats = pq.read_table(out).sort_by("id")
+    assert feats.column_names == ["id", "emb", "digit"]  # the raw image is not copied
+    with torch.no_grad():
+        ref = load_extractor(str(repo / "extractor.pt"))(torch.from_numpy(images)).numpy()
+    got = np.stack(feats.column("emb").to_numpy(zero_copy_only=False))
+    np.testing.assert_allclose(got, ref, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_dask_runner_output_is_byte_identical_to_fnapi(repo, server, emb_input, tmp_path):
+    from dask.distributed import LocalCluster
+
+    flags = [
+        "--input",
+        emb_input,
+        "--model",
+        "mod",
+        "--repository",
+        str(repo / "repo"),
+        "--triton-url",
+        server.grpc_url,
+        "--shards",
+        "3",
+        "--batch-rows",
+        "256",
+        "--max-quarantined",
+        "1",
+    ]
+    anonymize.run([*flags, "--output", str(tmp_path / "fnapi")])
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        summary = anonymize.run(
+            [
+                *flags,
+                "--output",
+                str(tmp_path / "dask"),
+                "--runner=DaskRunner",
+                f"--dask_client_address={cluster.scheduler_address}",
+            ]
+        )
+    assert (summary["rows_out"], summary["quarantined"]) == (1999, 1)
+    a, b = _bytes(str(tmp_path / "fnapi")), _bytes(str(tmp_path / "dask"))
+    assert len(a) == 3 and a == b
+    assert _bytes(str(tmp_path / "fnapi_quarantine")) == _bytes(str(tmp_path / "dask_quarantine"))
