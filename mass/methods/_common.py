@@ -169,13 +169,13 @@ def knn_mutual_information(x: np.ndarray, y: np.ndarray, *, k: int = 3) -> float
     generative-filter paper (Appx. 6.6.2) reports such an empirical MI of release vs label.
     """
     from scipy.special import digamma
-    from sklearn.neighbors import NearestNeighbors
+    from sklearn.neighbors import KDTree
 
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y)
     n = len(y)
-    radius = np.empty(n)
-    n_y = np.empty(n)
+    radius = np.zeros(n)
+    n_y = np.ones(n)
     keep = np.ones(n, dtype=bool)
     for c in np.unique(y):
         rows = np.flatnonzero(y == c)
@@ -183,15 +183,12 @@ def knn_mutual_information(x: np.ndarray, y: np.ndarray, *, k: int = 3) -> float
         if len(rows) <= k:
             keep[rows] = False
             continue
-        nn_c = NearestNeighbors(n_neighbors=k + 1, metric="chebyshev").fit(x[rows])
-        dist, _ = nn_c.kneighbors(x[rows])
+        dist, _ = KDTree(x[rows], metric="chebyshev").query(x[rows], k=k + 1)
         radius[rows] = np.nextafter(dist[:, -1], 0)
     if keep.sum() < 2:
         return 0.0
-    tree = NearestNeighbors(metric="chebyshev").fit(x)
-    m = np.array(
-        [len(a) - 1 for a in tree.radius_neighbors(x[keep], radius=radius[keep])[1]], dtype=float
-    )
+    counts = KDTree(x, metric="chebyshev").query_radius(x[keep], r=radius[keep], count_only=True)
+    m = counts.astype(float) - 1.0  # the row itself is inside its own radius
     mi = digamma(keep.sum()) - digamma(n_y[keep]).mean() + digamma(k) - digamma(m + 1).mean()
     return float(max(mi, 0.0))
 

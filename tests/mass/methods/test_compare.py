@@ -1,0 +1,72 @@
+import argparse
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from mass.bench import compare
+from mass.errors import ConfigError
+from mass.reconstruction import reconstruction_attack
+
+torch.set_num_threads(1)  # the CI box is shared; oversubscribed threads spin
+
+
+def args_for(tmp_path, *extra):
+    p = argparse.ArgumentParser()
+    compare.add_arguments(p)
+    return p.parse_args(["--synthetic", "--quick", "--out", str(tmp_path), *extra])
+
+
+def test_quick_synthetic_compare_writes_json_markdown_and_plot(tmp_path):
+    args = args_for(tmp_path, "--methods", "gaussian sigma=1.0,leace,inlp")
+    assert compare.run(args) == 0
+    report = json.loads((tmp_path / "compare.json").read_text())
+    rows = report["tasks"][0]["rows"]
+    assert [r["method"] for r in rows] == ["original", "gaussian sigma=1.0", "leace", "inlp"]
+    orig, leace = rows[0]["attributes"]["a"], rows[2]["attributes"]["a"]
+    assert leace["attackers"]["logreg"] < orig["attackers"]["logreg"] - 0.3  # a is erased
+    assert rows[2]["attributes"]["b"]["max"] > 0.7  # b is kept
+    assert rows[1]["reconstruction"]["mse"] > rows[0]["reconstruction"]["mse"]
+    md = (tmp_path / "compare.md").read_text()
+    assert "| leace |" in md and "Who wins each column" in md
+    assert (tmp_path / "compare.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_quick_synthetic_compare_runs_every_method(tmp_path):
+    assert compare.run(args_for(tmp_path)) == 0
+    rows = json.loads((tmp_path / "compare.json").read_text())["tasks"][0]["rows"]
+    assert len(rows) == 1 + len(compare.METHOD_ROWS)
+
+
+def test_bad_task_and_method_names_are_config_errors(tmp_path):
+    with pytest.raises(ConfigError, match="SUPPRESS:PRESERVE"):
+        compare.parse_tasks("colour")
+    with pytest.raises(ConfigError, match="unknown"):
+        compare.selected_rows("nope")
+    with pytest.raises(ConfigError, match="'zz'"):
+        compare.run(args_for(tmp_path, "--tasks", "zz:a", "--methods", "leace"))
+
+
+def test_image_ops_keep_flat_images_flat_and_mask_the_centre():
+    img = np.full((2, 2352), 200, dtype=np.uint8)
+    for op, value, k in (("blur", 2.0, 5), ("downsample", 4.0, 0)):
+        assert np.array_equal(compare.image_op(img, op, value, k), img)
+    masked = compare.image_op(img, "mask", 0.36, 0).reshape(2, 28, 28, 3)
+    assert masked[0, 14, 14].tolist() == [0, 0, 0] and masked[0, 0, 0].tolist() == [200] * 3
+    assert (masked[0] == 0).all(axis=2).sum() == 17 * 17
+
+
+def test_reconstruction_attack_inverts_a_fixed_rotation_but_not_noise():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, 8)).astype(np.float32)
+    q, _ = np.linalg.qr(rng.normal(size=(8, 8)))
+    rot = (x @ q).astype(np.float32)
+    inv = reconstruction_attack(rot[:300], x[:300], rot[300:], x[300:], hidden=(64,), epochs=100)
+    noise = rng.normal(size=x.shape).astype(np.float32)
+    blind = reconstruction_attack(
+        noise[:300], x[:300], noise[300:], x[300:], hidden=(64,), epochs=30
+    )
+    assert inv.cosine > 0.9 and blind.cosine < 0.3
+    assert inv.identity_cosine < 0.5  # the release itself is not the original
