@@ -224,8 +224,9 @@ class _TritonConnection:
 
         self.url, self.model, self.version = url, model, version
         self.client = grpcclient.InferenceServerClient(url=url)
-        # Workers keep the client until exit; close it before gRPC's module teardown.
-        atexit.register(self.client.close)
+        # Workers keep the client until exit; close and drop it before gRPC's module teardown
+        # (its __del__ would otherwise close again against half-unloaded modules).
+        atexit.register(self.close)
         try:
             ready = self.client.is_model_ready(model, version)
             cfg = self.client.get_model_config(model, version, as_json=True)["config"]
@@ -241,6 +242,11 @@ class _TritonConnection:
             )
         self.max_batch = int(cfg.get("max_batch_size", 0)) or None
         self.inputs = {i["name"]: i["data_type"].removeprefix("TYPE_") for i in cfg["input"]}
+
+    def close(self) -> None:
+        client, self.client = self.client, None
+        if client is not None:
+            client.close()
 
 
 class TritonModelHandler(_ArrowBatchInference, RemoteModelHandler):
