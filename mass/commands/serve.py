@@ -51,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
             startup_timeout=args.startup_timeout,
             model_control=args.model_control,
         ) as server:
+            proc = server.process
+            assert proc is not None  # start() succeeded
             print(
                 json.dumps(
                     {
@@ -58,13 +60,13 @@ def run(args: argparse.Namespace) -> int:
                         "http_url": server.http_url,
                         "metrics_url": server.metrics_url,
                         "log": str(server.log_path),
-                        "pid": server.process.pid,
+                        "pid": proc.pid,
                     }
                 ),
                 flush=True,
             )
             while not stop.wait(1.0):
-                if server.process.poll() is not None:
+                if proc.poll() is not None:
                     print(f"tritonserver exited unexpectedly; log tail:\n{server.log_tail()}")
                     return 1
         return 0
