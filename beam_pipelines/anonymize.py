@@ -33,19 +33,22 @@ from beam_pipelines.options import (
     run_to_completion,
     triton_endpoint,
 )
-from mass.errors import QuarantineThresholdError, SchemaError
-from mass.io import check_ids, read_table
-from transforms.parquet_io import ReadArrowBatches, WriteShardedParquet, input_schema
+from mass.errors import ConfigError, QuarantineThresholdError, SchemaError
+from mass.io import read_table
+from mass.triton_adapters import verify_version_dir
+from transforms.parquet_io import ReadArrowBatches, WriteShardedParquet
 from transforms.quarantine import SplitValidRows, publish_quarantine, quarantine_schema
 from transforms.release import (
     export_info,
     publish_release,
+    recover_output,
     release_metadata,
     resolve_allow_columns,
     server_info,
     staging_dir,
 )
 from transforms.triton_handler import ModifierInputs, TritonModelHandler
+from transforms.validate import CheckedInput, check_dim, check_input
 
 log = logging.getLogger("mass.anonymize")
 INPUT_COPY = "__mass_input"  # the model's input, carried to the writer for the bypass check
@@ -100,23 +103,26 @@ def run(
 
 def run_job(args, extra, *, test_pipeline=None, model_handler=None, model_info=None) -> dict:
     check_common(args)
-    schema = input_schema(args.input)
-    for col in (args.id_col, args.emb_col):
-        if col not in schema.names:
-            raise SchemaError(
-                f"{args.input}: no column '{col}' (columns: {schema.names}); "
-                "pass --id-col/--emb-col"
-            )
+    if args.max_quarantined < 0:
+        raise ConfigError(f"--max-quarantined must be >= 0, got {args.max_quarantined}")
+    removed = recover_output(args.output)
+    if removed:
+        log.warning("cleared leftovers of a killed run: %s", removed)
+    # Everything decidable without the server is checked before one is started or contacted.
+    local = model_handler is None and os.path.isdir(os.path.join(args.repository, args.model))
+    info = model_info or {}
+    if local:
+        info = export_info(args.repository, args.model, args.model_version or None)
+        # The weights must still be the exported ones (the server checks again when loading).
+        verify_version_dir(os.path.join(args.repository, args.model, str(info["version"])))
+    checked = _check_input(args, info)
     if model_handler is not None:
-        return _run(args, extra, test_pipeline, model_handler, model_info or {}, None)
-    info = (
-        export_info(args.repository, args.model, args.model_version or None)
-        if os.path.isdir(os.path.join(args.repository, args.model))
-        else None
-    )
-    with triton_endpoint(args, model=args.model) as url:
-        if info is None:
+        return _run(args, extra, test_pipeline, model_handler, info, None, checked)
+    expected_sha = info.get("sha256") if local else None
+    with triton_endpoint(args, model=args.model, expected_sha256=expected_sha) as url:
+        if not local:
             info = server_info(url, args.model, args.model_version)
+            checked = _check_input(args, info, checked)
         handler = TritonModelHandler(
             url,
             args.model,
@@ -128,12 +134,37 @@ def run_job(args, extra, *, test_pipeline=None, model_handler=None, model_info=N
             timeout_s=args.timeout_s,
             max_retries=args.max_retries,
         )
-        return _run(args, extra, test_pipeline, handler, info, url)
+        return _run(args, extra, test_pipeline, handler, info, url, checked)
 
 
-def _run(args, extra, test_pipeline, handler, info: dict, url: str | None) -> dict:
+def _check_input(args, info: dict, checked: CheckedInput | None = None) -> CheckedInput:
+    """Files, columns, ids, dimension and allow-list (see :mod:`transforms.validate`)."""
+    dim = int(info["dim"]) if info.get("dim") else None
+    if checked is None:
+        checked = check_input(
+            args.input,
+            id_col=args.id_col,
+            emb_col=args.emb_col,
+            columns=args.allow_columns,
+            dim=dim,
+        )
+    elif dim is not None:
+        check_dim(checked, emb_col=args.emb_col, dim=dim)
+    if info:
+        resolve_allow_columns(
+            args.allow_columns,
+            schema=checked.schema,
+            suppress=list(info.get("suppress", [])),
+            id_col=args.id_col,
+            emb_col=args.emb_col,
+            force=args.force_allow,
+        )
+    return checked
+
+
+def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedInput) -> dict:
     t0 = time.monotonic()
-    schema = input_schema(args.input)
+    schema = checked.schema
     dim = int(info.get("dim") or handler._output_dim or _dim_of(schema, args.emb_col))
     forced = resolve_allow_columns(
         args.allow_columns,
@@ -152,7 +183,7 @@ def _run(args, extra, test_pipeline, handler, info: dict, url: str | None) -> di
         ],
         metadata=meta,
     )
-    ids = check_ids(read_table(args.input, columns=[args.id_col]), args.id_col, source=args.input)
+    ids = checked.ids
     q_out = args.quarantine or f"{os.path.normpath(args.output)}_quarantine"
     q_schema = quarantine_schema(schema.field(args.id_col).type, args.id_col)
     stage, q_stage = staging_dir(args.output), staging_dir(q_out)
@@ -190,8 +221,10 @@ def _run(args, extra, test_pipeline, handler, info: dict, url: str | None) -> di
         n_bad = publish_quarantine(q_stage, q_out, schema=q_schema)
         if n_bad > args.max_quarantined:
             raise QuarantineThresholdError(
-                f"{n_bad} rows quarantined (see {q_out}), more than --max-quarantined "
-                f"{args.max_quarantined}; fix the input or raise the threshold; nothing published"
+                f"{args.input}: {n_bad} rows quarantined (see {q_out}), more than "
+                f"--max-quarantined {args.max_quarantined}: column '{args.emb_col}' "
+                f"{_first_quarantined(q_out, args.id_col)}; fix the input or raise the "
+                "threshold; nothing published"
             )
         if n_bad:
             q_ids = read_table(q_out, columns=[args.id_col]).column(args.id_col)
@@ -229,6 +262,13 @@ def _run(args, extra, test_pipeline, handler, info: dict, url: str | None) -> di
     )
     log.info("summary %s", json.dumps(summary))
     return summary
+
+
+def _first_quarantined(q_out: str, id_col: str, n: int = 5) -> str:
+    """``id 3 (non-finite), id 7 (zero-vector), ...`` for the error message."""
+    table = read_table(q_out).sort_by(id_col).slice(0, n)
+    pairs = zip(table.column(id_col).to_pylist(), table.column("reason").to_pylist(), strict=True)
+    return ", ".join(f"{id_col} {i!r} ({why})" for i, why in pairs)
 
 
 def _dim_of(schema: pa.Schema, col: str) -> int:

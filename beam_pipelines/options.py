@@ -90,17 +90,22 @@ def run_to_completion(p: beam.Pipeline):
 
 
 @contextlib.contextmanager
-def triton_endpoint(args: argparse.Namespace, *, model: str):
-    """Yield the gRPC URL to use: ``--triton-url`` checked, or a local server for the job."""
+def triton_endpoint(args: argparse.Namespace, *, model: str, expected_sha256: str | None = None):
+    """Yield the gRPC URL to use: ``--triton-url`` checked, or a local server for the job.
+
+    ``expected_sha256`` (from the repository's export.json) must match what the server says
+    it serves, else :class:`mass.errors.ChecksumMismatchError` before any data is sent.
+    """
     from mass.serving import TritonServer, check_server
 
     version = args.model_version or None
+    kw = dict(model=model, version=version, expected_sha256=expected_sha256)
     if args.triton_url:
-        check_server(args.triton_url, model=model, version=version)
+        check_server(args.triton_url, **kw)
         yield args.triton_url
         return
     with TritonServer(args.repository) as server:
-        check_server(server.grpc_url, model=model, version=version)
+        check_server(server.grpc_url, **kw)
         yield server.grpc_url
 
 
@@ -111,6 +116,8 @@ class LogProgress(beam.DoFn):
         self._every, self._what = max(1, every), what
 
     def setup(self):
+        if log.level == logging.NOTSET:  # Beam's import-time basicConfig leaves root at WARNING
+            log.setLevel(logging.INFO)
         self._t0, self._rows, self._batches = time.monotonic(), 0, 0
 
     def process(self, batch):

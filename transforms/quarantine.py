@@ -15,9 +15,6 @@ of them), so the split is one ParDo emitting ``(tag, batch)`` plus one filter pe
 
 from __future__ import annotations
 
-import os
-import shutil
-
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
@@ -133,9 +130,9 @@ def publish_quarantine(staging: str, out: str, *, schema: pa.Schema) -> int:
     fill_empty_shards(staging, schema, 1)
     remove_sidecars(staging)
     rows = pq.ParquetFile(shard_path(staging, 0, 1)).metadata.num_rows
-    if os.path.exists(out):
-        shutil.rmtree(out)
-    os.replace(staging, out)
+    from transforms.release import swap_into_place  # one publication path for both outputs
+
+    swap_into_place(staging, out)
     return rows
 
 

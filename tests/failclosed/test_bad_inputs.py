@@ -1,0 +1,383 @@
+"""Table-driven fail-closed suite: every bad input or fault ends in one exact error and no
+release (a previous release stays byte-identical, nothing staged is left behind).
+
+Each case is driven through the ``mass`` command line in-process (``mass anonymize``,
+``mass train``, ``mass audit``). Cases that need no server point ``--triton-url`` at a closed
+port: a validation that let bad input through would reach it and fail with the wrong class.
+Cases marked ``triton`` share one real server (``fc_server``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from mass import errors as E
+from mass.io import embedding_array
+from mass.serving import free_port
+
+DIM = 16
+
+
+@dataclass
+class Ctx:
+    tmp: Path
+    repo: Path  # holds `mod` and the broken models
+    base: Path  # the fixture folder (repo, other, run, ...)
+    url: str
+    fc: object
+
+    @property
+    def out(self) -> Path:
+        return self.tmp / "release"
+
+    def input(self, name: str = "in.parquet", **columns) -> str:
+        path = self.tmp / name
+        self.fc.write_input(path, **columns)
+        return str(path)
+
+    def anonymize(self, src: str, *flags: str, model: str = "mod", repo=None) -> list[str]:
+        return ["anonymize", "--input", src, "--output", str(self.out), "--model", model,
+                "--repository", str(repo or self.repo), "--triton-url", self.url,
+                "--batch-rows", "200", *flags]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    build: Callable[[Ctx], list[str]]
+    error: type
+    names: tuple[str, ...]  # substrings the message must contain (file/column/row/param)
+    server: bool = False
+    # The pipeline ran to the end: its quarantine (bad rows + reason, possibly none) is
+    # published for inspection even though the release is refused.
+    quarantine: bool = False
+
+
+# -- input builders ---------------------------------------------------------------------------
+def _emb_rows(rows=600, dim=DIM, seed=0):
+    return np.random.default_rng(seed).normal(size=(rows, dim)).astype(np.float32)
+
+
+def _with_row(fn, rows=600):
+    x = _emb_rows(rows)
+    fn(x)
+    return embedding_array(x)
+
+
+def _ragged():
+    vals = [list(map(float, r)) for r in _emb_rows()]
+    vals[10] = vals[10][:15]
+    return pa.array(vals, pa.list_(pa.float32()))
+
+
+def _null_emb():
+    vals = [list(map(float, r)) for r in _emb_rows()]
+    vals[12] = None
+    return pa.array(vals, pa.list_(pa.float32()))
+
+
+def _null_value():
+    vals = [list(map(float, r)) for r in _emb_rows()]
+    vals[13][2] = None
+    return pa.array(vals, pa.list_(pa.float32()))
+
+
+def _truncated(c: Ctx, name="in.parquet") -> str:
+    path = c.input(name)
+    data = Path(path).read_bytes()
+    Path(path).write_bytes(data[: len(data) // 2])
+    return path
+
+
+def _dir_with(c: Ctx, second: Callable[[Path], None]) -> str:
+    d = c.tmp / "parts"
+    d.mkdir()
+    c.fc.write_input(d / "a.parquet", rows=300)
+    second(d / "b.parquet")
+    return str(d)
+
+
+def _dup_ids():
+    ids = np.arange(600, dtype=np.int64)
+    ids[9] = 3
+    return pa.array(ids)
+
+
+def _tampered_repo(c: Ctx) -> Path:
+    repo = c.fc.copy_tree(c.repo / "mod", c.tmp / "repo" / "mod").parent
+    with open(repo / "mod" / "1" / "modifier.pt", "ab") as f:
+        f.write(b"\0")
+    return repo
+
+
+def _no_export_json(c: Ctx) -> Path:
+    repo = c.fc.copy_tree(c.repo / "mod", c.tmp / "repo" / "mod").parent
+    os.remove(repo / "mod" / "1" / "export.json")
+    return repo
+
+
+def _second_version(c: Ctx) -> Path:
+    repo = c.fc.copy_tree(c.repo / "mod", c.tmp / "repo" / "mod").parent
+    c.fc.export_mod(c.tmp / "run2", repo, seed=2)  # version 2, never served
+    return repo
+
+
+def _train(c: Ctx, src: str, *flags: str) -> list[str]:
+    return ["train", "--data", src, "--out", str(c.out), "--epochs", "1", "--no-progress",
+            *flags]  # fmt: skip
+
+
+def _audit_unseen(c: Ctx) -> list[str]:
+    import torch
+
+    from mass.branches import AttributeClassifier, save_branches
+
+    run = c.tmp / "run"
+    run.mkdir()
+    torch.manual_seed(0)
+    save_branches(str(run / "branches.pt"), {"digit": AttributeClassifier(DIM, 10)}, None)
+    (run / "encodings.json").write_text(json.dumps({"digit": list(range(10))}))
+    rel = c.tmp / "rel.parquet"
+    c.fc.write_input(rel, digit=None, parity=None, image=None, note=None)
+    digit = np.arange(600) % 10
+    digit[4] = 11  # a class the run never saw
+    labels = c.input("labels.parquet", digit=pa.array(digit), parity=None, image=None)
+    return ["audit", "--release", str(rel), "--labels", labels, "--suppress", "digit",
+            "--report", str(c.out), "--run-dir", str(run), "--no-chart"]  # fmt: skip
+
+
+A = Ctx.anonymize
+CASES = [
+    # -- files -----------------------------------------------------------------------------
+    Case("missing-file", lambda c: A(c, str(c.tmp / "nope.parquet")),
+         E.MissingInputError, ("nope.parquet", "no such file")),
+    Case("empty-glob", lambda c: A(c, str(c.tmp / "*.parq")),
+         E.MissingInputError, ("*.parq", "matches no Parquet")),
+    Case("empty-directory", lambda c: (c.tmp / "d").mkdir() or A(c, str(c.tmp / "d")),
+         E.MissingInputError, ("/d:", "matches no Parquet")),
+    Case("truncated-parquet", lambda c: A(c, _truncated(c)),
+         E.UnreadableInputError, ("in.parquet", "truncated")),
+    Case("not-parquet", lambda c: (c.tmp / "x.parquet").write_text("id,emb\n1,2\n")
+         and A(c, str(c.tmp / "x.parquet")), E.UnreadableInputError, ("x.parquet",)),
+    Case("truncated-second-file",
+         lambda c: A(c, _dir_with(c, lambda p: p.write_bytes(b"PAR1 not really"))),
+         E.UnreadableInputError, ("b.parquet",)),
+    # -- columns and types -----------------------------------------------------------------
+    Case("missing-id-column", lambda c: A(c, c.input(id=None)),
+         E.SchemaError, ("in.parquet", "'id'", "--id-col")),
+    Case("missing-embedding-column", lambda c: A(c, c.input(emb=None)),
+         E.SchemaError, ("in.parquet", "'emb'", "--emb-col")),
+    Case("renamed-id-flag", lambda c: A(c, c.input(), "--id-col", "uid"),
+         E.SchemaError, ("'uid'",)),
+    Case("embedding-of-strings", lambda c: A(c, c.input(
+        emb=pa.array([["a"] * DIM] * 600, pa.list_(pa.string())))),
+         E.SchemaError, ("'emb'", "string")),
+    Case("embedding-scalar-column", lambda c: A(c, c.input(emb=pa.array(np.ones(600)))),
+         E.SchemaError, ("'emb'", "double")),
+    Case("embedding-of-ints", lambda c: A(c, c.input(emb=pa.FixedSizeListArray.from_arrays(
+        pa.array(np.ones(600 * DIM, np.int64)), DIM))), E.SchemaError, ("'emb'", "int64")),
+    Case("dimension-differs-fixed", lambda c: A(c, c.input(emb=embedding_array(
+        _emb_rows(dim=8)))), E.SchemaError, ("'emb'", "dimension 8", "expects 16")),
+    Case("dimension-differs-list", lambda c: A(c, c.input(emb=pa.array(
+        [[0.5] * 12] * 600, pa.list_(pa.float32())))),
+         E.SchemaError, ("'emb'", "dimension 12", "row 0")),
+    Case("files-disagree-on-schema", lambda c: A(c, _dir_with(c, lambda p: c.fc.write_input(
+        p, rows=300, id_offset=300, emb=pa.array([[0.5] * DIM] * 300,
+                                                 pa.list_(pa.float64()))))),
+         E.SchemaError, ("b.parquet", "'emb'", "a.parquet")),
+    Case("float-ids", lambda c: A(c, c.input(id=pa.array(np.arange(600, dtype=float)))),
+         E.SchemaError, ("'id'", "double")),
+    # -- ids -------------------------------------------------------------------------------
+    Case("duplicate-id", lambda c: A(c, c.input(id=_dup_ids())),
+         E.InvalidValueError, ("duplicate id 3", "in.parquet row 3", "row 9")),
+    Case("duplicate-id-across-files", lambda c: A(c, _dir_with(
+        c, lambda p: c.fc.write_input(p, rows=300, id_offset=250))),
+         E.InvalidValueError, ("a.parquet row 250", "b.parquet row 0")),
+    Case("null-id", lambda c: A(c, c.input(id=pa.array([*range(5), None, *range(6, 600)],
+                                                      pa.int64()))),
+         E.InvalidValueError, ("in.parquet", "'id'", "row 5", "null")),
+    # -- allow-list ------------------------------------------------------------------------
+    Case("allow-unknown-column", lambda c: A(c, c.input(), "--allow-columns", "nosuch"),
+         E.SchemaError, ("'nosuch'", "--allow-columns")),
+    Case("allow-suppressed-attribute", lambda c: A(c, c.input(), "--allow-columns", "digit"),
+         E.ReleaseError, ("'digit'", "suppressed", "--force-allow")),
+    Case("allow-raw-media-column", lambda c: A(c, c.input(), "--allow-columns", "note,image"),
+         E.ReleaseError, ("'image'", "raw media")),
+    Case("allow-id-column", lambda c: A(c, c.input(), "--allow-columns", "id"),
+         E.ReleaseError, ("'id'", "--allow-columns")),
+    # -- parameters ------------------------------------------------------------------------
+    Case("zero-shards", lambda c: A(c, c.input(), "--shards", "0"),
+         E.ConfigError, ("--shards",)),
+    Case("zero-batch-rows", lambda c: A(c, c.input(), "--batch-rows", "0"),
+         E.ConfigError, ("--batch-rows",)),
+    Case("negative-threshold", lambda c: A(c, c.input(), "--max-quarantined", "-1"),
+         E.ConfigError, ("--max-quarantined",)),
+    # -- model files (checked before any server is contacted) ------------------------------
+    Case("tampered-weights", lambda c: A(c, c.input(), repo=_tampered_repo(c)),
+         E.ChecksumMismatchError, ("modifier.pt", "sha256", "re-export")),
+    Case("missing-export-json", lambda c: A(c, c.input(), repo=_no_export_json(c)),
+         E.ServingError, ("export.json", "mass export")),
+    Case("server-unreachable", lambda c: A(c, c.input()),
+         E.ServingError, ("unreachable", "--triton-url")),
+    # -- training and audit inputs ---------------------------------------------------------
+    Case("train-single-class-label", lambda c: _train(
+        c, c.input(digit=pa.array(np.full(600, 3))), "--suppress", "digit"),
+         E.LabelError, ("in.parquet", "'digit'", "single class")),
+    Case("train-attribute-not-in-data", lambda c: _train(c, c.input(), "--suppress", "colour"),
+         E.ConfigError, ("suppress", "'colour'")),
+    Case("train-suppress-and-preserve", lambda c: _train(
+        c, c.input(), "--suppress", "digit", "--preserve", "digit"),
+         E.ConfigError, ("suppress/preserve", "digit")),
+    Case("audit-unseen-class", _audit_unseen, E.LabelError, ("labels.parquet", "'digit'",
+                                                              "row 4", "11")),
+    # -- row-level faults: quarantined, default threshold 0 fails the job ------------------
+    Case("nan-row", lambda c: A(c, c.input(emb=_with_row(lambda x: x.__setitem__((7, 3),
+                                                                                np.nan)))),
+         E.QuarantineThresholdError, ("in.parquet", "'emb'", "id 7 (non-finite)"),
+         server=True, quarantine=True),
+    Case("inf-row", lambda c: A(c, c.input(emb=_with_row(lambda x: x.__setitem__((8, 0),
+                                                                                np.inf)))),
+         E.QuarantineThresholdError, ("id 8 (non-finite)",), server=True, quarantine=True),
+    Case("all-zero-row", lambda c: A(c, c.input(emb=_with_row(lambda x: x.__setitem__(9, 0)))),
+         E.QuarantineThresholdError, ("id 9 (zero-vector)",), server=True, quarantine=True),
+    Case("ragged-row", lambda c: A(c, c.input(emb=_ragged())),
+         E.QuarantineThresholdError, ("id 10 (wrong-dimension)",), server=True,
+         quarantine=True),
+    Case("null-embedding-row", lambda c: A(c, c.input(emb=_null_emb())),
+         E.QuarantineThresholdError, ("id 12 (null)",), server=True, quarantine=True),
+    Case("null-inside-embedding", lambda c: A(c, c.input(emb=_null_value())),
+         E.QuarantineThresholdError, ("id 13 (non-finite)",), server=True, quarantine=True),
+    # -- server faults ---------------------------------------------------------------------
+    Case("model-not-served", lambda c: A(c, c.input(), model="ghost"),
+         E.ServingError, ("'ghost'", "not loaded"), server=True),
+    Case("version-not-served", lambda c: A(c, c.input(), "--model-version", "2",
+                                           repo=_second_version(c)),
+         E.ServingError, ("'mod'", "version 2"), server=True),
+    Case("served-checksum-differs", lambda c: A(c, c.input(), repo=c.base / "other"),
+         E.ChecksumMismatchError, ("'mod'", "sha256"), server=True),
+    Case("response-wrong-shape", lambda c: A(c, c.input(), model="wrong_shape"),
+         E.ResponseShapeError, ("'wrong_shape'", "17"), server=True),
+    Case("response-wrong-dtype", lambda c: A(c, c.input(), model="wrong_dtype"),
+         E.ResponseShapeError, ("'wrong_dtype'", "float64"), server=True),
+    Case("response-nan", lambda c: A(c, c.input(), model="nan"),
+         E.ResponseShapeError, ("'nan'", "NaN"), server=True),
+    Case("model-bypassed", lambda c: A(c, c.input(), model="bypass"),
+         E.ReleaseError, ("equal their input embedding", "first id"), server=True,
+         quarantine=True),
+    Case("request-timeout", lambda c: A(c, c.input(), "--timeout-s", "0.5", "--max-retries",
+                                        "1", model="slow"),
+         E.ServingError, ("'slow'", "DEADLINE_EXCEEDED", "after 1 retries"), server=True),
+]  # fmt: skip
+
+
+def _params(cases):
+    return [
+        pytest.param(c, id=c.name, marks=[pytest.mark.triton] if c.server else []) for c in cases
+    ]
+
+
+def _context(tmp_path, request, fc, fc_repo, case) -> Ctx:
+    url = (
+        request.getfixturevalue("fc_server").grpc_url
+        if case.server
+        else f"127.0.0.1:{free_port()}"  # nothing listens: a validation miss fails loudly
+    )
+    return Ctx(tmp_path, fc_repo / "repo", fc_repo, url, fc)
+
+
+def test_the_table_has_at_least_25_distinct_cases():
+    assert len({c.name for c in CASES}) == len(CASES) >= 25
+
+
+@pytest.mark.parametrize("case", _params(CASES))
+def test_fails_closed_and_keeps_the_previous_release(case, tmp_path, request, fc, fc_repo):
+    ctx = _context(tmp_path, request, fc, fc_repo, case)
+    argv = case.build(ctx)
+    before = fc.fake_previous_release(ctx.out)
+    with pytest.raises(E.MassError) as info:
+        fc.mass_command(argv)
+    err = info.value
+    assert type(err) is case.error, f"{type(err).__name__}: {err}"
+    for part in case.names:
+        assert part in str(err), f"{part!r} not named in: {err}"
+    assert fc.snapshot(ctx.out) == before  # the previous release, byte for byte
+    assert fc.leftovers(ctx.out) == []  # nothing staged is left behind
+    quarantine = Path(f"{ctx.out}_quarantine")
+    assert quarantine.exists() == case.quarantine
+    if case.quarantine:  # the bad rows, with their reason, are there to inspect
+        assert pq.read_table(quarantine).column_names == ["id", "reason"]
+
+
+ONE_PER_CLASS = {}
+for _c in CASES:
+    ONE_PER_CLASS.setdefault(_c.error, _c)
+
+
+@pytest.mark.parametrize("case", _params(ONE_PER_CLASS.values()))
+def test_no_release_appears_where_there_was_none(case, tmp_path, request, fc, fc_repo):
+    ctx = _context(tmp_path, request, fc, fc_repo, case)
+    argv = case.build(ctx)
+    with pytest.raises(case.error):
+        fc.mass_command(argv)
+    assert not ctx.out.exists()
+    assert fc.leftovers(ctx.out) == []
+
+
+def test_the_cli_maps_every_case_to_exit_code_2_with_the_class_name(tmp_path, fc, capsys):
+    from mass.cli import main
+
+    src = tmp_path / "in.parquet"
+    fc.write_input(src, id=None)
+    rc = main(["anonymize", "--input", str(src), "--output", str(tmp_path / "out"),
+               "--model", "mod", "--repository", str(tmp_path)])  # fmt: skip
+    assert rc == 2
+    assert "error: SchemaError:" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.triton
+def test_forcing_a_suppressed_column_is_recorded_in_the_release(tmp_path, request, fc, fc_repo):
+    server = request.getfixturevalue("fc_server")
+    src = tmp_path / "in.parquet"
+    fc.write_input(src)
+    out = tmp_path / "release"
+    fc.mass_command(["anonymize", "--input", str(src), "--output", str(out), "--model", "mod",
+                     "--repository", str(fc_repo / "repo"), "--triton-url", server.grpc_url,
+                     "--allow-columns", "digit", "--force-allow"])  # fmt: skip
+    table = pq.read_table(out)
+    assert table.column_names == ["id", "emb", "digit"]
+    assert json.loads(table.schema.metadata[b"mass.forced_columns"]) == ["digit"]
+
+
+@pytest.mark.triton
+def test_quarantined_rows_under_the_threshold_are_counted_and_never_released(
+    tmp_path, request, fc, fc_repo
+):
+    server = request.getfixturevalue("fc_server")
+    x = _emb_rows()
+    x[[7, 70]] = np.nan
+    x[9] = 0
+    src = tmp_path / "in.parquet"
+    fc.write_input(src, emb=embedding_array(x))
+    out = tmp_path / "release"
+    from beam_pipelines import anonymize
+
+    summary = anonymize.run(["--input", str(src), "--output", str(out), "--model", "mod",
+                             "--repository", str(fc_repo / "repo"), "--triton-url",
+                             server.grpc_url, "--max-quarantined", "3"])  # fmt: skip
+    assert (summary["rows_in"], summary["rows_out"], summary["quarantined"]) == (600, 597, 3)
+    released = set(pq.read_table(out).column("id").to_pylist())
+    assert released.isdisjoint({7, 9, 70}) and len(released) == 597
+    q = pq.read_table(f"{out}_quarantine").sort_by("id")
+    assert q.column("reason").to_pylist() == ["non-finite", "zero-vector", "non-finite"]
+    shutil.rmtree(out)
