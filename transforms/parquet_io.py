@@ -46,7 +46,7 @@ class RowGroupSpec:
 
 def plan_row_groups(spec: str) -> list[RowGroupSpec]:
     """Read only the footers of ``spec``'s files -> one work item per row group."""
-    out = []
+    out: list[RowGroupSpec] = []
     for path in expand_paths(spec):
         try:
             meta = pq.ParquetFile(path).metadata
@@ -231,7 +231,7 @@ def fill_empty_shards(directory: str, schema: pa.Schema, num_shards: int) -> Non
 
 
 def read_sidecars(directory: str) -> list[dict]:
-    out = []
+    out: list[dict] = []
     for name in sorted(os.listdir(directory)):
         if name.startswith("_part-") and name.endswith(".json"):
             with open(os.path.join(directory, name)) as f:

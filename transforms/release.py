@@ -142,7 +142,9 @@ def resolve_allow_columns(
     return forced
 
 
-def release_metadata(info: dict, *, forced_columns: list[str] | tuple[str, ...] = ()) -> dict[bytes, bytes]:
+def release_metadata(
+    info: dict, *, forced_columns: list[str] | tuple[str, ...] = ()
+) -> dict[bytes, bytes]:
     values = {
         "mass.model": str(info.get("name") or ""),
         "mass.model_version": str(info.get("version") or ""),
