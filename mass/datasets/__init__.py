@@ -5,9 +5,19 @@ from mass.datasets.coloured_mnist import (
     COLOURS,
     IMAGE_SIZE,
     SPLITS,
+    coloured_mnist_features,
     make_tables,
     read_split,
     write_splits,
 )
 
-__all__ = ["ATTRIBUTES", "COLOURS", "IMAGE_SIZE", "SPLITS", "make_tables", "read_split", "write_splits"]
+__all__ = [
+    "ATTRIBUTES",
+    "COLOURS",
+    "IMAGE_SIZE",
+    "SPLITS",
+    "coloured_mnist_features",
+    "make_tables",
+    "read_split",
+    "write_splits",
+]
