@@ -95,3 +95,19 @@ def test_unavailable_is_retried_with_backoff_then_fails():
     handler = TritonModelHandler(url, "m", max_retries=2, backoff_s=0.01, timeout_s=2)
     with pytest.raises(ServingError, match="UNAVAILABLE.*after 2 retries"):
         handler.request(_batch(), conn)
+
+
+def test_extractor_inputs_are_uint8_images_and_byte_strings():
+    from transforms.triton_handler import ImageInputs, TextInputs
+
+    images = np.arange(2 * 2352, dtype=np.uint64).astype(np.uint8).reshape(2, 2352)
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "image": pa.FixedSizeListArray.from_arrays(pa.array(images.ravel()), 2352),
+            "text": ["a cat", "ünïcode"],
+        }
+    )
+    img = ImageInputs()(batch)["IMAGE"]
+    assert img.dtype == np.uint8 and np.array_equal(img, images)
+    txt = TextInputs()(batch)["TEXT"]
+    assert txt.shape == (2, 1) and txt[1, 0] == "ünïcode".encode()
