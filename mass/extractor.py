@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mass.augment import AugmentConfig, augment
+from mass.datasets.coloured_mnist import DEFAULT_EPOCHS
 from mass.errors import ConfigError, InputError, UnreadableInputError
 
 log = logging.getLogger(__name__)
@@ -102,7 +103,7 @@ def projector(dim: int, out: int = 64) -> nn.Sequential:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    epochs: int = 15  # ~94% digit / 100% colour linear probe (rho=0.1)
+    epochs: int = DEFAULT_EPOCHS
     batch_size: int = 256
     lr: float = 2e-3
     weight_decay: float = 1e-4
