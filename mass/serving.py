@@ -133,9 +133,13 @@ def _prepare_backends(workdir: Path, install: TritonInstall) -> Path:
     backends = workdir / "backends"
     target = backends / "python"
     target.mkdir(parents=True, exist_ok=True)
+    # Unlink first: after a SIGKILL the old stubs may still run these files, and copying
+    # over a running executable fails with ETXTBSY (a restart must not depend on timing).
     for item in install.python_backend.iterdir():
         if item.is_file():
+            (target / item.name).unlink(missing_ok=True)
             shutil.copy2(item, target / item.name)
+    (target / "triton_python_backend_stub").unlink(missing_ok=True)
     shutil.copy2(install.stub, target / "triton_python_backend_stub")
     return backends
 
@@ -354,8 +358,14 @@ class TritonServer:
     def kill(self) -> None:
         """SIGKILL the server without a clean shutdown (simulates a crash); stop() still cleans."""
         if self.process is not None and self.process.poll() is None:
+            children = _descendants(self.process.pid)  # stubs are orphaned by the kill
             _signal_group(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=10)
+            for pid in children:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
 
     def log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
         return _log_tail(self.log_path, lines)
