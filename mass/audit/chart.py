@@ -43,7 +43,7 @@ def plot_privacy_utility(result: AuditResult, path: str) -> str:
     ax2.axhline(1.0, color="black", linewidth=0.8)
     ax2.set_xticks(range(len(pre)), [r.name for r in pre])
     ax2.set_ylabel("best attacker on x' / on x")
-    ax2.set_title("utility: preserved attributes (min fraction dashed)")
+    ax2.set_title("utility: preserved (dashed: min fraction)")
     verdict = "PASSED" if result.success else "FAILED"
     fig.suptitle(f"MaSS-ETL audit {verdict}: {result.counts['audited']} rows")
     fig.tight_layout()

@@ -86,8 +86,11 @@ class ExpectAttributeToBeSuppressed(BatchExpectation):
         return {
             "success": not failed and bool(details),
             "result": {
-                "observed_value": f"worst excess over max(majority, floor): {worst:+.4f}"
-                + (f"; failed: {', '.join(sorted(set(failed)))}" if failed else ""),
+                "observed_value": (f"FAILED {', '.join(sorted(set(failed)))}; " if failed else "")
+                + ", ".join(
+                    f"{d['judge']} {d['accuracy']:.3f} (limit {d['limit']:.3f})" for d in details
+                )
+                + f"; worst excess over max(majority, floor) {worst:+.4f}",
                 "details": {"judges": details, "missing_judges": missing},
             },
         }

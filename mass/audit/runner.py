@@ -91,6 +91,10 @@ def _original(req: AuditRequest, release: Release, labels: Labels, pos: np.ndarr
         )
     x = np.full(release.x.shape, np.nan, dtype=np.float32)
     x[idx >= 0] = src[idx[idx >= 0]]
+    # Branch models (and every modifier, eq. 1) see unit-norm inputs; judge x the same way.
+    norm = np.linalg.norm(x, axis=1, keepdims=True)
+    x = np.divide(x, norm, out=np.zeros_like(x), where=norm > 0) if len(x) else x
+    x[idx < 0] = np.nan
     return x, n_input, in_pos
 
 
