@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -272,7 +273,7 @@ def attribute_report(
     if role not in ("suppressed", "preserved"):
         raise ValueError(f"role must be 'suppressed' or 'preserved', got {role!r}")
     y = np.asarray(y)
-    kw = dict(families=families, folds=folds, seed=seed, max_rows=max_rows)
+    kw: dict[str, Any] = dict(families=families, folds=folds, seed=seed, max_rows=max_rows)
     original = retrained_attackers(x, y, **kw)
     attackers = retrained_attackers(x_prime, y, **kw)
     judges = ((FROZEN,) if frozen is not None else ()) + tuple(families)

@@ -7,6 +7,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -121,7 +122,9 @@ def measure(req: AuditRequest) -> tuple[Release, Labels, dict[str, pd.DataFrame]
     x, xp = x_orig[use], release.x[use]
     y = {a: labels.labels[a][pos[use]] for a in attrs}
     pol = req.policy
-    kw = dict(families=pol.families, folds=pol.folds, seed=pol.seed, max_rows=pol.max_rows)
+    kw: dict[str, Any] = dict(
+        families=pol.families, folds=pol.folds, seed=pol.seed, max_rows=pol.max_rows
+    )
     reports: list[AttributeReport] = []
     if int(use.sum()) >= MIN_AUDIT_ROWS:
         for a in req.suppress:

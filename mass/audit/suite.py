@@ -185,10 +185,11 @@ def run_suites(
         result = vd.run(batch_parameters={"dataframe": frames[name]}, result_format="SUMMARY")
         success = success and bool(result.success)
         for r in result.results:
+            cfg = r.expectation_config
+            assert cfg is not None  # GX attaches the configuration to every result it returns
             outcomes.append(ExpectationOutcome(
-                suite=name, attribute=r.expectation_config.kwargs.get("attribute"),
-                expectation=r.expectation_config.type,
-                description=r.expectation_config.description or "",
+                suite=name, attribute=cfg.kwargs.get("attribute"), expectation=cfg.type,
+                description=cfg.description or "",
                 success=bool(r.success), observed=_observed(r),
             ))  # fmt: skip
     index = None
