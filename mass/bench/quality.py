@@ -28,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="bench/results/quality", help="output prefix (.json, .md)")
     p.add_argument("--modes", default="faithful,adaptive")
     p.add_argument("--groups", default="ablation,sweep,genfilter",
-                   help="which row groups to run: ablation, sweep, genfilter")  # fmt: skip
+                   help="row groups: ablation, sweep, genfilter, ingredients")  # fmt: skip
     p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--attackers", default="logreg,mlp")
     p.add_argument("--quick", action="store_true", help="1000 train / 500 test rows, 8 epochs")
@@ -111,6 +111,20 @@ def plan(groups: tuple[str, ...]) -> list[dict]:
         for w in (10, 20, 40, 80, 160):
             rows.append(row("sweep", f"colour: w_r*={w}", "colour", "digit", False,
                             {"w_rstar": float(w)}))  # fmt: skip
+    if "ingredients" in groups:  # what each adaptive ingredient buys (mode fixed per row)
+        off = {"adversaries": [], "noise_dim": 0, "match": "none"}
+        for name, ad in (
+            ("faithful", None),
+            ("adversaries only", {**off, "adversaries": ["linear", "mlp"]}),
+            ("stochastic only", {**off, "noise_dim": 16}),
+            ("matching only", {**off, "match": "mmd"}),
+            ("adaptive default", {}),
+        ):
+            params = {"mode": "faithful"} if ad is None else {"mode": "adaptive", "adaptive": ad}
+            r = row("ingredients", f"ge5 | parity,circle: {name}", "ge5", "parity", True, params)
+            r["preserve"] = r["report"] = ["parity", "circle"]
+            r["fixed_mode"] = True
+            rows.append(r)
     if "genfilter" in groups:
         rows += [
             row("genfilter", "digit | circle", "digit", "circle", True, {}),
@@ -143,15 +157,17 @@ def run(args: argparse.Namespace) -> int:
                                  attributes=ATTRS, agnostic=True)  # fmt: skip
     branch_seconds = time.perf_counter() - t0
     results = []
-    for mode in [m for m in args.modes.split(",") if m]:
+    for i, mode in enumerate(m for m in args.modes.split(",") if m):
         for row in plan(tuple(args.groups.split(","))):
-            cfg = MassConfig.from_dict({**base, **row["params"], "mode": mode},
+            if row.get("fixed_mode") and i > 0:
+                continue
+            cfg = MassConfig.from_dict({**base, "mode": mode, **row["params"]},
                                        suppress=row["suppress"], preserve=row["preserve"])  # fmt: skip
             res = fit_mass(train, cfg, branches=branches, progress=False)
             ev = evaluate(res.modifier, branches, train, test, row["suppress"], row["report"],
                           families=families)  # fmt: skip
             secs = [h["seconds"] for h in res.history]
-            rec = {**row, "mode": mode, "attributes": ev, **verdict(ev),
+            rec = {**row, "mode": cfg.mode, "attributes": ev, **verdict(ev),
                    "epoch_seconds": float(np.mean(secs)), "epochs": len(secs)}  # fmt: skip
             results.append(rec)
             log.info("%s %s: %s", mode, row["name"], _short(ev))
