@@ -210,3 +210,35 @@ def test_policy_reads_params_and_names_bad_keys(tmp_path):
         policy_from_dict({"attacker_margin": {"svm": 0.1}})
     with pytest.raises(ConfigError, match="audit.min_utility_fraction"):
         policy_from_dict({"min_utility_fraction": "high"})
+
+
+def test_suppression_expectation_fails_when_a_required_judge_is_unmeasured():
+    import pandas as pd
+
+    from mass.audit.runner import judge_frame
+    from mass.audit.suite import SuiteSpec, run_suites
+    from mass.metrics import AttributeReport
+
+    rep = AttributeReport(name="s", role="suppressed", n=10, majority=0.5, floor=0.5,
+                          original=0.9, original_by_family={}, frozen_x=None,
+                          frozen_xprime=None, attackers={"logreg": 0.52},
+                          margins={"logreg": 0.05})  # fmt: skip
+    frames = {
+        "release_columns": pd.DataFrame({"column": ["id", "emb"], "arrow_type": ["", ""]}),
+        "release_metadata": pd.DataFrame({"key": list(REQUIRED_METADATA), "value": ""}),
+        "release_rows": pd.DataFrame(
+            {"id": [1], "in_labels": [True], "finite": [True], "norm": [1.0]}
+        ),  # fmt: skip
+        "attribute_privacy": judge_frame([rep]),
+    }
+
+    def spec(margins):
+        return SuiteSpec(id_col="id", emb_col="emb", allowed=(), forbidden=("s",), n_labels=1,
+                         n_input=None, norm_tol=1e-4, suppressed={"s": margins},
+                         preserved={})  # fmt: skip
+
+    assert run_suites(frames, spec({"logreg": 0.05})).success
+    assert not run_suites(frames, spec({"logreg": 0.01})).success  # 0.52 > 0.5 + 0.01
+    missing = run_suites(frames, spec({"logreg": 0.05, "mlp": 0.05}))
+    assert [e.attribute for e in missing.failed] == ["s"]
+    assert "FAILED mlp" in missing.failed[0].observed
