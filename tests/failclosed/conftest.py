@@ -195,6 +195,20 @@ def run_script(code: str, *args: str, **kw):
     return subprocess.Popen([sys.executable, "-c", code, *args], env=env, **kw)
 
 
+def requests_served(server, model: str = "mod") -> float:
+    """Successful inference requests of ``model`` so far (the server's Prometheus metrics)."""
+    import urllib.request
+
+    try:
+        text = urllib.request.urlopen(server.metrics_url, timeout=2).read().decode()
+    except OSError:
+        return 0.0
+    for line in text.splitlines():
+        if line.startswith("nv_inference_request_success") and f'model="{model}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def copy_tree(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst)
     return dst

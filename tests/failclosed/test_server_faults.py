@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.request
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -42,27 +41,15 @@ def big_input(tmp_path_factory, fc):
     return str(path)
 
 
-def _requests_served(server) -> float:
-    """Successful inference requests of `mod`, from the server's Prometheus metrics."""
-    try:
-        text = urllib.request.urlopen(server.metrics_url, timeout=2).read().decode()
-    except OSError:
-        return 0.0
-    for line in text.splitlines():
-        if line.startswith("nv_inference_request_success") and 'model="mod"' in line:
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
-def _kill_when_busy(server, *, after: float, restart: bool, log: list) -> threading.Thread:
+def _kill_when_busy(fc, server, *, after: float, restart: bool, log: list) -> threading.Thread:
     """SIGKILL the server once it has served ``after`` more requests; optionally restart."""
-    start = _requests_served(server)
+    start = fc.requests_served(server)
 
     def killer():
         deadline = time.monotonic() + 300
-        while _requests_served(server) < start + after and time.monotonic() < deadline:
+        while fc.requests_served(server) < start + after and time.monotonic() < deadline:
             time.sleep(0.05)
-        log.append(("killed at requests", _requests_served(server) - start))
+        log.append(("killed at requests", fc.requests_served(server) - start))
         server.kill()
         if restart:
             time.sleep(1.0)  # the job sees a dead server for a while
@@ -88,7 +75,7 @@ def test_killed_and_restarted_server_completes_exactly_once(fault_server, big_in
     anonymize.run(_argv(big_input, clean, fault_server))
     log: list = []
     out = tmp_path / "faulted"
-    killer = _kill_when_busy(server, after=40, restart=True, log=log)
+    killer = _kill_when_busy(fc, server, after=40, restart=True, log=log)
     summary = anonymize.run(_argv(big_input, out, fault_server, "--max-retries", "8"))
     killer.join(timeout=120)
     print("fault log:", log, "summary:", summary)
@@ -106,7 +93,7 @@ def test_killed_server_without_retries_fails_and_publishes_nothing(fault_server,
     out = tmp_path / "release"
     before = fc.fake_previous_release(out)
     log: list = []
-    killer = _kill_when_busy(server, after=20, restart=False, log=log)
+    killer = _kill_when_busy(fc, server, after=20, restart=False, log=log)
     try:
         with pytest.raises(ServingError) as info:
             anonymize.run(_argv(big_input, out, fault_server, "--max-retries", "0"))
