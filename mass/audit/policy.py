@@ -16,7 +16,7 @@ audit:
   families: [logreg, mlp, gboost, knn]
   folds: 5
   seed: 0
-  max_rows: null          # subsample for the retrained attackers (runtime bound)
+  max_rows: 20000         # subsample for the retrained attackers (null = all rows)
   norm_tol: 1.0e-4        # |norm - 1| allowed for released embeddings
   allow_columns: []       # columns the release may carry besides id and embedding
 ```
@@ -53,7 +53,7 @@ class AuditPolicy:
     families: tuple[str, ...] = ATTACKER_FAMILIES
     folds: int = 5
     seed: int = 0
-    max_rows: int | None = None
+    max_rows: int | None = 20000  # attackers subsample beyond this (runtime bound)
     norm_tol: float = 1e-4
     allow_columns: tuple[str, ...] = ()
 
@@ -147,8 +147,9 @@ def policy_from_dict(section: Mapping[str, Any] | None) -> AuditPolicy:
         kw["folds"] = _int("folds", sec["folds"], lo=2)
     if "seed" in sec:
         kw["seed"] = _int("seed", sec["seed"], lo=0)
-    if sec.get("max_rows") is not None:
-        kw["max_rows"] = _int("max_rows", sec["max_rows"], lo=10)
+    if "max_rows" in sec:  # explicit null = every row
+        m = sec["max_rows"]
+        kw["max_rows"] = None if m is None else _int("max_rows", m, lo=10)
     if "norm_tol" in sec:
         kw["norm_tol"] = _number("norm_tol", sec["norm_tol"], lo=0.0, hi=1.0)
     if "allow_columns" in sec:

@@ -204,6 +204,10 @@ def test_policy_reads_params_and_names_bad_keys(tmp_path):
                                 "knn": 0.1}  # fmt: skip
     assert pol.fraction("r") == 0.8 and pol.allow_columns == ("note",)
     assert load_policy(None).margins("s")["frozen"] == 0.05
+    assert (
+        load_policy(None).max_rows == 20000
+        and policy_from_dict({"max_rows": None}).max_rows is None
+    )
     with pytest.raises(ConfigError, match="audit.frozen_margn"):
         policy_from_dict({"frozen_margn": 0.1})
     with pytest.raises(ConfigError, match="audit.attacker_margin.svm"):
