@@ -105,7 +105,8 @@ def run_job(args, extra, *, test_pipeline=None, model_handler=None, model_info=N
     check_common(args)
     if args.max_quarantined < 0:
         raise ConfigError(f"--max-quarantined must be >= 0, got {args.max_quarantined}")
-    removed = recover_output(args.output)
+    q_out = args.quarantine or f"{os.path.normpath(args.output)}_quarantine"
+    removed = recover_output(args.output) + recover_output(q_out)
     if removed:
         log.warning("cleared leftovers of a killed run: %s", removed)
     # Everything decidable without the server is checked before one is started or contacted.

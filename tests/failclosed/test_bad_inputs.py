@@ -99,6 +99,21 @@ def _truncated(c: Ctx, name="in.parquet") -> str:
     return path
 
 
+def _corrupt_page(c: Ctx) -> str:
+    """Footer intact, the embedding's page header in row group 1 overwritten: only the
+    pipeline's reader can find this one."""
+    path = c.input()
+    meta = pq.ParquetFile(path).metadata
+    group = meta.row_group(1)
+    col = next(i for i in range(group.num_columns)
+               if group.column(i).path_in_schema.startswith("emb."))  # fmt: skip
+    offset = group.column(col).data_page_offset
+    data = bytearray(Path(path).read_bytes())
+    data[offset : offset + 48] = b"\xff" * 48
+    Path(path).write_bytes(bytes(data))
+    return path
+
+
 def _dir_with(c: Ctx, second: Callable[[Path], None]) -> str:
     d = c.tmp / "parts"
     d.mkdir()
@@ -172,6 +187,8 @@ CASES = [
     Case("truncated-second-file",
          lambda c: A(c, _dir_with(c, lambda p: p.write_bytes(b"PAR1 not really"))),
          E.UnreadableInputError, ("b.parquet",)),
+    Case("corrupt-data-page", lambda c: A(c, _corrupt_page(c)),
+         E.UnreadableInputError, ("in.parquet", "row group 1"), server=True),
     # -- columns and types -----------------------------------------------------------------
     Case("missing-id-column", lambda c: A(c, c.input(id=None)),
          E.SchemaError, ("in.parquet", "'id'", "--id-col")),
