@@ -144,3 +144,23 @@ def test_prepare_command_writes_three_splits(tmp_path):
 
     assert main(["prepare", "--out", str(tmp_path), "--rho", "0.2", "--seed", "1"]) == 0
     assert cm.split_params(str(tmp_path / "test.parquet")) == {"rho": 0.2, "seed": 1}
+
+
+@pytest.mark.slow
+def test_coloured_mnist_features_builds_once_then_reuses_the_cache(tmp_path):
+    from mass.io import load_embeddings
+
+    root = str(tmp_path / "data")
+    paths = cm.coloured_mnist_features(root, rho=0.1, seed=0, epochs=1)
+    assert set(paths) == {"train", "val", "test", "extractor", "probe"}
+    ds = load_embeddings(paths["test"], label_cols=list(cm.ATTRIBUTES), expected_dim=128)
+    assert len(ds) == 1000 and ds.num_classes("colour") == 10
+    np.testing.assert_allclose(np.linalg.norm(ds.x, axis=1), 1.0, atol=1e-5)
+    stamps = {
+        s: (tmp_path / "data" / "features" / f"{s}.parquet").stat().st_mtime_ns for s in cm.SPLITS
+    }
+    assert cm.coloured_mnist_features(root, rho=0.1, seed=0, epochs=1) == paths
+    assert all(
+        (tmp_path / "data" / "features" / f"{s}.parquet").stat().st_mtime_ns == t
+        for s, t in stamps.items()
+    )
