@@ -30,15 +30,17 @@ class AdaptiveConfig:
     """Ingredients of adaptive mode; ignored (all off) in faithful mode."""
 
     adversaries: tuple[str, ...] = ("linear", "mlp")  # () turns online adversaries off
-    adv_weight: float = 5.0  # weight of KL(prior || adversary posterior) in G's loss
+    # defaults = the best measured mix (bench quality --groups ingredients; report in PR)
+    adv_weight: float = 20.0  # weight of KL(prior || adversary posterior) in G's loss
     adv_lr: float = 0.003
-    adv_steps: int = 1  # adversary updates per generator step
+    adv_steps: int = 3  # adversary updates per generator step
     adv_reinit_every: int = 5  # epochs; 0 = never re-initialise
     adv_hidden: int = 128
     noise_dim: int = 16  # stochastic modifier: noise inputs per row (0 = deterministic)
     noise_scale: float = 1.0
+    residual_scale: float = 1.0  # x' = n(x + a n(MLP)); a > 1 lets G outweigh x
     match: str = "mmd"  # distribution matching of x' across values of s
-    match_weight: float = 10.0
+    match_weight: float = 50.0
     match_within_preserved: bool = True  # compare groups of s within strata of R
 
 

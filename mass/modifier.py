@@ -29,6 +29,9 @@ class ModifierSpec:
     hidden: tuple[int, ...] = (256, 128, 256)
     noise_dim: int = 0
     noise_scale: float = 1.0
+    # x' = n(x + a * n(MLP)); a = 1 is eq. 1. a > 1 (adaptive mode) lets G outweigh x, which
+    # eq. 1 cannot: with a = 1, x' always lies within 90 degrees of x.
+    residual_scale: float = 1.0
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -42,6 +45,7 @@ class ModifierSpec:
             hidden=tuple(int(h) for h in d.get("hidden", (256, 128, 256))),
             noise_dim=int(d.get("noise_dim", 0)),
             noise_scale=float(d.get("noise_scale", 1.0)),
+            residual_scale=float(d.get("residual_scale", 1.0)),
         )
 
 
@@ -99,12 +103,14 @@ class DataModifier(nn.Module):
         x = l2_normalize(x)
         if self.stochastic:
             if seeds is None:
-                raise ValueError("stochastic modifier needs per-row seeds (see mass.noise.row_seeds)")
+                raise ValueError(
+                    "stochastic modifier needs per-row seeds (see mass.noise.row_seeds)"
+                )
             z = row_noise(seeds, self.spec.noise_dim).to(x.device) * self.spec.noise_scale
             h = self.mlp(torch.cat([x, z], dim=1))
         else:
             h = self.mlp(x)
-        return l2_normalize(x + l2_normalize(h))
+        return l2_normalize(x + self.spec.residual_scale * l2_normalize(h))
 
 
 def save_modifier(model: nn.Module, path: str, **extra: object) -> None:

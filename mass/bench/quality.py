@@ -25,6 +25,8 @@ ATTRS = ("digit", "colour", "parity", "ge5", "circle")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-root", default="data", help="root of coloured MNIST features cache")
+    p.add_argument("--features", help="directory with {train,test}.parquet features to use "
+                   "as-is (skips the coloured MNIST cache check)")  # fmt: skip
     p.add_argument("--out", default="bench/results/quality", help="output prefix (.json, .md)")
     p.add_argument("--modes", default="faithful,adaptive")
     p.add_argument("--groups", default="ablation,sweep,genfilter",
@@ -33,6 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attackers", default="logreg,mlp")
     p.add_argument("--quick", action="store_true", help="1000 train / 500 test rows, 8 epochs")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--threads", type=int, default=1, help="torch threads (1 is fastest on busy CPUs)"
+    )
 
 
 def subset(ds, n: int, seed: int):
@@ -141,8 +146,11 @@ def run(args: argparse.Namespace) -> int:
     from mass.io import load_embeddings
     from mass.methods.mass import fit_mass, normalize_rows, pretrain_branches
 
-    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
-    paths = coloured_mnist_features(args.data_root)
+    torch.set_num_threads(args.threads)
+    if args.features:
+        paths = {s: os.path.join(args.features, f"{s}.parquet") for s in ("train", "test")}
+    else:
+        paths = coloured_mnist_features(args.data_root)
     train = load_embeddings(paths["train"], label_cols=list(ATTRS))
     test = load_embeddings(paths["test"], label_cols=list(ATTRS), encodings=train.encodings)
     epochs = args.epochs
@@ -150,6 +158,8 @@ def run(args: argparse.Namespace) -> int:
         train, test, epochs = subset(train, 1000, args.seed), subset(test, 500, args.seed), 8
     families = tuple(a for a in args.attackers.split(",") if a)
     base = {"epochs": epochs, "seed": args.seed}
+    if args.quick:
+        base.update(branch_epochs=10, agnostic_epochs=10)
     t0 = time.perf_counter()
     ncls = {a: train.num_classes(a) for a in ATTRS}
     cfg0 = MassConfig.from_dict({**base, "suppress": ["digit"]})

@@ -39,3 +39,17 @@ def test_stochastic_modifier_is_a_function_of_row_seed(tmp_path):
     assert not torch.allclose(g(x, seeds), g(x, seeds + 1))
     save_modifier(g, str(tmp_path / "m.pt"), method="mass")
     assert torch.allclose(load_modifier(str(tmp_path / "m.pt"))(x, seeds), a, atol=1e-6)
+
+
+def test_residual_scale_lets_modifier_outweigh_the_input():
+    torch.manual_seed(0)
+    x = torch.randn(200, 5)
+    g1 = DataModifier(ModifierSpec(dim=5, hidden=(8,)))
+    g4 = DataModifier(ModifierSpec(dim=5, hidden=(8,), residual_scale=4.0))
+    g4.load_state_dict(g1.state_dict())
+    cos1 = torch.nn.functional.cosine_similarity(g1(x), x)
+    cos4 = torch.nn.functional.cosine_similarity(g4(x), x)
+    assert (cos1 >= -1e-6).all()  # eq. 1: x' within 90 degrees of x
+    assert (cos4 < 0).any()
+    spec = ModifierSpec.from_dict(g4.spec.to_dict())
+    assert spec.residual_scale == 4.0 and ModifierSpec.from_dict({"dim": 5}).residual_scale == 1.0
