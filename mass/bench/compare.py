@@ -15,7 +15,6 @@ exported or served by the embedding pipeline and appear here only as reference r
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import logging
 import os
@@ -32,6 +31,10 @@ log = logging.getLogger(__name__)
 
 # (row label, method, params, quick overrides)
 METHOD_ROWS = [
+    ("mass faithful", "mass", {"mode": "faithful"},
+     {"epochs": 2, "branch_epochs": 2, "agnostic_epochs": 2}),
+    ("mass adaptive", "mass", {"mode": "adaptive"},
+     {"epochs": 2, "branch_epochs": 2, "agnostic_epochs": 2}),
     ("gaussian sigma=0.5", "gaussian", {"sigma": 0.5}, {}),
     ("gaussian sigma=1.0", "gaussian", {"sigma": 1.0}, {}),
     ("gaussian_budget", "gaussian_budget", {"budget": 20.0}, {"vae_epochs": 4}),
@@ -41,10 +44,6 @@ METHOD_ROWS = [
     ("leace", "leace", {}, {}),
     ("leace_quadratic", "leace_quadratic", {}, {}),
     ("inlp", "inlp", {}, {"iterations": 4}),
-    ("mass faithful", "mass", {"mode": "faithful"},
-     {"epochs": 2, "branch_epochs": 2, "agnostic_epochs": 2}),
-    ("mass adaptive", "mass", {"mode": "adaptive"},
-     {"epochs": 2, "branch_epochs": 2, "agnostic_epochs": 2}),
 ]  # fmt: skip
 
 # Why a method wins a kind of column when it does (explains winners in the Markdown).
@@ -93,18 +92,33 @@ def reason(column: str, family: str) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="reports/compare", help="output directory")
     parser.add_argument("--features", help="DIR with {train,val,test} embedding Parquet")
-    parser.add_argument("--raw", default="data/raw", help="raw coloured-MNIST split directory")
-    parser.add_argument("--extractor", help="extractor checkpoint (file or directory)")
+    parser.add_argument(
+        "--data-root",
+        default="data",
+        help="coloured-MNIST cache (raw/, extractor/, features/), built if missing",
+    )
     parser.add_argument(
         "--tasks",
         default="colour:digit,digit:colour",
         help="comma list of SUPPRESS:PRESERVE (attributes joined by +)",
     )
     parser.add_argument("--methods", help="comma list of row labels or method names (default all)")
+    parser.add_argument(
+        "--extractor-epochs",
+        type=int,
+        help="SimCLR epochs when the cache is built (default: the cache's own)",
+    )
     parser.add_argument("--no-raw-baselines", action="store_true", help="skip image-domain rows")
     parser.add_argument("--synthetic", action="store_true", help="tiny synthetic data (smoke)")
     parser.add_argument("--quick", action="store_true", help="subsample and few epochs (smoke)")
     parser.add_argument("--max-rows", type=int, default=2000, help="rows per attacker fit")
+    parser.add_argument(
+        "--families", help="attacker families, comma list (default: all; --quick: logreg,knn)"
+    )
+    parser.add_argument(
+        "--attributes",
+        help="attributes to score, comma list (default: all labelled; include the task ones)",
+    )
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -139,101 +153,74 @@ def release(modifier: torch.nn.Module, ds: EmbeddingDataset) -> np.ndarray:
                            for i in range(0, len(x), 4096)])  # fmt: skip
 
 
-def evaluate(name, family, x_tr, x_te, train, test, suppress, preserve, judges, args, seconds):
-    """One table row: every metric on the held-out release."""
+def evaluate(name, family, x_tr, x_te, train, test, judges, args, seconds) -> dict:
+    """Every metric of one release, for every labelled attribute (roles come later)."""
     from mass import metrics
     from mass.methods._common import knn_mutual_information
     from mass.reconstruction import reconstruction_attack
 
-    families = ("logreg", "knn") if args.quick else metrics.ATTACKER_FAMILIES
+    families = tuple(args.families.split(",")) if args.families else (
+        ("logreg", "knn") if args.quick else metrics.ATTACKER_FAMILIES)  # fmt: skip
     row = {"method": name, "family": family, "seconds": seconds, "attributes": {}}
-    for attr in train.labels:
-        acc = metrics.retrained_attackers(
-            x_tr,
-            train.labels[attr],
-            x_te,
-            test.labels[attr],
-            families=families,
-            seed=args.seed,
-            max_rows=args.max_rows,
-        )
-        role = "suppress" if attr in suppress else "preserve" if attr in preserve else "other"
+    keep = slice(0, min(len(x_te), 1000))
+    for attr, y_tr in train.labels.items():
+        if args.attributes and attr not in args.attributes.split(","):
+            continue
+        y_te = test.labels[attr]
+        acc = metrics.retrained_attackers(x_tr, y_tr, x_te, y_te, families=families,
+                                          seed=args.seed, max_rows=args.max_rows)  # fmt: skip
         row["attributes"][attr] = {
-            "role": role,
-            "frozen": metrics.frozen_accuracy(judges[attr], x_te, test.labels[attr]),
+            "frozen": metrics.frozen_accuracy(judges[attr], x_te, y_te),
             "attackers": acc,
             "max": max(acc.values()),
-            "majority": metrics.majority_rate(test.labels[attr]),
+            "majority": metrics.majority_rate(y_te),
+            "mi_knn": knn_mutual_information(x_te[keep], y_te[keep]),
         }
-    rec = reconstruction_attack(
-        x_tr, unit(train.x), x_te, unit(test.x), epochs=5 if args.quick else 40, seed=args.seed
-    )
+    rec = reconstruction_attack(x_tr, unit(train.x), x_te, unit(test.x),
+                                epochs=5 if args.quick else 40, seed=args.seed)  # fmt: skip
     row["reconstruction"] = rec.to_dict()
-    keep = slice(0, min(len(x_te), 1000))
-    row["mi_suppressed"] = {s: knn_mutual_information(x_te[keep], test.labels[s][keep])
-                            for s in suppress}  # fmt: skip
-    s0, p0 = suppress[0], (preserve or [None])[0]
-    if p0 is not None:
-        row["aum"] = metrics.aum(row["attributes"][s0]["max"], row["attributes"][p0]["max"])
+    log.info("%s evaluated", name)
     return row
 
 
-def run_task(suppress, preserve, splits, judges, raw, args) -> list[dict]:
+def tag(row: dict, suppress: list[str], preserve: list[str]) -> dict:
+    """A copy of ``row`` with each attribute's role, the MI of s and AUM for this task."""
+    from mass import metrics
+
+    row = json.loads(json.dumps(row, default=float))
+    for attr, v in row["attributes"].items():
+        v["role"] = "suppress" if attr in suppress else "preserve" if attr in preserve else "other"
+    row["mi_suppressed"] = {s: row["attributes"][s]["mi_knn"] for s in suppress}
+    if preserve:
+        row["aum"] = metrics.aum(row["attributes"][suppress[0]]["max"],
+                                 row["attributes"][preserve[0]]["max"])  # fmt: skip
+    return row
+
+
+def run_task(suppress, preserve, splits, judges, shared_rows, args, on_row=None) -> list[dict]:
+    """The method rows of one task (fitted for it) after the task-independent shared rows."""
     from mass.methods import get_method
 
     train, test = splits["train"], splits["test"]
-    rows = [
-        evaluate(
-            "original",
-            "original",
-            unit(train.x),
-            unit(test.x),
-            train,
-            test,
-            suppress,
-            preserve,
-            judges,
-            args,
-            0.0,
-        )
-    ]
+    rows = [tag(r, suppress, preserve) for r in shared_rows[:1]]
     for label, method, params, quick in selected_rows(args.methods):
         params = {**params, **(quick if args.quick else {})}
         t0 = time.perf_counter()
         torch.manual_seed(args.seed)
-        fit = get_method(method).fit(
-            train,
-            suppress=list(suppress),
-            preserve=list(preserve),
-            params=params,
-            val=splits.get("val"),
-            seed=args.seed,
-            progress=False,
-        )
+        fit = get_method(method).fit(train, suppress=list(suppress), preserve=list(preserve),
+                                     params=params, val=splits.get("val"), seed=args.seed,
+                                     progress=False)  # fmt: skip
         seconds = time.perf_counter() - t0
         log.info("%s fitted in %.1fs", label, seconds)
-        rows.append(
-            evaluate(
-                label,
-                method,
-                release(fit.modifier, train),
-                release(fit.modifier, test),
-                train,
-                test,
-                suppress,
-                preserve,
-                judges,
-                args,
-                seconds,
-            )
-        )
-        rows[-1]["params"] = params
-    for label, (x_tr, x_te, seconds) in (raw or {}).items():
-        rows.append(
-            evaluate(
-                label, "raw", x_tr, x_te, train, test, suppress, preserve, judges, args, seconds
-            )
-        )
+        row = evaluate(label, method, release(fit.modifier, train), release(fit.modifier, test),
+                       train, test, judges, args, seconds)  # fmt: skip
+        row["params"] = params
+        row["extra"] = {k: v for k, v in fit.extra.items() if isinstance(v, int | float | str | dict)
+                        and k not in ("config", "branches_obj")}  # fmt: skip
+        rows.append(tag(row, suppress, preserve))
+        if on_row is not None:  # partial reports survive an interrupted long run
+            on_row(rows)
+    rows += [tag(r, suppress, preserve) for r in shared_rows[1:]]
     return rows
 
 
@@ -251,17 +238,32 @@ def run(args: argparse.Namespace) -> int:
                     f"--tasks: attribute {attr!r} not in the data "
                     f"(labels: {sorted(splits['train'].labels)})"
                 )
-    judges = frozen_judges(splits["train"], epochs=3 if args.quick else 30, seed=args.seed)
-    raw = None
-    if images is not None and not args.no_raw_baselines:
-        raw = raw_baselines(images, extractor)
+    if args.attributes:
+        missing = {a for t in tasks for a in [*t[0], *t[1]]} - set(args.attributes.split(","))
+        if missing:
+            raise ConfigError(f"--attributes: add the task attribute(s) {sorted(missing)}")
+    scored = args.attributes.split(",") if args.attributes else list(splits["train"].labels)
+    judges = frozen_judges(splits["train"], scored, epochs=3 if args.quick else 30, seed=args.seed)
+    train, test = splits["train"], splits["test"]
+    shared = [evaluate("original", "original", unit(train.x), unit(test.x), train, test, judges,
+                       args, 0.0)]  # fmt: skip
+    if images is not None and not args.no_raw_baselines:  # task-independent: evaluated once
+        for label, (x_tr, x_te, secs) in raw_baselines(images, extractor).items():
+            shared.append(evaluate(label, "raw", x_tr, x_te, train, test, judges, args, secs))
     report = {"config": {k: v for k, v in vars(args).items() if not k.startswith("_") and
                          isinstance(v, str | int | float | bool | type(None))},
               "n": {k: len(v) for k, v in splits.items()}, "tasks": []}  # fmt: skip
     for s, p in tasks:
         log.info("task: suppress %s preserve %s", s, p)
-        rows = run_task(s, p, splits, judges, raw, args)
-        report["tasks"].append({"suppress": s, "preserve": p, "rows": rows})
+        task = {"suppress": s, "preserve": p, "rows": []}
+        report["tasks"].append(task)
+
+        def flush(rows, task=task):
+            task["rows"] = rows
+            write_json(report, os.path.join(args.out, "compare.json"))
+            write_markdown(report, os.path.join(args.out, "compare.md"))
+
+        task["rows"] = run_task(s, p, splits, judges, shared, args, on_row=flush)
     write_json(report, os.path.join(args.out, "compare.json"))
     write_markdown(report, os.path.join(args.out, "compare.md"))
     write_plot(report, os.path.join(args.out, "compare.png"))
@@ -284,13 +286,15 @@ def _split_rows(n: int, seed: int) -> dict[str, np.ndarray]:
 
 
 def _quick_cut(n: int, split: str, quick: bool) -> np.ndarray:
+    """All rows, or (--quick) a seeded random subset: files may be sorted by a label."""
     limit = {"train": 600, "val": 200, "test": 300}[split] if quick else n
-    return np.arange(min(n, limit))
+    if limit >= n:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(1234).choice(n, size=limit, replace=False))
 
 
 def load_data(args):
     """(splits, raw images per split or None, extractor or None); see ``add_arguments``."""
-    from mass.io import LabelEncoding
     from mass.methods._common import subset, toy_dataset
 
     if args.synthetic:
@@ -300,36 +304,26 @@ def load_data(args):
         )
         return {k: subset(full, r) for k, r in _split_rows(n, args.seed).items()}, None, None
     if args.features:
-        return _load_features(args), None, None
-    from mass.datasets.coloured_mnist import read_split, write_splits
-    from mass.extractor import embed_images
+        return _load_features(args.features, args.quick), None, None
+    from mass.datasets import coloured_mnist
+    from mass.datasets.coloured_mnist import read_split
+    from mass.extractor import load_extractor
 
-    raw_dir = args.raw
-    if not os.path.exists(os.path.join(raw_dir, "train.parquet")):
-        raw_dir = os.path.join(args.out, "raw")
-        log.info("no %s/train.parquet: building coloured MNIST in %s", args.raw, raw_dir)
-        write_splits(raw_dir, rho=0.1, seed=args.seed)
-    extractor = _extractor(args, raw_dir)
-    splits, images = {}, {}
-    raws = {k: read_split(os.path.join(raw_dir, f"{k}.parquet")) for k in ("train", "val", "test")}
-    ks = {a: int(max(r[2][a].max() for r in raws.values())) + 1 for a in raws["train"][2]}
-    encodings = {a: LabelEncoding(a, tuple(range(k))) for a, k in ks.items()}
-    import pyarrow as pa
-
-    for k, (ids, imgs, labels) in raws.items():
-        rows = _quick_cut(len(ids), k, args.quick)
-        images[k] = imgs[rows]
-        splits[k] = EmbeddingDataset(
-            ids=pa.array(ids[rows]),
-            x=embed_images(extractor, images[k]),
-            labels={a: y[rows] for a, y in labels.items()},
-            encodings=encodings,
-            source=os.path.join(raw_dir, f"{k}.parquet"),
-        )
-    return splits, images, extractor
+    # The shared cache (ROOT/raw, ROOT/extractor, ROOT/features); a --quick run builds its own
+    # under --out with a 2-epoch extractor so it never replaces the full-run cache.
+    root = os.path.join(args.out, "data") if args.quick else args.data_root
+    epochs = args.extractor_epochs or (2 if args.quick else coloured_mnist.DEFAULT_EPOCHS)
+    paths = coloured_mnist.coloured_mnist_features(root, seed=args.seed, epochs=epochs)
+    splits = _load_features(os.path.join(root, "features"), args.quick)
+    images = {}
+    for k, ds in splits.items():
+        ids, imgs, _ = read_split(os.path.join(root, "raw", f"{k}.parquet"))
+        where = {int(i): j for j, i in enumerate(ids)}
+        images[k] = imgs[[where[int(i)] for i in ds.ids.to_numpy()]]
+    return splits, images, load_extractor(paths["extractor"])
 
 
-def _load_features(args) -> dict[str, EmbeddingDataset]:
+def _load_features(root: str, quick: bool) -> dict[str, EmbeddingDataset]:
     import pyarrow.parquet as pq
 
     from mass.io import expand_paths, load_embeddings
@@ -337,7 +331,7 @@ def _load_features(args) -> dict[str, EmbeddingDataset]:
 
     out, enc = {}, None
     for k in ("train", "val", "test"):
-        spec = os.path.join(args.features, k)
+        spec = os.path.join(root, k)
         spec = spec if os.path.exists(spec) else spec + ".parquet"
         schema = pq.read_schema(expand_paths(spec)[0])
         cols = [
@@ -348,39 +342,18 @@ def _load_features(args) -> dict[str, EmbeddingDataset]:
         ]
         ds = load_embeddings(spec, label_cols=cols, encodings=enc)
         enc = enc or ds.encodings
-        out[k] = subset(ds, _quick_cut(len(ds), k, args.quick))
+        out[k] = subset(ds, _quick_cut(len(ds), k, quick))
     return out
 
 
-def _extractor(args, raw_dir: str):
-    from mass.datasets.coloured_mnist import read_split
-    from mass.extractor import TrainConfig, load_extractor, save_extractor, train_extractor
-
-    for cand in filter(None, [args.extractor, "models/extractor"]):
-        if os.path.exists(cand):
-            found = sorted(glob.glob(os.path.join(cand, "*.pt"))) if os.path.isdir(cand) else [cand]
-            if found:
-                return load_extractor(found[0])
-    if args.extractor:
-        raise ConfigError(f"--extractor {args.extractor}: no checkpoint there")
-    path = os.path.join(args.out, "extractor.pt")
-    if not os.path.exists(path):
-        _, imgs, _ = read_split(os.path.join(raw_dir, "train.parquet"))
-        model, _ = train_extractor(
-            imgs, config=TrainConfig(epochs=1 if args.quick else 15, seed=args.seed)
-        )
-        save_extractor(model, path)
-    return load_extractor(path)
-
-
-def frozen_judges(train: EmbeddingDataset, *, epochs: int, seed: int) -> dict:
+def frozen_judges(train: EmbeddingDataset, attrs: list[str], *, epochs: int, seed: int) -> dict:
     """One classifier per attribute trained on the original features (the 'frozen model')."""
     from mass.branches import train_classifier
     from mass.methods._common import n_classes
 
     x = unit(train.x)
     return {a: train_classifier(x, y, n_classes(train, a), epochs=epochs, seed=seed + i).eval()
-            for i, (a, y) in enumerate(train.labels.items())}  # fmt: skip
+            for i, (a, y) in enumerate((a, train.labels[a]) for a in attrs)}  # fmt: skip
 
 
 # ---------------------------------------------------------------- raw-domain baselines
