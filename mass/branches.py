@@ -203,6 +203,11 @@ class LogitsOnly(nn.Module):
     def __init__(self, model: AttributeClassifier):
         super().__init__()
         self.model = model
+        self.eval()  # callers that restore "training" mode must never unfreeze the branch
+
+    def train(self, mode: bool = True) -> LogitsOnly:
+        # a frozen branch stays in eval mode: BatchNorm must keep its running statistics
+        return super().train(False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x)[1]

@@ -196,6 +196,9 @@ class ModifierTrainer:
             self._load(checkpoint, sched)
         for p in self.branches.parameters():
             p.requires_grad_(False)
+        for m in [*self.branches.classifiers.values(), self.branches.agnostic]:
+            if m is not None:
+                m.eval()  # BatchNorm of a frozen branch must use its running statistics
         bar = _bar(total, progress, initial=self.start_epoch * steps_per_epoch)
         try:
             end = (

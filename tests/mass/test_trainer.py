@@ -149,3 +149,19 @@ def test_suppression_lowers_frozen_accuracy_on_synthetic():
         acc_x = (clf(x)[1].argmax(1).numpy() == ds.labels["s"]).mean()
         acc_xm = (clf(res.modifier(x))[1].argmax(1).numpy() == ds.labels["s"]).mean()
     assert acc_x > 0.9 and acc_xm < 0.75
+
+
+def test_branch_left_in_train_mode_is_still_frozen_including_batchnorm_stats(data, branches):
+    from mass.branches import LogitsOnly
+    from mass.metrics import frozen_accuracy
+
+    clf = branches.classifiers["s"]
+    frozen_accuracy(LogitsOnly(clf), normalize_rows(data.x), data.labels["s"])
+    assert not clf.training  # the metric's "restore training mode" must not unfreeze it
+    clf.train()  # even a caller that does this cannot make G's training move BN statistics
+    buffers = [b.clone() for b in clf.buffers()]
+    cfg = MassConfig.from_dict(BASE)
+    ModifierTrainer(cfg, branches, dim=8, num_classes={"s": 3, "u": 2}).fit(
+        normalize_rows(data.x), data.labels, progress=False
+    )
+    assert all(torch.equal(a, b) for a, b in zip(clf.buffers(), buffers, strict=True))
