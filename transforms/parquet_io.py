@@ -11,6 +11,7 @@ batch size or input layout (what DVC needs to see an unchanged output).
 
 from __future__ import annotations
 
+import copyreg
 import json
 import os
 from dataclasses import dataclass
@@ -24,6 +25,23 @@ import pyarrow.parquet as pq
 from mass.errors import UnreadableInputError
 from mass.io import expand_paths
 from mass.noise import row_seeds
+
+
+def _restore_batch(buf) -> pa.RecordBatch:
+    return pa.ipc.open_stream(buf).read_next_batch()
+
+
+def _reduce_batch(batch: pa.RecordBatch):
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return _restore_batch, (sink.getvalue(),)
+
+
+# Beam pickles RecordBatches between stages and, to estimate PCollection sizes, nearly every
+# one inside a fused stage too. pyarrow's own pickle writes a slice's whole parent buffers
+# (a to_batches() slice of a 64k-row group: 6x its size); Arrow IPC writes only the slice.
+copyreg.pickle(pa.RecordBatch, _reduce_batch)
 
 # Fixed writer settings: part of the byte-identical output contract.
 WRITE_OPTIONS = dict(
@@ -111,11 +129,26 @@ def shard_of(ids: pa.Array, num_shards: int) -> np.ndarray:
 
 
 class _KeyByShardFn(beam.DoFn):
-    def __init__(self, id_col: str, num_shards: int) -> None:
+    def __init__(
+        self,
+        id_col: str,
+        num_shards: int,
+        *,
+        emb_col: str | None = None,
+        verify_col: str | None = None,
+    ) -> None:
         self._id_col = id_col
         self._num_shards = num_shards
+        self._emb_col = emb_col
+        self._verify_col = verify_col
 
     def process(self, batch: pa.RecordBatch):
+        if self._verify_col is not None:
+            # Compare before the shuffle and ship 1 flag byte per row instead of the whole
+            # input embedding: halves what GroupByKey encodes, moves and holds (docs/performance.md).
+            flags = _row_flags(batch, self._emb_col, self._verify_col)
+            idx = batch.schema.get_field_index(self._verify_col)
+            batch = batch.set_column(idx, self._verify_col, pa.array(flags))
         shards = shard_of(batch.column(self._id_col), self._num_shards)
         for s in np.unique(shards):
             yield int(s), batch.filter(pa.array(shards == s))
@@ -164,13 +197,24 @@ class _WriteShardFn(beam.DoFn):
         yield stats
 
 
-def _compare(table: pa.Table, id_col: str, emb_col: str, verify_col: str) -> dict:
-    n = table.num_rows
-    dim = table.schema.field(emb_col).type.list_size
-    out = table.column(emb_col).combine_chunks().flatten().to_numpy().reshape(n, dim)
-    src = table.column(verify_col).combine_chunks().flatten().to_numpy().reshape(n, -1)
+UNMODIFIED, NONFINITE = 1, 2  # bits of the per-row flags that replace the input copy
+
+
+def _row_flags(batch: pa.RecordBatch, emb_col: str | None, verify_col: str) -> np.ndarray:
+    """uint8 per row: UNMODIFIED if the output equals the carried input, NONFINITE if not finite."""
+    n = batch.num_rows
+    dim = batch.schema.field(emb_col).type.list_size
+    out = batch.column(emb_col).flatten().to_numpy().reshape(n, dim)
+    src = batch.column(verify_col).flatten().to_numpy().reshape(n, -1)
     same = (out == src).all(axis=1) if src.shape == out.shape else np.zeros(n, bool)
-    bad = ~np.isfinite(out).all(axis=1)
+    flags = np.where(same, UNMODIFIED, 0).astype(np.uint8)
+    flags[~np.isfinite(out).all(axis=1)] |= NONFINITE
+    return flags
+
+
+def _compare(table: pa.Table, id_col: str, emb_col: str | None, verify_col: str) -> dict:
+    flags = table.column(verify_col).combine_chunks().to_numpy(zero_copy_only=False)
+    same, bad = (flags & UNMODIFIED) > 0, (flags & NONFINITE) > 0
     ids = table.column(id_col)
     first = lambda m: ids[int(np.flatnonzero(m)[0])].as_py() if m.any() else None  # noqa: E731
     return {
@@ -205,7 +249,12 @@ class WriteShardedParquet(beam.PTransform):
     def expand(self, pcoll):
         return (
             pcoll
-            | "KeyByShard" >> beam.ParDo(_KeyByShardFn(self._id_col, self._n))
+            | "KeyByShard"
+            >> beam.ParDo(
+                _KeyByShardFn(
+                    self._id_col, self._n, emb_col=self._emb_col, verify_col=self._verify_col
+                )
+            )
             | "GroupShards" >> beam.GroupByKey()
             | "WriteShard"
             >> beam.ParDo(

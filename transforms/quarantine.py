@@ -74,6 +74,11 @@ def validate_batch(
     codes[~right_dim] = WRONG_DIM
     codes[arr.is_null().to_numpy(zero_copy_only=False)] = NULL
     ok = codes == OK
+    if ok.all() and pa.types.is_fixed_size_list(typ) and typ.value_type == pa.float32():
+        # the usual case, all rows valid and already float32: pass the batch on uncopied
+        return batch, pa.RecordBatch.from_arrays(
+            [batch.column(id_col).slice(0, 0), pa.array([], pa.string())], names=[id_col, "reason"]
+        )
     good = batch.filter(pa.array(ok))
     idx = good.schema.get_field_index(emb_col)
     good = good.set_column(idx, emb_col, embedding_array(mat[ok]))

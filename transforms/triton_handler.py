@@ -242,6 +242,14 @@ class _TritonConnection:
             )
         self.max_batch = int(cfg.get("max_batch_size", 0)) or None
         self.inputs = {i["name"]: i["data_type"].removeprefix("TYPE_") for i in cfg["input"]}
+        self._pool = None
+
+    def pool(self, workers: int):
+        from concurrent.futures import ThreadPoolExecutor
+
+        if self._pool is None:  # gRPC channels are thread-safe: one client, several requests
+            self._pool = ThreadPoolExecutor(workers, thread_name_prefix="triton-request")
+        return self._pool
 
     def close(self) -> None:
         client, self.client = self.client, None
@@ -255,7 +263,8 @@ class TritonModelHandler(_ArrowBatchInference, RemoteModelHandler):
     One client per worker (``create_client``); requests are split to the model's
     ``max_batch_size``; UNAVAILABLE / DEADLINE_EXCEEDED are retried ``max_retries`` times with
     exponential backoff starting at ``backoff_s``; each request times out after
-    ``timeout_s``. Any other error, or a bad response, fails the batch.
+    ``timeout_s``. Any other error, or a bad response, fails the batch. A batch goes out as
+    requests of at most ``request_rows`` rows, ``in_flight`` of them at a time.
     """
 
     def __init__(
@@ -273,9 +282,12 @@ class TritonModelHandler(_ArrowBatchInference, RemoteModelHandler):
         timeout_s: float = 60.0,
         max_retries: int = 5,
         backoff_s: float = 0.5,
+        request_rows: int | None = 2048,
+        in_flight: int = 2,
     ) -> None:
         # Retries happen in request() (configurable backoff, counted), not in the base class.
         RemoteModelHandler.__init__(self, namespace=NAMESPACE, num_retries=0)
+        self._request_rows, self._in_flight = request_rows, in_flight
         self._url, self._version = url, str(version or "")
         self._timeout_s, self._max_retries, self._backoff_s = timeout_s, max_retries, backoff_s
         self._retries = Metrics.counter(NAMESPACE, "retries")
@@ -297,11 +309,16 @@ class TritonModelHandler(_ArrowBatchInference, RemoteModelHandler):
 
     def _infer(self, conn: _TritonConnection, tensors: Tensors) -> np.ndarray:
         n = len(next(iter(tensors.values())))
-        step = conn.max_batch or n
-        parts = [
-            self._infer_once(conn, {k: v[i : i + step] for k, v in tensors.items()})
-            for i in range(0, n, step)
-        ]
+        step = min(conn.max_batch or n, self._request_rows or n)
+        chunks = [{k: v[i : i + step] for k, v in tensors.items()} for i in range(0, n, step)]
+        if len(chunks) == 1 or self._in_flight <= 1:
+            parts = [self._infer_once(conn, c) for c in chunks]
+        else:
+            # Requests in flight overlap this worker's (de)serialization with the server's
+            # compute; a lone synchronous request leaves one of them idle (docs/performance.md).
+            parts = list(
+                conn.pool(self._in_flight).map(lambda c: self._infer_once(conn, c), chunks)
+            )
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def _infer_once(self, conn: _TritonConnection, tensors: Tensors) -> np.ndarray:
