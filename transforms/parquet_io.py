@@ -145,7 +145,7 @@ class _KeyByShardFn(beam.DoFn):
     def process(self, batch: pa.RecordBatch):
         if self._verify_col is not None:
             # Compare before the shuffle and ship 1 flag byte per row instead of the whole
-            # input embedding: halves what GroupByKey encodes, moves and holds (docs/performance.md).
+            # input embedding: halves what GroupByKey encodes, moves and holds (docs/performance.md)
             flags = _row_flags(batch, self._emb_col, self._verify_col)
             idx = batch.schema.get_field_index(self._verify_col)
             batch = batch.set_column(idx, self._verify_col, pa.array(flags))
