@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mass.errors import InvalidValueError, SchemaError
+from mass.errors import InvalidValueError, LabelError, SchemaError
 from mass.io import LabelEncoding, check_ids, embedding_matrix, expand_paths, read_table
 
 
@@ -119,6 +119,14 @@ def read_labels(
         else:
             enc = LabelEncoding(attr, tuple(sorted(pc.unique(values).to_pylist())))
         labels[attr] = enc.encode(values, source=spec)
+        if len(pc.unique(values)) < 2:
+            # One observed class: every attacker scores 100% = majority, so suppression
+            # would "pass" without measuring anything.
+            raise LabelError(
+                f"{spec}: label column '{attr}' has a single class "
+                f"{pc.unique(values).to_pylist()}; the audit cannot measure it: use a held-out "
+                "split with every class, or drop it from --suppress/--preserve"
+            )
         encs[attr] = enc
     x = embedding_matrix(table, emb_col, source=spec) if emb_col in table.column_names else None
     columns = [c for c in table.column_names if c not in (id_col, emb_col)]

@@ -171,6 +171,14 @@ def _audit_unseen(c: Ctx) -> list[str]:
             "--report", str(c.out), "--run-dir", str(run), "--no-chart"]  # fmt: skip
 
 
+def _audit_single_class(c: Ctx) -> list[str]:
+    rel = c.tmp / "rel.parquet"
+    c.fc.write_input(rel, digit=None, parity=None, image=None, note=None)
+    labels = c.input("labels.parquet", digit=pa.array(np.full(600, 3)), image=None)
+    return ["audit", "--release", str(rel), "--labels", labels, "--suppress", "digit",
+            "--preserve", "parity", "--report", str(c.out), "--no-chart"]  # fmt: skip
+
+
 A = Ctx.anonymize
 CASES = [
     # -- files -----------------------------------------------------------------------------
@@ -257,6 +265,8 @@ CASES = [
          E.ConfigError, ("suppress/preserve", "digit")),
     Case("audit-unseen-class", _audit_unseen, E.LabelError, ("labels.parquet", "'digit'",
                                                               "row 4", "11")),
+    Case("audit-single-class-label", _audit_single_class, E.LabelError,
+         ("labels.parquet", "'digit'", "single class")),
     # -- row-level faults: quarantined, default threshold 0 fails the job ------------------
     Case("nan-row", lambda c: A(c, c.input(emb=_with_row(lambda x: x.__setitem__((7, 3),
                                                                                 np.nan)))),
