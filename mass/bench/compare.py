@@ -481,6 +481,8 @@ def write_markdown(report: dict, path: str) -> None:
                 else (None, None)
             )
             vs = f"; best MaSS row {mr['method']} has {mv:.3f}" if mr else ""
+            if COLUMN_KIND.get(head_) == "privacy" and p is not None:  # a win at zero utility
+                vs += f"; its {p} best classifier is {best['attributes'][p]['max']:.3f}"
             lines.append(
                 f"- {head_}: **{best['method']}** wins ({best_v:.3f}{vs}) — "
                 f"{reason(head_, best['family'])}."
