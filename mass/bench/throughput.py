@@ -104,6 +104,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--shards", type=int, default=2, help="output files of the job")
     parser.add_argument("--instances", type=int, default=1, help="Triton model instances")
+    parser.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        help="extra tritonserver flag, repeatable "
+        "(e.g. --server-arg=--backend-config=python,shm-growth-byte-size=67108864)",
+    )
     parser.add_argument("--max-batch-size", type=int, default=8192, help="Triton max_batch_size")
     parser.add_argument(
         "--noise-dim",
@@ -640,7 +647,7 @@ def bench_dataset(args, work: Path, rows: int, dim: int) -> dict:
     export_modifier(
         run_dir, repo, MODEL, max_batch_size=args.max_batch_size, instances=args.instances
     )
-    with TritonServer(repo, startup_timeout=300) as server:
+    with TritonServer(repo, startup_timeout=300, extra_args=tuple(args.server_arg)) as server:
         res["server_startup_s"] = round(server.startup_seconds or 0.0, 2)
         if "triton" in args.parts:
             table = pq.read_table(data)
@@ -728,6 +735,7 @@ def environment(args) -> dict:
         "instances": args.instances,
         "max_batch_size": args.max_batch_size,
         "noise_dim": args.noise_dim,
+        "server_args": list(getattr(args, "server_arg", [])),
     }
 
 
