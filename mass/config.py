@@ -39,6 +39,7 @@ class AdaptiveConfig:
     noise_dim: int = 16  # stochastic modifier: noise inputs per row (0 = deterministic)
     noise_scale: float = 1.0
     residual_scale: float = 1.0  # x' = n(x + a n(MLP)); a > 1 lets G outweigh x
+    output_noise: float = 0.0  # norm of seeded release-time noise on x' (0 = off)
     match: str = "mmd"  # distribution matching of x' across values of s
     match_weight: float = 50.0
     match_within_preserved: bool = True  # compare groups of s within strata of R

@@ -32,6 +32,10 @@ class ModifierSpec:
     # x' = n(x + a * n(MLP)); a = 1 is eq. 1. a > 1 (adaptive mode) lets G outweigh x, which
     # eq. 1 cannot: with a = 1, x' always lies within 90 degrees of x.
     residual_scale: float = 1.0
+    # x' = n(G(x) + sigma * z(seed) / sqrt(d)): release-time noise of norm ~sigma, seeded
+    # from the row id (adaptive mode). It drowns the low-variance residue of s that a
+    # standardising non-linear attacker would otherwise amplify. 0 = eq. 1 exactly.
+    output_noise: float = 0.0
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -46,6 +50,7 @@ class ModifierSpec:
             noise_dim=int(d.get("noise_dim", 0)),
             noise_scale=float(d.get("noise_scale", 1.0)),
             residual_scale=float(d.get("residual_scale", 1.0)),
+            output_noise=float(d.get("output_noise", 0.0)),
         )
 
 
@@ -97,20 +102,23 @@ class DataModifier(nn.Module):
 
     @property
     def stochastic(self) -> bool:
-        return self.spec.noise_dim > 0
+        return self.spec.noise_dim > 0 or self.spec.output_noise > 0
 
     def forward(self, x: torch.Tensor, seeds: torch.Tensor | None = None) -> torch.Tensor:
         x = l2_normalize(x)
-        if self.stochastic:
-            if seeds is None:
-                raise ValueError(
-                    "stochastic modifier needs per-row seeds (see mass.noise.row_seeds)"
-                )
+        if self.stochastic and seeds is None:
+            raise ValueError("stochastic modifier needs per-row seeds (see mass.noise.row_seeds)")
+        if self.spec.noise_dim > 0:
             z = row_noise(seeds, self.spec.noise_dim).to(x.device) * self.spec.noise_scale
             h = self.mlp(torch.cat([x, z], dim=1))
         else:
             h = self.mlp(x)
-        return l2_normalize(x + self.spec.residual_scale * l2_normalize(h))
+        out = l2_normalize(x + self.spec.residual_scale * l2_normalize(h))
+        if self.spec.output_noise > 0:
+            # a different stream than the input noise: offset the seed
+            z = row_noise(seeds + 0x5EED, self.spec.dim).to(x.device)
+            out = l2_normalize(out + self.spec.output_noise * z / self.spec.dim**0.5)
+        return out
 
 
 def save_modifier(model: nn.Module, path: str, **extra: object) -> None:

@@ -111,6 +111,7 @@ class ModifierTrainer:
             dim=dim, hidden=tuple(cfg.hidden),
             noise_dim=ad.noise_dim if stochastic else 0, noise_scale=ad.noise_scale,
             residual_scale=ad.residual_scale if cfg.adaptive_on else 1.0,
+            output_noise=ad.output_noise if cfg.adaptive_on else 0.0,
         )  # fmt: skip
         self.modifier = DataModifier(self.spec)
         self.opt = torch.optim.AdamW(

@@ -53,3 +53,37 @@ def test_residual_scale_lets_modifier_outweigh_the_input():
     assert (cos4 < 0).any()
     spec = ModifierSpec.from_dict(g4.spec.to_dict())
     assert spec.residual_scale == 4.0 and ModifierSpec.from_dict({"dim": 5}).residual_scale == 1.0
+
+
+def test_output_noise_is_a_pure_function_of_the_row_seed():
+    import torch
+
+    from mass.modifier import DataModifier, ModifierSpec
+
+    torch.manual_seed(0)
+    model = DataModifier(ModifierSpec(dim=16, output_noise=0.1)).eval()
+    x = torch.randn(6, 16)
+    seeds = torch.arange(6) * 7919
+    full = model(x, seeds)
+    # the same rows in another batch composition get the same noise (the MLP's matmul may
+    # differ in the last bit between batch shapes, the noise itself does not)
+    part = model(x[3:], seeds[3:])
+    assert torch.allclose(full[3:], part, atol=1e-6)
+    assert torch.equal(model(x, seeds), full)
+    # and the noise really moves the output, by about its norm
+    quiet = DataModifier(ModifierSpec(dim=16, output_noise=0.0)).eval()
+    quiet.load_state_dict(model.state_dict())
+    gap = torch.linalg.vector_norm(full - quiet(x), dim=1)
+    assert bool((gap > 0.02).all()) and bool((gap < 0.3).all())
+    assert torch.allclose(torch.linalg.vector_norm(full, dim=1), torch.ones(6), atol=1e-6)
+
+
+def test_output_noise_needs_seeds():
+    import pytest
+    import torch
+
+    from mass.modifier import DataModifier, ModifierSpec
+
+    model = DataModifier(ModifierSpec(dim=8, output_noise=0.1))
+    with pytest.raises(ValueError, match="seeds"):
+        model(torch.randn(2, 8))
