@@ -36,6 +36,9 @@ class AdaptiveConfig:
     adv_steps: int = 3  # adversary updates per generator step
     adv_reinit_every: int = 5  # epochs; 0 = never re-initialise
     adv_hidden: int = 128
+    # online utility learners: MLPs retrained on x' for each preserved attribute; G minimises
+    # their CE, so R stays decodable by the kind of classifier the audit retrains (0 = off)
+    utility_weight: float = 0.0
     noise_dim: int = 16  # stochastic modifier: noise inputs per row (0 = deterministic)
     noise_scale: float = 1.0
     residual_scale: float = 1.0  # x' = n(x + a n(MLP)); a > 1 lets G outweigh x

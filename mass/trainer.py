@@ -60,12 +60,18 @@ class Adversaries(nn.Module):
         self.models = nn.ModuleDict()
         self.reset(seed=cfg.seed)
 
+    def _attributes(self) -> tuple[str, ...]:
+        return self.cfg.suppress
+
+    def _families(self) -> tuple[str, ...]:
+        return self.cfg.adaptive.adversaries
+
     def reset(self, *, seed: int) -> None:
         torch.manual_seed(seed)
         ad = self.cfg.adaptive
         self.models = nn.ModuleDict(
             {f"{s}__{fam}": make_adversary(fam, self.dim, self.num_classes[s], ad.adv_hidden)
-             for s in self.cfg.suppress for fam in ad.adversaries}
+             for s in self._attributes() for fam in self._families()}
         )  # fmt: skip
         self.opt = torch.optim.Adam(self.models.parameters(), lr=ad.adv_lr)
 
@@ -87,6 +93,31 @@ class Adversaries(nn.Module):
             for p in m.parameters():
                 p.requires_grad_(False)
             total = total + losses.prior_kl_loss(m(x_mod), priors[k.split("__")[0]])
+            for p in m.parameters():
+                p.requires_grad_(True)
+        return total
+
+
+class UtilityLearners(Adversaries):
+    """Online MLP classifiers of each preserved attribute on x' (adaptive mode).
+
+    The mirror image of :class:`Adversaries`: they are retrained on the detached x' every
+    step and G *minimises* their cross-entropy, so R stays readable by a retrained
+    non-linear classifier (what the audit measures), not only by the frozen judges.
+    """
+
+    def _attributes(self) -> tuple[str, ...]:
+        return self.cfg.preserve
+
+    def _families(self) -> tuple[str, ...]:
+        return ("mlp",)
+
+    def utility_loss(self, x_mod: torch.Tensor, y: dict[str, torch.Tensor]) -> torch.Tensor:
+        total = x_mod.sum() * 0.0
+        for k, m in self.models.items():
+            for p in m.parameters():
+                p.requires_grad_(False)
+            total = total + F.cross_entropy(m(x_mod), y[k.split("__")[0]])
             for p in m.parameters():
                 p.requires_grad_(True)
         return total
@@ -120,6 +151,9 @@ class ModifierTrainer:
         self.adversaries = None
         if cfg.adaptive_on and ad.adversaries:
             self.adversaries = Adversaries(cfg, dim, num_classes)
+        self.utility = None
+        if cfg.adaptive_on and ad.utility_weight > 0 and cfg.preserve:
+            self.utility = UtilityLearners(cfg, dim, num_classes)
         self.history: list[dict[str, float]] = []
         self.start_epoch = 0
 
@@ -156,6 +190,8 @@ class ModifierTrainer:
         ad = cfg.adaptive
         if self.adversaries is not None:
             terms["adv"] = ad.adv_weight * self.adversaries.prior_loss(x_mod, self.priors)
+        if self.utility is not None:
+            terms["util"] = ad.utility_weight * self.utility.utility_loss(x_mod, y)
         if cfg.adaptive_on and ad.match != "none":
             strata = None
             if ad.match_within_preserved and cfg.preserve:
@@ -242,6 +278,9 @@ class ModifierTrainer:
             if self.adversaries is not None:
                 for _ in range(ad.adv_steps):
                     terms["adv_ce"] = torch.tensor(self.adversaries.step(x_mod, y))
+            if self.utility is not None:
+                for _ in range(ad.adv_steps):
+                    terms["util_ce"] = torch.tensor(self.utility.step(x_mod, y))
             for k, v in terms.items():
                 sums[k] = sums.get(k, 0.0) + float(v.detach())
             sums["loss"] = sums.get("loss", 0.0) + float(loss.detach())

@@ -165,3 +165,19 @@ def test_branch_left_in_train_mode_is_still_frozen_including_batchnorm_stats(dat
         normalize_rows(data.x), data.labels, progress=False
     )
     assert all(torch.equal(a, b) for a, b in zip(clf.buffers(), buffers, strict=True))
+
+
+def test_utility_learners_train_online_and_never_touch_frozen_branches(data, branches):
+    before = _snapshot(branches)
+    cfg = MassConfig.from_dict(
+        {**BASE, "mode": "adaptive", "adaptive": {"utility_weight": 5.0, "output_noise": 0.1}}
+    )
+    t = ModifierTrainer(cfg, branches, dim=8, num_classes={"s": 3, "u": 2})
+    assert t.utility is not None and list(t.utility.models) == ["u__mlp"]
+    hist = t.fit(normalize_rows(data.x), data.labels, seeds=np.arange(128), progress=False)
+    assert {"util", "util_ce"} <= set(hist[-1]) and np.isfinite(hist[-1]["util"])
+    assert t.modifier.spec.output_noise == 0.1
+    for p, q in zip(branches.parameters(), before, strict=True):
+        assert torch.equal(p, q)
+    # the utility learners do learn: their CE falls below chance (log 2) on the training rows
+    assert hist[-1]["util_ce"] < np.log(2)
