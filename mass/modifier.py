@@ -57,7 +57,7 @@ class ModifierSpec:
 def mlp(sizes: list[int], *, batchnorm: bool = False) -> nn.Sequential:
     """Linear layers with ReLU (and optionally BatchNorm) between them, none after the last."""
     layers: list[nn.Module] = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
         layers.append(nn.Linear(a, b))
         if i < len(sizes) - 2:
             if batchnorm:
