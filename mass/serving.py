@@ -123,6 +123,8 @@ def server_env(install: TritonInstall) -> dict[str, str]:
         lib_dirs.append(env["LD_LIBRARY_PATH"])
     env["LD_LIBRARY_PATH"] = os.pathsep.join(lib_dirs)
     env["PYTHONPATH"] = os.pathsep.join(python_path_for_models())
+    # model.py imports must not drop __pycache__ into the (DVC-tracked) model repository
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     # One thread per stub: the stubs share the machine with the caller (Beam workers).
     env.setdefault("OMP_NUM_THREADS", "1")
