@@ -25,7 +25,7 @@ ATTRS = ("digit", "colour", "parity", "ge5", "circle")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-root", default="data", help="root of coloured MNIST features cache")
-    p.add_argument("--features", help="directory with {train,test}.parquet features to use "
+    p.add_argument("--features", help="directory with {train,test}.parquet (or train/, test/) features to use "
                    "as-is (skips the coloured MNIST cache check)")  # fmt: skip
     p.add_argument("--out", default="bench/results/quality", help="output prefix (.json, .md)")
     p.add_argument("--modes", default="faithful,adaptive")
@@ -148,7 +148,11 @@ def run(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads)
     if args.features:
-        paths = {s: os.path.join(args.features, f"{s}.parquet") for s in ("train", "test")}
+        # the cache writes SPLIT.parquet, the DVC pipeline's extract stage SPLIT/ part files
+        paths = {}
+        for s in ("train", "test"):
+            single = os.path.join(args.features, f"{s}.parquet")
+            paths[s] = single if os.path.exists(single) else os.path.join(args.features, s)
     else:
         paths = coloured_mnist_features(args.data_root)
     train = load_embeddings(paths["train"], label_cols=list(ATTRS))
