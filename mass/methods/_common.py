@@ -8,7 +8,7 @@ same export / anonymize / audit pipeline handles any method's release unchanged.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -65,6 +65,28 @@ def n_classes(ds: EmbeddingDataset, attr: str) -> int:
 
 def unit_x(ds: EmbeddingDataset) -> torch.Tensor:
     return l2_normalize(torch.as_tensor(np.ascontiguousarray(ds.x), dtype=torch.float32))
+
+
+class FitInputs(NamedTuple):
+    """What every learned method's ``fit`` starts from (see :func:`fit_inputs`)."""
+
+    x: torch.Tensor  # unit-normalised training embeddings
+    gen: torch.Generator  # seeded shuffling generator
+    attrs: list[str]  # suppress + preserve
+    ks: dict[str, int]  # classes per attribute
+    labels: dict[str, torch.Tensor]  # long labels per attribute
+
+
+def fit_inputs(
+    train: EmbeddingDataset, suppress: list[str], preserve: list[str], *, seed: int
+) -> FitInputs:
+    """Validate the attributes, seed torch, and prepare x, labels and class counts."""
+    check_attrs(train, suppress, preserve)
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    attrs = [*suppress, *preserve]
+    ks = {a: n_classes(train, a) for a in attrs}
+    return FitInputs(unit_x(train), gen, attrs, ks, label_tensors(train, attrs))
 
 
 def batches(n: int, batch_size: int, gen: torch.Generator) -> list[torch.Tensor]:

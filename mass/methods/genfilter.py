@@ -37,12 +37,9 @@ from mass.io import EmbeddingDataset
 from mass.methods import FitResult, register_method
 from mass.methods._common import (
     batches,
-    check_attrs,
     classifier,
-    label_tensors,
-    n_classes,
+    fit_inputs,
     param,
-    unit_x,
 )
 from mass.modifier import l2_normalize, mlp, register_modifier
 from mass.noise import row_noise
@@ -232,16 +229,12 @@ class _GenFilterBase:
         progress: bool = True,
     ) -> FitResult:
         start = time.perf_counter()
-        check_attrs(train, suppress, preserve)
-        torch.manual_seed(seed)
-        gen = torch.Generator().manual_seed(seed)
-        x = unit_x(train)
+        x, gen, _, ks, labels = fit_inputs(train, suppress, preserve, seed=seed)
         budget = param(params, "budget", 20.0, lo=0.0)
         label_source = str(params.get("label_source", "predicted"))
         if label_source not in ("predicted", "none"):
             raise ConfigError(f"params.label_source={label_source!r}: choose 'predicted' or 'none'")
         use_labels = self.mode == "filter" and label_source == "predicted"
-        ks = {a: n_classes(train, a) for a in [*suppress, *preserve]}
         spec = GenFilterSpec(
             dim=x.shape[1],
             latent=param(params, "latent", 16, lo=1),
@@ -265,7 +258,6 @@ class _GenFilterBase:
         with torch.no_grad():
             mu, logvar = model.encode(x)
             recon_cos = float(F.cosine_similarity(model.decoder(mu), x).mean())
-        labels = label_tensors(train, [*suppress, *preserve])
         extra: dict[str, Any] = {"vae_recon_cosine": recon_cos, "budget": budget}
         if self.mode == "gaussian":
             sigma = gaussian_budget_sigma(logvar, budget)

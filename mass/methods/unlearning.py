@@ -30,14 +30,11 @@ from torch import nn
 from mass.io import EmbeddingDataset
 from mass.methods import FitResult, register_method
 from mass.methods._common import (
-    check_attrs,
     classifier,
     entropy_of,
-    label_tensors,
-    n_classes,
+    fit_inputs,
     param,
     train_with_aux,
-    unit_x,
 )
 from mass.modifier import DataModifier, ModifierSpec, mlp
 
@@ -86,13 +83,7 @@ class AttributeUnlearning:
         progress: bool = True,
     ) -> FitResult:
         start = time.perf_counter()
-        check_attrs(train, suppress, preserve)
-        torch.manual_seed(seed)
-        gen = torch.Generator().manual_seed(seed)
-        x = unit_x(train)
-        attrs = [*suppress, *preserve]
-        ks = {a: n_classes(train, a) for a in attrs}
-        labels = label_tensors(train, attrs)
+        x, gen, attrs, ks, labels = fit_inputs(train, suppress, preserve, seed=seed)
         entropy = {a: entropy_of(labels[a], ks[a]) for a in suppress}
         hidden = tuple(int(h) for h in params.get("hidden", (256, 128, 256)))
         modifier = DataModifier(ModifierSpec(dim=x.shape[1], hidden=hidden))
