@@ -15,11 +15,11 @@ import argparse
 import json
 import time
 
-import numpy as np
 import torch
 
 from mass.io import load_embeddings
 from mass.methods import get_method
+from mass.methods.mass import normalize_rows
 from mass.metrics import majority_rate, retrained_attackers
 from mass.noise import row_seeds
 
@@ -46,9 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     model = res.modifier.eval()
 
     def modify(ds):
-        x = ds.x / np.linalg.norm(ds.x, axis=1, keepdims=True)
         with torch.no_grad():
-            return model(torch.from_numpy(x), torch.from_numpy(row_seeds(ds.ids))).numpy()
+            return model(torch.from_numpy(normalize_rows(ds.x)), torch.from_numpy(row_seeds(ds.ids))).numpy()
 
     xtr, xte = modify(tr), modify(te)
     out: dict = {"name": args.name, "fit_s": round(fit_s, 1)}
