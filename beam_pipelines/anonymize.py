@@ -4,9 +4,10 @@
         [--triton-url HOST:PORT] [--id-col id --emb-col emb] [--allow-columns a,b]
         [--batch-rows 4096] [--shards N] [--max-quarantined 0] [beam flags, e.g. --runner]
 
-Steps: check the server/model and the input schema before reading data; read Arrow batches;
-quarantine bad rows; modify batches on Triton (``RunInference``); write fixed shards into a
-staging directory; verify and rename into OUT (see :mod:`transforms.release`).
+Steps: check the server/model and the input schema before reading data; then one DoFn per
+input row group reads Arrow batches, quarantines bad rows, modifies the rest on Triton and
+spills id-sorted runs (:mod:`transforms.modify`); one merge per shard writes the staged part
+files; verify and rename into OUT (see :mod:`transforms.release`).
 """
 
 from __future__ import annotations
@@ -21,10 +22,8 @@ import time
 import apache_beam as beam
 import pyarrow as pa
 import pyarrow.compute as pc
-from apache_beam.ml.inference.base import RunInference
 
 from beam_pipelines.options import (
-    LogProgress,
     add_serving_arguments,
     check_common,
     counter,
@@ -36,8 +35,9 @@ from beam_pipelines.options import (
 from mass.errors import ConfigError, QuarantineThresholdError, SchemaError
 from mass.io import read_table
 from mass.triton_adapters import verify_version_dir
-from transforms.parquet_io import ReadArrowBatches, WriteShardedParquet
-from transforms.quarantine import SplitValidRows, publish_quarantine, quarantine_schema
+from transforms.modify import ModifyRowGroupFn, pick
+from transforms.parquet_io import MergeShards, WriteShardedParquet, plan_row_groups
+from transforms.quarantine import publish_quarantine, quarantine_schema
 from transforms.release import (
     export_info,
     publish_release,
@@ -190,28 +190,38 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
     stage, q_stage = staging_dir(args.output), staging_dir(q_out)
 
     p = pipeline_for(extra, test_pipeline)
-    batches = p | "Read" >> ReadArrowBatches(
-        args.input,
+    modify = ModifyRowGroupFn(
+        handler,
+        stage=stage,
         columns=[args.id_col, args.emb_col, *args.allow_columns],
         batch_rows=args.batch_rows,
+        id_col=args.id_col,
+        emb_col=args.emb_col,
+        dim=dim,
+        num_shards=args.shards,
+        verify_col=INPUT_COPY,
+        progress_every=args.progress_every,
     )
-    valid, bad = batches | "Split" >> SplitValidRows(
-        id_col=args.id_col, emb_col=args.emb_col, dim=dim
+    tagged = (
+        p
+        | "RowGroups" >> beam.Create(plan_row_groups(args.input))
+        | "ReadModifySpill" >> beam.ParDo(modify)
     )
-    quarantined = bad | "WriteQuarantine" >> WriteShardedParquet(
-        q_stage, id_col=args.id_col, num_shards=1, schema=q_schema
+    quarantined = (
+        tagged
+        | "Quarantined" >> beam.FlatMap(pick, "bad")
+        | "WriteQuarantine"
+        >> WriteShardedParquet(q_stage, id_col=args.id_col, num_shards=1, schema=q_schema)
     )
     released = (
-        valid
-        | "Modify" >> RunInference(handler)
-        | "Progress" >> beam.ParDo(LogProgress(args.progress_every, "anonymize"))
+        tagged
+        | "Runs" >> beam.FlatMap(pick, "run")
         | "WriteRelease"
-        >> WriteShardedParquet(
+        >> MergeShards(
             stage,
             id_col=args.id_col,
             num_shards=args.shards,
             schema=out_schema,
-            emb_col=args.emb_col,
             verify_col=INPUT_COPY,
         )
     )

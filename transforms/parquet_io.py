@@ -2,11 +2,13 @@
 
 Beam's DaskRunner translates only Create, ParDo, GroupByKey and Flatten, so reading is
 ``Create(row-group specs) | ParDo(read)`` instead of ``ReadFromParquetBatched`` (a Read
-source), and writing is ``ParDo(key by shard) | GroupByKey | ParDo(write shard)`` instead of
-``WriteToParquetBatched`` (a Reshuffle + finalize sink). Rows go to shard
-``row_seeds(id) % num_shards`` and are sorted by id inside a shard, so the files depend only
-on the rows and the shard count: the same input gives byte-identical files on any runner,
-batch size or input layout (what DVC needs to see an unchanged output).
+source), and writing is ``ParDo(spill sorted runs) | GroupByKey(shard -> run paths) |
+ParDo(merge)`` instead of ``WriteToParquetBatched`` (a Reshuffle + finalize sink). Rows go to
+shard ``row_seeds(id) % num_shards`` and are sorted by id inside a shard, so the files depend
+only on the rows and the shard count: the same input gives byte-identical files on any
+runner, batch size or input layout (what DVC needs to see an unchanged output). Rows never
+travel through the GroupByKey (only run file paths do) and the merge holds one record batch
+per open run, so memory stays bounded whatever the number of rows (an external sort).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import copyreg
 import json
 import os
+import shutil
+import uuid
 from dataclasses import dataclass
 
 import apache_beam as beam
@@ -89,15 +93,21 @@ class _ReadRowGroupFn(beam.DoFn):
         self._batch_rows = batch_rows
 
     def process(self, spec: RowGroupSpec):
-        try:
-            table = pq.ParquetFile(spec.path).read_row_group(spec.row_group, columns=self._columns)
-        except (pa.ArrowInvalid, OSError) as e:
-            raise UnreadableInputError(
-                f"{spec.path}: row group {spec.row_group} unreadable ({e})"
-            ) from e
-        for batch in table.combine_chunks().to_batches(max_chunksize=self._batch_rows):
-            if batch.num_rows:
-                yield batch
+        yield from read_row_group(spec, self._columns, self._batch_rows)
+
+
+def read_row_group(spec: RowGroupSpec, columns: list[str] | None, batch_rows: int):
+    """Stream one row group as RecordBatches of at most ``batch_rows`` rows."""
+    try:
+        with pq.ParquetFile(spec.path) as f:
+            for batch in f.iter_batches(batch_size=batch_rows, row_groups=[spec.row_group],
+                                        columns=columns, use_threads=False):  # fmt: skip
+                if batch.num_rows:
+                    yield batch
+    except (pa.ArrowInvalid, OSError) as e:
+        raise UnreadableInputError(
+            f"{spec.path}: row group {spec.row_group} unreadable ({e})"
+        ) from e
 
 
 class ReadArrowBatches(beam.PTransform):
@@ -128,38 +138,190 @@ def shard_of(ids: pa.Array, num_shards: int) -> np.ndarray:
     return (row_seeds(ids) % num_shards).astype(np.int64)
 
 
-class _KeyByShardFn(beam.DoFn):
+RUNS_DIR = "_runs"  # sorted spill runs inside the staging directory (removed before publishing)
+RUN_BYTES = 4 << 20  # bytes per record batch of a run file: what the merge holds per open run
+FAN_IN = 32  # runs merged at once; more are first merged into longer runs (bounded memory)
+SPILL_BYTES = 64 << 20  # rows a writer buffers per worker before it spills sorted runs
+
+
+def _sorted(table: pa.Table, id_col: str) -> pa.Table:
+    return table.take(pc.sort_indices(table, sort_keys=[(id_col, "ascending")]))
+
+
+def _chunk_rows(table: pa.Table) -> int:
+    row = max(1, table.nbytes // max(1, table.num_rows)) if table.num_rows else 1
+    return max(256, RUN_BYTES // row)
+
+
+def write_run(directory: str, table: pa.Table, id_col: str) -> str:
+    """Sort ``table`` by id and write it as one Arrow IPC run file; return its path."""
+    table = _sorted(table.combine_chunks(), id_col)
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"run-{uuid.uuid4().hex}.arrow")
+    with pa.OSFile(path + ".part", "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+        w.write_table(table, max_chunksize=_chunk_rows(table))
+    os.replace(path + ".part", path)  # a run is referenced only once complete
+    return path
+
+
+class ShardSpiller:
+    """Buffers a worker's rows per shard and spills them as id-sorted run files.
+
+    Memory is bounded by ``budget`` bytes whatever the number of rows; each spilled run is
+    reported as ``(shard, path)`` for the merge. With ``verify_col`` (the model input
+    carried next to the output), the comparison happens here and one flag byte per row
+    replaces the input copy (see :func:`_row_flags`).
+    """
+
     def __init__(
         self,
+        directory: str,
+        *,
         id_col: str,
         num_shards: int,
-        *,
         emb_col: str | None = None,
         verify_col: str | None = None,
+        budget: int = SPILL_BYTES,
     ) -> None:
-        self._id_col = id_col
-        self._num_shards = num_shards
-        self._emb_col = emb_col
-        self._verify_col = verify_col
+        self._dir = os.path.join(directory, RUNS_DIR)
+        self._id_col, self._n = id_col, num_shards
+        self._emb_col, self._verify_col = emb_col, verify_col
+        self._budget = budget
+        self._buf: dict[int, list[pa.RecordBatch]] = {}
+        self._bytes = 0
 
-    def process(self, batch: pa.RecordBatch):
+    def add(self, batch: pa.RecordBatch) -> list[tuple[int, str]]:
         if self._verify_col is not None:
-            # Compare before the shuffle and ship 1 flag byte per row instead of the whole
-            # input embedding: halves what GroupByKey encodes, moves and holds (docs/performance.md)
             flags = _row_flags(batch, self._emb_col, self._verify_col)
             idx = batch.schema.get_field_index(self._verify_col)
             batch = batch.set_column(idx, self._verify_col, pa.array(flags))
-        shards = shard_of(batch.column(self._id_col), self._num_shards)
+        shards = shard_of(batch.column(self._id_col), self._n)
         for s in np.unique(shards):
-            yield int(s), batch.filter(pa.array(shards == s))
+            part = batch if self._n == 1 else batch.filter(pa.array(shards == s))
+            self._buf.setdefault(int(s), []).append(part)
+        self._bytes += batch.nbytes
+        return self.flush() if self._bytes >= self._budget else []
+
+    def flush(self) -> list[tuple[int, str]]:
+        out = []
+        for s, parts in sorted(self._buf.items()):
+            out.append((s, write_run(self._dir, pa.Table.from_batches(parts), self._id_col)))
+        self._buf, self._bytes = {}, 0
+        return out
 
 
-class _WriteShardFn(beam.DoFn):
-    """Concatenate a shard's batches, sort by id, write; optionally drop and check a column.
+class _Cursor:
+    """Read position in one sorted run file (one record batch in memory at a time)."""
 
-    With ``verify_col`` (the model's input embedding carried along), the writer counts rows
-    whose output equals the input (a bypassed model) or is not finite, and leaves those
-    counts in a ``_part-*.json`` sidecar for the publisher; the column is never written.
+    def __init__(self, path: str, id_col: str) -> None:
+        self._file = pa.OSFile(path, "rb")
+        self._reader = pa.ipc.open_file(self._file)
+        self._next, self._id_col = 0, id_col
+        self.batch: pa.RecordBatch | None = None
+        self._load()
+
+    def _load(self) -> None:
+        self.batch = None
+        while self.batch is None and self._next < self._reader.num_record_batches:
+            b = self._reader.get_batch(self._next)
+            self._next += 1
+            self.batch = b if b.num_rows else None
+        if self.batch is None:
+            self._file.close()
+
+    def last_id(self):
+        return self.batch.column(self._id_col)[-1].as_py()
+
+    def take_upto(self, bound) -> pa.RecordBatch:
+        """Rows with id <= ``bound`` (a prefix: the run is sorted); loads the next batch."""
+        ids = self.batch.column(self._id_col)
+        k = pc.sum(pc.less_equal(ids, pa.scalar(bound, ids.type))).as_py() or 0
+        head = self.batch.slice(0, k)
+        self.batch = self.batch.slice(k)
+        if not self.batch.num_rows:
+            self._load()
+        return head
+
+
+def merge_sorted_runs(paths: list[str], id_col: str):
+    """k-way merge of id-sorted runs: yields id-sorted tables, holding one batch per run."""
+    cursors = [c for c in (_Cursor(p, id_col) for p in paths) if c.batch is not None]
+    while cursors:
+        # every row <= the smallest "last id" of the loaded batches is final: none can follow
+        bound = min(c.last_id() for c in cursors)
+        pieces = [c.take_upto(bound) for c in cursors]
+        table = pa.Table.from_batches([p for p in pieces if p.num_rows])
+        yield _sorted(table, id_col)
+        cursors = [c for c in cursors if c.batch is not None]
+
+
+def _reduce_runs(paths: list[str], directory: str, id_col: str) -> list[str]:
+    """Merge runs FAN_IN at a time until at most FAN_IN remain (multi-pass external sort)."""
+    while len(paths) > FAN_IN:
+        merged = []
+        for i in range(0, len(paths), FAN_IN):
+            group = paths[i : i + FAN_IN]
+            if len(group) == 1:
+                merged.append(group[0])
+                continue
+            out = os.path.join(directory, f"run-{uuid.uuid4().hex}.arrow")
+            writer = None
+            with pa.OSFile(out + ".part", "wb") as sink:
+                for table in merge_sorted_runs(group, id_col):
+                    if writer is None:
+                        writer = pa.ipc.new_file(sink, table.schema)
+                    writer.write_table(table, max_chunksize=_chunk_rows(table))
+                if writer is not None:
+                    writer.close()
+            os.replace(out + ".part", out)
+            for p in group:
+                os.remove(p)
+            merged.append(out)
+        paths = merged
+    return paths
+
+
+class _ShardSink:
+    """Writes a shard's sorted rows as exactly ``row_group_size``-row row groups, so the file
+    is byte-identical to ``pq.write_table`` of the whole sorted shard."""
+
+    def __init__(self, path: str, schema: pa.Schema | None) -> None:
+        self._path, self._schema = path, schema
+        self._rows = WRITE_OPTIONS["row_group_size"]
+        self._pending: list[pa.Table] = []
+        self._n = 0
+        self._writer: pq.ParquetWriter | None = None
+
+    def write(self, table: pa.Table) -> None:
+        self._pending.append(table)
+        self._n += table.num_rows
+        while self._n >= self._rows:
+            self._flush(self._rows)
+
+    def _flush(self, rows: int) -> None:
+        table = pa.concat_tables(self._pending).combine_chunks()
+        head, rest = table.slice(0, rows), table.slice(rows)
+        self._pending, self._n = ([rest] if rest.num_rows else []), rest.num_rows
+        if self._writer is None:
+            opts = {k: v for k, v in WRITE_OPTIONS.items() if k != "row_group_size"}
+            self._writer = pq.ParquetWriter(self._path, head.schema, **opts)
+        self._writer.write_table(head, row_group_size=self._rows)
+
+    def close(self, empty_schema: pa.Schema) -> None:
+        if self._n:
+            self._flush(self._n)
+        if self._writer is None:
+            pq.write_table(empty_schema.empty_table(), self._path, **WRITE_OPTIONS)
+        else:
+            self._writer.close()
+
+
+class _MergeShardFn(beam.DoFn):
+    """Merge a shard's sorted runs into its part file (drops and checks ``verify_col``).
+
+    With ``verify_col`` the merge counts rows whose output equals the input (a bypassed
+    model) or is not finite, and leaves those counts in a ``_part-*.json`` sidecar for the
+    publisher; the column is never written.
     """
 
     def __init__(
@@ -169,30 +331,40 @@ class _WriteShardFn(beam.DoFn):
         id_col: str,
         num_shards: int,
         schema: pa.Schema | None,
-        emb_col: str | None,
         verify_col: str | None,
     ) -> None:
         self._dir = directory
         self._id_col = id_col
         self._n = num_shards
         self._schema = schema
-        self._emb_col = emb_col
         self._verify_col = verify_col
 
     def process(self, element):
-        shard, batches = element
-        table = pa.Table.from_batches(list(batches)).combine_chunks()
-        table = table.take(pc.sort_indices(table, sort_keys=[(self._id_col, "ascending")]))
-        stats = {"shard": int(shard), "rows": table.num_rows}
+        shard, runs = element
+        shard = int(shard)
+        paths = _reduce_runs(sorted(runs), os.path.join(self._dir, RUNS_DIR), self._id_col)
+        path = shard_path(self._dir, shard, self._n)
+        sink = _ShardSink(path + ".part", self._schema)
+        stats = {"shard": shard, "rows": 0}
+        counts = {"unmodified": 0, "first_unmodified_id": None,
+                  "nonfinite": 0, "first_nonfinite_id": None}  # fmt: skip
+        first_schema = None
+        for table in merge_sorted_runs(paths, self._id_col):
+            if self._verify_col is not None:
+                _count_flags(counts, table, self._id_col, self._verify_col)
+                table = table.drop_columns([self._verify_col])
+            if self._schema is not None:  # fixed column order, types and metadata
+                table = table.select(self._schema.names).cast(self._schema)
+            first_schema = first_schema or table.schema
+            stats["rows"] += table.num_rows
+            sink.write(table)
+        sink.close(self._schema or first_schema or pa.schema([]))
+        os.replace(path + ".part", path)
+        for p in paths:
+            os.remove(p)
         if self._verify_col is not None:
-            stats.update(_compare(table, self._id_col, self._emb_col, self._verify_col))
-            table = table.drop_columns([self._verify_col])
-        if self._schema is not None:  # fixed column order, types and metadata
-            table = table.select(self._schema.names).cast(self._schema)
-        os.makedirs(self._dir, exist_ok=True)
-        path = shard_path(self._dir, int(shard), self._n)
-        pq.write_table(table, path, **WRITE_OPTIONS)
-        with open(os.path.join(self._dir, f"_part-{int(shard):05d}.json"), "w") as f:
+            stats.update(counts)
+        with open(os.path.join(self._dir, f"_part-{shard:05d}.json"), "w") as f:
             json.dump(stats, f)
         yield stats
 
@@ -212,21 +384,57 @@ def _row_flags(batch: pa.RecordBatch, emb_col: str | None, verify_col: str) -> n
     return flags
 
 
-def _compare(table: pa.Table, id_col: str, emb_col: str | None, verify_col: str) -> dict:
+def _count_flags(counts: dict, table: pa.Table, id_col: str, verify_col: str) -> None:
+    """Add one sorted chunk's flags to ``counts`` (first ids are the smallest: runs are sorted)."""
     flags = table.column(verify_col).combine_chunks().to_numpy(zero_copy_only=False)
-    same, bad = (flags & UNMODIFIED) > 0, (flags & NONFINITE) > 0
     ids = table.column(id_col)
-    first = lambda m: ids[int(np.flatnonzero(m)[0])].as_py() if m.any() else None  # noqa: E731
-    return {
-        "unmodified": int(same.sum()),
-        "first_unmodified_id": first(same),
-        "nonfinite": int(bad.sum()),
-        "first_nonfinite_id": first(bad),
-    }
+    for key, bit in (("unmodified", UNMODIFIED), ("nonfinite", NONFINITE)):
+        mask = (flags & bit) > 0
+        if mask.any():
+            counts[key] += int(mask.sum())
+            if counts[f"first_{key}_id"] is None:
+                counts[f"first_{key}_id"] = ids[int(np.flatnonzero(mask)[0])].as_py()
+
+
+class _SpillFn(beam.DoFn):
+    """Each element's rows -> one sorted run per shard it touches.
+
+    Runs are emitted from ``process`` (never ``finish_bundle``: DaskRunner drops what
+    ``finish_bundle`` emits); the merge copes with many small runs (see :data:`FAN_IN`).
+    """
+
+    def __init__(self, directory: str, **spiller) -> None:
+        self._dir, self._spiller_args = directory, spiller
+
+    def process(self, batch: pa.RecordBatch):
+        spiller = ShardSpiller(self._dir, **self._spiller_args)
+        yield from spiller.add(batch)
+        yield from spiller.flush()
+
+
+class MergeShards(beam.PTransform):
+    """PCollection of ``(shard, run path)`` -> ``directory/part-XXXXX-of-NNNNN.parquet``.
+
+    Only run paths travel through the GroupByKey, never rows: every runner (FnApiRunner keeps
+    a GroupByKey's input in memory) stays within bounded memory whatever the row count.
+    """
+
+    def __init__(self, directory: str, *, id_col: str, num_shards: int,
+                 schema: pa.Schema | None = None, verify_col: str | None = None) -> None:  # fmt: skip
+        super().__init__()
+        self._fn = _MergeShardFn(directory, id_col=id_col, num_shards=int(num_shards),
+                                 schema=schema, verify_col=verify_col)  # fmt: skip
+
+    def expand(self, runs):
+        return runs | "GroupRuns" >> beam.GroupByKey() | "MergeShard" >> beam.ParDo(self._fn)
 
 
 class WriteShardedParquet(beam.PTransform):
-    """PCollection of RecordBatch -> ``directory/part-XXXXX-of-NNNNN.parquet`` (+ sidecars)."""
+    """PCollection of RecordBatch -> ``directory/part-XXXXX-of-NNNNN.parquet`` (+ sidecars).
+
+    Each worker spills id-sorted runs per shard (bounded buffer); one merge per shard streams
+    them into the part file. Files depend only on the rows and the shard count.
+    """
 
     def __init__(
         self,
@@ -247,26 +455,18 @@ class WriteShardedParquet(beam.PTransform):
         self._verify_col = verify_col
 
     def expand(self, pcoll):
+        spill = _SpillFn(self._dir, id_col=self._id_col, num_shards=self._n,
+                         emb_col=self._emb_col, verify_col=self._verify_col)  # fmt: skip
         return (
             pcoll
-            | "KeyByShard"
-            >> beam.ParDo(
-                _KeyByShardFn(
-                    self._id_col, self._n, emb_col=self._emb_col, verify_col=self._verify_col
-                )
-            )
-            | "GroupShards" >> beam.GroupByKey()
-            | "WriteShard"
-            >> beam.ParDo(
-                _WriteShardFn(
-                    self._dir,
-                    id_col=self._id_col,
-                    num_shards=self._n,
-                    schema=self._schema,
-                    emb_col=self._emb_col,
-                    verify_col=self._verify_col,
-                )
-            )
+            | "SpillRuns" >> beam.ParDo(spill)
+            | MergeShards(
+                self._dir,
+                id_col=self._id_col,
+                num_shards=self._n,
+                schema=self._schema,
+                verify_col=self._verify_col,
+            )  # fmt: skip
         )
 
 
@@ -289,6 +489,8 @@ def read_sidecars(directory: str) -> list[dict]:
 
 
 def remove_sidecars(directory: str) -> None:
+    """Drop the writer's bookkeeping (sidecars, and spill runs of retried bundles)."""
+    shutil.rmtree(os.path.join(directory, RUNS_DIR), ignore_errors=True)
     for name in os.listdir(directory):
         if name.startswith("_part-") and name.endswith(".json"):
             os.remove(os.path.join(directory, name))

@@ -60,3 +60,91 @@ def test_rows_are_sorted_by_id_within_a_shard(tmp_path, beam_pipeline):
     for f in glob.glob(str(tmp_path / "o" / "part-*.parquet")):
         ids = pq.read_table(f).column("id").to_numpy()
         assert len(ids) and np.all(np.diff(ids) > 0)
+
+
+def _spill_and_merge(tmp_path, tables, *, shards=1, verify=False):
+    """Spill each table as its own runs, then merge every shard (no Beam: the pieces)."""
+    from transforms import parquet_io as P
+
+    out = str(tmp_path / "out")
+    runs: dict[int, list[str]] = {}
+    for t in tables:
+        sp = P.ShardSpiller(out, id_col="id", num_shards=shards,
+                            emb_col="emb" if verify else None,
+                            verify_col="src" if verify else None)  # fmt: skip
+        for b in t.to_batches():
+            for s, path in sp.add(b):
+                runs.setdefault(s, []).append(path)
+        for s, path in sp.flush():
+            runs.setdefault(s, []).append(path)
+    fn = P._MergeShardFn(out, id_col="id", num_shards=shards, schema=None,
+                         verify_col="src" if verify else None)  # fmt: skip
+    stats = [next(iter(fn.process((s, r)))) for s, r in sorted(runs.items())]
+    return out, stats
+
+
+def _table(ids, dim=3, seed=0):
+    import pyarrow as pa
+
+    rng = np.random.default_rng(seed)
+    emb = rng.standard_normal((len(ids), dim)).astype(np.float32)
+    return pa.table({"id": ids, "emb": pa.FixedSizeListArray.from_arrays(emb.ravel(), dim)})
+
+
+def test_merge_is_byte_identical_to_writing_the_sorted_shard_at_once(tmp_path, monkeypatch):
+    import pyarrow as pa
+
+    from transforms import parquet_io as P
+
+    # small row groups and many tiny runs: several row groups and a multi-pass merge
+    monkeypatch.setitem(P.WRITE_OPTIONS, "row_group_size", 100)
+    monkeypatch.setattr(P, "FAN_IN", 3)
+    monkeypatch.setattr(P, "RUN_BYTES", 200)  # a few rows per run record batch
+    ids = np.random.default_rng(1).permutation(1000)
+    full = _table(ids)
+    pieces = [full.slice(i, 73) for i in range(0, 1000, 73)]
+    out, stats = _spill_and_merge(tmp_path, pieces)
+    got = open(os.path.join(out, "part-00000-of-00001.parquet"), "rb").read()
+    ref = str(tmp_path / "ref.parquet")
+    pq.write_table(full.take(pa.compute.sort_indices(full, [("id", "ascending")])), ref,
+                   **P.WRITE_OPTIONS)  # fmt: skip
+    assert got == open(ref, "rb").read()
+    assert stats[0]["rows"] == 1000
+    assert pq.ParquetFile(ref).metadata.num_row_groups == 10
+    assert os.listdir(os.path.join(out, P.RUNS_DIR)) == []  # merged runs are removed
+
+
+def test_merge_handles_string_ids_and_duplicate_free_interleaving(tmp_path, monkeypatch):
+    from transforms import parquet_io as P
+
+    monkeypatch.setattr(P, "FAN_IN", 2)
+    ids = [f"user-{i:05d}" for i in np.random.default_rng(2).permutation(500)]
+    out, _ = _spill_and_merge(tmp_path, [_table(ids[i : i + 37]) for i in range(0, 500, 37)],
+                              shards=3)  # fmt: skip
+    got = []
+    for f in sorted(glob.glob(os.path.join(out, "part-*.parquet"))):
+        col = pq.read_table(f).column("id").to_pylist()
+        assert col == sorted(col)
+        got += col
+    assert sorted(got) == sorted(ids)
+
+
+def test_merge_counts_unmodified_and_nonfinite_rows_with_the_smallest_ids(tmp_path):
+    import pyarrow as pa
+
+    t = _table(np.arange(50)[::-1].copy())
+    emb = t.column("emb").combine_chunks()
+    vals = emb.values.to_numpy().reshape(50, 3).copy()
+    src = vals.copy()
+    src[10] = vals[10]  # id 39: output == input (bypassed)
+    src[40] = vals[40]  # id 9
+    src[~np.isin(np.arange(50), [10, 40])] += 1.0
+    vals[45, 0] = np.nan  # id 4: not finite
+    t = pa.table({"id": t.column("id"),
+                  "emb": pa.FixedSizeListArray.from_arrays(vals.ravel(), 3),
+                  "src": pa.FixedSizeListArray.from_arrays(src.ravel(), 3)})  # fmt: skip
+    out, stats = _spill_and_merge(tmp_path, [t.slice(0, 20), t.slice(20)], verify=True)
+    s = stats[0]
+    assert (s["unmodified"], s["first_unmodified_id"]) == (2, 9)
+    assert (s["nonfinite"], s["first_nonfinite_id"]) == (1, 4)
+    assert "src" not in pq.read_schema(os.path.join(out, "part-00000-of-00001.parquet")).names

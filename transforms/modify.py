@@ -1,0 +1,113 @@
+"""The anonymize job's hot path as one DoFn per input row group: read -> quarantine -> modify
+-> spill sorted runs.
+
+Beam encodes every element of every PCollection it samples for size estimates, and pickles
+RecordBatches between stages; a chain of ParDos over RecordBatches (read, validate, split,
+RunInference, progress, key-by-shard) paid that on every step (docs/performance.md). Here
+the only elements are row-group specs in and ``(shard, run path)`` pairs out, so the rows
+never leave Arrow buffers between the Parquet reader, the model handler and the spill files.
+The next batch's read and validation overlap the current batch's model call (one helper
+thread; pyarrow and gRPC release the GIL). Works with any handler of
+:mod:`transforms.triton_handler` (``load_model`` / ``run_inference``), so tests and
+in-process runs swap the server for a function without changing the graph.
+
+Outputs are tagged tuples (DaskRunner does not route tagged outputs): ``("run", (shard,
+path))`` for :class:`transforms.parquet_io.MergeShards` and ``("bad", RecordBatch)`` with the
+quarantined ids and reasons.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import apache_beam as beam
+
+from transforms.parquet_io import RowGroupSpec, ShardSpiller, read_row_group
+from transforms.quarantine import validate_batch
+
+log = logging.getLogger("mass.anonymize")
+
+
+class ModifyRowGroupFn(beam.DoFn):
+    def __init__(
+        self,
+        handler,
+        *,
+        stage: str,
+        columns: list[str],
+        batch_rows: int,
+        id_col: str,
+        emb_col: str,
+        dim: int,
+        num_shards: int,
+        verify_col: str,
+        progress_every: int = 50,
+    ) -> None:
+        self._handler = handler
+        self._stage, self._columns, self._batch_rows = stage, columns, int(batch_rows)
+        self._id_col, self._emb_col, self._dim = id_col, emb_col, int(dim)
+        self._num_shards, self._verify_col = int(num_shards), verify_col
+        self._every = max(1, progress_every)
+        self._quarantined = beam.metrics.Metrics.counter("mass", "quarantined")
+
+    def setup(self):
+        if log.level == logging.NOTSET:  # Beam's import-time basicConfig leaves root at WARNING
+            log.setLevel(logging.INFO)
+        self._model = self._handler.load_model()
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="mass-read")
+        self._t0, self._rows, self._batches = time.monotonic(), 0, 0
+
+    def teardown(self):
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.shutdown(wait=False)
+
+    def _validated(self, spec: RowGroupSpec):
+        for batch in read_row_group(spec, self._columns, self._batch_rows):
+            yield validate_batch(batch, id_col=self._id_col, emb_col=self._emb_col, dim=self._dim)
+
+    def process(self, spec: RowGroupSpec):
+        spiller = ShardSpiller(
+            self._stage,
+            id_col=self._id_col,
+            num_shards=self._num_shards,
+            emb_col=self._emb_col,
+            verify_col=self._verify_col,
+        )
+        batches = self._validated(spec)
+        nxt = self._pool.submit(next, batches, None)
+        while True:
+            item = nxt.result()
+            if item is None:
+                break
+            nxt = self._pool.submit(next, batches, None)  # read ahead while the model runs
+            good, bad = item
+            if bad.num_rows:
+                self._quarantined.inc(bad.num_rows)
+                yield "bad", bad
+            if good.num_rows:
+                (out,) = self._handler.run_inference([good], self._model)
+                for run in spiller.add(out):
+                    yield "run", run
+            self._progress(good.num_rows + bad.num_rows)
+        for run in spiller.flush():
+            yield "run", run
+
+    def _progress(self, rows: int) -> None:
+        self._rows += rows
+        self._batches += 1
+        if self._batches % self._every == 0:
+            dt = time.monotonic() - self._t0
+            log.info(
+                "anonymize: %d rows in %.1f s (%.0f rows/s on this worker)",
+                self._rows,
+                dt,
+                self._rows / max(dt, 1e-9),
+            )
+
+
+def pick(element, tag):
+    if element[0] == tag:
+        yield element[1]
