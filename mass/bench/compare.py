@@ -119,6 +119,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--attributes",
         help="attributes to score, comma list (default: all labelled; include the task ones)",
     )
+    parser.add_argument(
+        "--mass-params",
+        help="also run MaSS with the train: section of this YAML (e.g. params.yaml: the "
+        "demo's measured settings) as the row 'mass adaptive (FILE)'",
+    )
+    parser.add_argument(
+        "--raw",
+        help="with --features: DIR of raw {train,val,test}.parquet images (mass prepare's "
+        "output) for the raw-domain rows; needs --extractor",
+    )
+    parser.add_argument("--extractor", help="with --raw: the extractor.pt that made --features")
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -132,15 +143,23 @@ def parse_tasks(spec: str) -> list[tuple[list[str], list[str]]]:
     return tasks
 
 
-def selected_rows(spec: str | None) -> list[tuple]:
+def selected_rows(spec: str | None, mass_params: str | None = None) -> list[tuple]:
+    all_rows = list(METHOD_ROWS)
+    if mass_params:
+        from mass.bench.quality import adaptive_params
+
+        params = {"mode": "adaptive", **adaptive_params(mass_params)}
+        quick = {"epochs": 2, "branch_epochs": 2, "agnostic_epochs": 2}
+        label = f"mass adaptive ({os.path.basename(mass_params)})"
+        all_rows.insert(2, (label, "mass", params, quick))
     if not spec:
-        return METHOD_ROWS
+        return all_rows
     wanted = {w.strip() for w in spec.split(",")}
-    rows = [r for r in METHOD_ROWS if r[0] in wanted or r[1] in wanted]
+    rows = [r for r in all_rows if r[0] in wanted or r[1] in wanted]
     unknown = wanted - {r[0] for r in rows} - {r[1] for r in rows} - {"original", "raw"}
     if unknown:
         raise ConfigError(
-            f"--methods: unknown {sorted(unknown)}; known: {[r[0] for r in METHOD_ROWS]}"
+            f"--methods: unknown {sorted(unknown)}; known: {[r[0] for r in all_rows]}"
         )
     return rows
 
@@ -203,7 +222,9 @@ def run_task(suppress, preserve, splits, judges, shared_rows, args, on_row=None)
 
     train, test = splits["train"], splits["test"]
     rows = [tag(r, suppress, preserve) for r in shared_rows[:1]]
-    for label, method, params, quick in selected_rows(args.methods):
+    for label, method, params, quick in selected_rows(
+        args.methods, getattr(args, "mass_params", None)
+    ):
         params = {**params, **(quick if args.quick else {})}
         t0 = time.perf_counter()
         torch.manual_seed(args.seed)
@@ -303,11 +324,18 @@ def load_data(args):
             n, dim=16 if args.quick else 64, classes={"a": 4, "b": 3, "c": 2}, seed=args.seed
         )
         return {k: subset(full, r) for k, r in _split_rows(n, args.seed).items()}, None, None
-    if args.features:
-        return _load_features(args.features, args.quick), None, None
     from mass.datasets import coloured_mnist
     from mass.datasets.coloured_mnist import read_split
     from mass.extractor import load_extractor
+
+    if args.features:
+        splits = _load_features(args.features, args.quick)
+        if not args.raw:
+            return splits, None, None
+        if not args.extractor:
+            raise ConfigError("--raw needs --extractor (the model that made --features)")
+        raw = {k: os.path.join(args.raw, f"{k}.parquet") for k in splits}
+        return splits, _aligned_images(splits, raw, read_split), load_extractor(args.extractor)
 
     # The shared cache (ROOT/raw, ROOT/extractor, ROOT/features); a --quick run builds its own
     # under --out with a 2-epoch extractor so it never replaces the full-run cache.
@@ -315,12 +343,21 @@ def load_data(args):
     epochs = args.extractor_epochs or (2 if args.quick else coloured_mnist.DEFAULT_EPOCHS)
     paths = coloured_mnist.coloured_mnist_features(root, seed=args.seed, epochs=epochs)
     splits = _load_features(os.path.join(root, "features"), args.quick)
+    raw = {k: os.path.join(root, "raw", f"{k}.parquet") for k in splits}
+    return splits, _aligned_images(splits, raw, read_split), load_extractor(paths["extractor"])
+
+
+def _aligned_images(splits: dict, raw: dict[str, str], read_split) -> dict[str, np.ndarray]:
+    """Raw images of each split in the row order of its features (matched by id)."""
     images = {}
     for k, ds in splits.items():
-        ids, imgs, _ = read_split(os.path.join(root, "raw", f"{k}.parquet"))
+        ids, imgs, _ = read_split(raw[k])
         where = {int(i): j for j, i in enumerate(ids)}
+        missing = [int(i) for i in ds.ids.to_numpy() if int(i) not in where]
+        if missing:
+            raise ConfigError(f"{raw[k]}: no image for feature id(s) {missing[:5]}")
         images[k] = imgs[[where[int(i)] for i in ds.ids.to_numpy()]]
-    return splits, images, load_extractor(paths["extractor"])
+    return images
 
 
 def _load_features(root: str, quick: bool) -> dict[str, EmbeddingDataset]:

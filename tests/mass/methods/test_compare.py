@@ -70,3 +70,13 @@ def test_reconstruction_attack_inverts_a_fixed_rotation_but_not_noise():
     )
     assert inv.cosine > 0.9 and blind.cosine < 0.3
     assert inv.identity_cosine < 0.5  # the release itself is not the original
+
+
+def test_mass_params_add_a_row_with_the_files_train_settings(tmp_path):
+    from mass.bench.compare import selected_rows
+
+    p = tmp_path / "params.yaml"
+    p.write_text("train:\n  suppress: digit\n  mode: adaptive\n  lr: 0.005\n  w_rstar: 0\n")
+    rows = selected_rows("mass adaptive (params.yaml),leace", str(p))
+    assert [r[0] for r in rows] == ["mass adaptive (params.yaml)", "leace"]
+    assert rows[0][1] == "mass" and rows[0][2] == {"mode": "adaptive", "lr": 0.005, "w_rstar": 0}
