@@ -30,6 +30,7 @@ from beam_pipelines.options import (
     csv_list,
     pipeline_for,
     run_to_completion,
+    shm_mode,
     triton_endpoint,
 )
 from mass.errors import ConfigError, QuarantineThresholdError, SchemaError
@@ -134,6 +135,7 @@ def run_job(args, extra, *, test_pipeline=None, model_handler=None, model_info=N
             keep_input_as=INPUT_COPY,
             timeout_s=args.timeout_s,
             max_retries=args.max_retries,
+            shared_memory=shm_mode(args),
         )
         return _run(args, extra, test_pipeline, handler, info, url, checked)
 

@@ -28,6 +28,7 @@ from beam_pipelines.options import (
     csv_list,
     pipeline_for,
     run_to_completion,
+    shm_mode,
     triton_endpoint,
 )
 from mass.errors import SchemaError, ServingError
@@ -109,6 +110,7 @@ def run_job(args, extra, *, test_pipeline=None) -> dict:
             output_dim=dim,
             timeout_s=args.timeout_s,
             max_retries=args.max_retries,
+            shared_memory=shm_mode(args),
         )
         meta = {
             b"mass.extractor": args.model.encode(),

@@ -47,6 +47,13 @@ def add_serving_arguments(parser: argparse.ArgumentParser) -> None:
         default=5,
         help="retries on UNAVAILABLE/DEADLINE_EXCEEDED (exponential backoff)",
     )
+    g.add_argument(
+        "--triton-shm",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="send tensors through system shared memory (auto: when the server is on "
+        "127.0.0.1/localhost; off: gRPC payloads)",
+    )
     g.add_argument("--batch-rows", type=int, default=4096, help="rows per Arrow batch/request")
     g.add_argument("--shards", type=int, default=1, help="output files (fixed for DVC)")
     g.add_argument(
@@ -55,6 +62,10 @@ def add_serving_arguments(parser: argparse.ArgumentParser) -> None:
         default=20,
         help="log a rows/s line every N batches per worker",
     )
+
+
+def shm_mode(args: argparse.Namespace) -> str | bool:
+    return {"auto": "auto", "on": True, "off": False}[getattr(args, "triton_shm", "auto")]
 
 
 def check_common(args: argparse.Namespace) -> None:
@@ -69,6 +80,13 @@ def pipeline_for(extra: list[str], test_pipeline: beam.Pipeline | None) -> beam.
     # Beam does not register the Dask runner's short name; accept it like the others.
     extra = [RUNNER_ALIASES.get(a, a) for a in extra]
     extra = [f"--runner={RUNNER_ALIASES[a[9:]]}" if a[9:] in RUNNER_ALIASES else a for a in extra]
+    dask = any(a.endswith("DaskRunner") for a in extra)
+    if dask and not any(
+        a.startswith(("--dask_npartitions", "--dask_partition_size")) for a in extra
+    ):
+        # Our Creates hold one work item per row group: one Dask partition each, so the
+        # workers share them (Dask's default packs up to 128 items into one partition).
+        extra = [*extra, "--dask_partition_size=1"]
     options = PipelineOptions(extra)
     if any(a == "--runner" or a.startswith("--runner=") for a in extra):
         return beam.Pipeline(options=options)

@@ -63,6 +63,9 @@ class ModifyRowGroupFn(beam.DoFn):
         pool = getattr(self, "_pool", None)
         if pool is not None:
             pool.shutdown(wait=False)
+        close = getattr(getattr(self, "_model", None), "close", None)
+        if close is not None:  # the Triton connection: unregister its shared memory now
+            close()
 
     def _validated(self, spec: RowGroupSpec):
         for batch in read_row_group(spec, self._columns, self._batch_rows):

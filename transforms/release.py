@@ -163,7 +163,7 @@ def staging_dir(out: str, kind: str = "tmp") -> str:
     return f"{os.path.normpath(out)}.{kind}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -186,7 +186,7 @@ def recover_output(out: str) -> list[str]:
     for kind in ("old", "tmp"):
         for path in sorted(glob.glob(f"{glob.escape(base)}.{kind}-*")):
             pid = path.rsplit(f".{kind}-", 1)[1].split("-", 1)[0]
-            if pid.isdigit() and _pid_alive(int(pid)) and int(pid) != os.getpid():
+            if pid.isdigit() and pid_alive(int(pid)) and int(pid) != os.getpid():
                 continue  # another live job's directory: not ours to touch
             if kind == "old" and not os.path.exists(base):
                 os.replace(path, base)

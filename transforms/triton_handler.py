@@ -13,6 +13,10 @@ raise :class:`mass.errors.ResponseShapeError` instead of writing a batch they co
 from __future__ import annotations
 
 import atexit
+import glob
+import itertools
+import os
+import threading
 import time
 from collections.abc import Callable
 
@@ -219,10 +223,11 @@ class TorchModifierFunction:
 
 
 class _TritonConnection:
-    def __init__(self, url: str, model: str, version: str) -> None:
+    def __init__(self, url: str, model: str, version: str, *, shared_memory: bool = False) -> None:
         import tritonclient.grpc as grpcclient
 
         self.url, self.model, self.version = url, model, version
+        self._slots: list[_ShmSlot] = []
         self.client = grpcclient.InferenceServerClient(url=url)
         # Workers keep the client until exit; close and drop it before gRPC's module teardown
         # (its __del__ would otherwise close again against half-unloaded modules).
@@ -242,7 +247,32 @@ class _TritonConnection:
             )
         self.max_batch = int(cfg.get("max_batch_size", 0)) or None
         self.inputs = {i["name"]: i["data_type"].removeprefix("TYPE_") for i in cfg["input"]}
+        self.output_dims = {o["name"]: [int(d) for d in o.get("dims", [])] for o in cfg["output"]}
         self._pool = None
+        self.shm = shared_memory
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        if shared_memory:
+            _clear_stale_regions(self.client)
+
+    def slot(self, in_bytes: int, out_bytes: int) -> _ShmSlot:
+        """This thread's pair of registered regions, grown (powers of two) to fit."""
+        slot = getattr(self._local, "slot", None)
+        if slot is None or slot.in_size < in_bytes or slot.out_size < out_bytes:
+            if slot is not None:
+                slot.close(self.client)
+            slot = _ShmSlot(self.client, _pow2(in_bytes), _pow2(out_bytes))
+            self._local.slot = slot
+            with self._lock:
+                self._slots = [s for s in self._slots if s.open] + [slot]
+        return slot
+
+    def reregister(self) -> None:
+        """Register every region again (a restarted server has forgotten them)."""
+        with self._lock:
+            for s in self._slots:
+                if s.open:
+                    s.register(self.client)
 
     def pool(self, workers: int):
         from concurrent.futures import ThreadPoolExecutor
@@ -253,8 +283,96 @@ class _TritonConnection:
 
     def close(self) -> None:
         client, self.client = self.client, None
+        for s in self._slots:
+            s.close(client)
+        self._slots = []
         if client is not None:
             client.close()
+
+
+SHM_PREFIX = "mass-shm"
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(16, int(n - 1).bit_length())
+
+
+class _ShmSlot:
+    """Two system shared-memory regions (all inputs, the output) registered with the server.
+
+    Names carry the pid, so a later client can drop what a killed one left behind.
+    """
+
+    _count = itertools.count()
+
+    def __init__(self, client, in_size: int, out_size: int) -> None:
+        import tritonclient.utils.shared_memory as shm
+
+        tag = f"{SHM_PREFIX}-{os.getpid()}-{next(self._count)}"
+        self.in_name, self.out_name = f"{tag}-in", f"{tag}-out"
+        self.in_size, self.out_size = in_size, out_size
+        self.in_h = shm.create_shared_memory_region(self.in_name, f"/{self.in_name}", in_size)
+        try:
+            self.out_h = shm.create_shared_memory_region(
+                self.out_name, f"/{self.out_name}", out_size
+            )
+        except Exception:
+            shm.destroy_shared_memory_region(self.in_h)
+            raise
+        self.open = True
+        try:
+            self.register(client)
+        except Exception:
+            self.close(None)  # never leave an unregistered region behind
+            raise
+
+    def register(self, client) -> None:
+        for name, size in ((self.in_name, self.in_size), (self.out_name, self.out_size)):
+            try:
+                client.unregister_system_shared_memory(name)
+            except Exception:  # not registered (new region, or a restarted server)
+                pass
+            client.register_system_shared_memory(name, f"/{name}", size)
+
+    def close(self, client) -> None:
+        import tritonclient.utils.shared_memory as shm
+
+        if not self.open:
+            return
+        self.open = False
+        for name, h in ((self.in_name, self.in_h), (self.out_name, self.out_h)):
+            if client is not None:
+                try:
+                    client.unregister_system_shared_memory(name)
+                except Exception:  # the server may be gone; the region is ours to remove
+                    pass
+            shm.destroy_shared_memory_region(h)
+
+
+def _clear_stale_regions(client) -> None:
+    """Unregister and unlink regions of dead processes (a killed job cannot clean up)."""
+    from transforms.release import pid_alive
+
+    dead = set()
+    for path in glob.glob(f"/dev/shm/{SHM_PREFIX}-*"):
+        pid = os.path.basename(path).split("-")[2]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            dead.add(os.path.basename(path))
+    try:
+        status = client.get_system_shared_memory_status(as_json=True).get("regions", {})
+        dead |= {n for n in status if n.startswith(SHM_PREFIX)
+                 and not pid_alive(int(n.split("-")[2]))}  # fmt: skip
+    except Exception:
+        pass
+    for name in dead:
+        try:
+            client.unregister_system_shared_memory(name)
+        except Exception:
+            pass
+        try:
+            os.unlink(f"/dev/shm/{name}")
+        except OSError:
+            pass
 
 
 class TritonModelHandler(_ArrowBatchInference, RemoteModelHandler):
@@ -284,10 +402,15 @@ class TritonModelHandler(_ArrowBatchInference, RemoteModelHandler):
         backoff_s: float = 0.5,
         request_rows: int | None = 2048,
         in_flight: int = 2,
+        shared_memory: str | bool = "auto",
     ) -> None:
         # Retries happen in request() (configurable backoff, counted), not in the base class.
         RemoteModelHandler.__init__(self, namespace=NAMESPACE, num_retries=0)
         self._request_rows, self._in_flight = request_rows, in_flight
+        if shared_memory == "auto":  # only a server on this host can map our regions
+            host = url.rsplit(":", 1)[0].strip("[]")
+            shared_memory = host in ("127.0.0.1", "localhost", "::1")
+        self._shm = bool(shared_memory)
         self._url, self._version = url, str(version or "")
         self._timeout_s, self._max_retries, self._backoff_s = timeout_s, max_retries, backoff_s
         self._retries = Metrics.counter(NAMESPACE, "retries")
@@ -302,10 +425,47 @@ class TritonModelHandler(_ArrowBatchInference, RemoteModelHandler):
         )
 
     def create_client(self) -> _TritonConnection:
-        return _TritonConnection(self._url, self.model_name, self._version)
+        return _TritonConnection(self._url, self.model_name, self._version, shared_memory=self._shm)
 
     def request(self, batch, model: _TritonConnection, inference_args=None):
         return self._each(batch, lambda tensors: self._infer(model, tensors))
+
+    def _shm_output_shape(self, conn, tensors: Tensors, n: int) -> list[int] | None:
+        """``[n, d]`` when this request can go through shared memory, else None."""
+        if not conn.shm or any(a.dtype == object for a in tensors.values()):
+            return None
+        dims = conn.output_dims.get(self._output) or []
+        d = self._output_dim or (dims[-1] if dims and dims[-1] > 0 else None)
+        return [n, int(d)] if d else None
+
+    def _infer_shm(self, conn, req, out, shape: list[int]) -> np.ndarray:
+        """Inputs copied once into this thread's region, output read back from its region."""
+        import tritonclient.utils.shared_memory as shm
+
+        arrays = [np.ascontiguousarray(arr) for _, arr in req]
+        in_bytes, out_bytes = sum(a.nbytes for a in arrays), shape[0] * shape[1] * 4
+        slot = conn.slot(in_bytes, out_bytes)
+        shm.set_shared_memory_region(slot.in_h, arrays)
+        offset = 0
+        for (inp, _), a in zip(req, arrays, strict=True):
+            inp.set_shared_memory(slot.in_name, a.nbytes, offset=offset)
+            offset += a.nbytes
+        out.set_shared_memory(slot.out_name, out_bytes)
+        res = conn.client.infer(
+            self.model_name,
+            [inp for inp, _ in req],
+            model_version=self._version,
+            outputs=[out],
+            client_timeout=self._timeout_s,
+        )
+        meta = res.get_output(self._output)
+        got = (list(meta.shape), meta.datatype) if meta is not None else (None, None)
+        if got != (shape, "FP32"):  # the region holds only what the server says it wrote
+            raise ResponseShapeError(
+                f"model '{self.model_name}' returned {got} for {shape[0]} rows; expected "
+                f"FP32 {shape}; check the model's config.pbtxt output dims"
+            )
+        return shm.get_contents_as_numpy(slot.out_h, np.float32, shape).copy()
 
     def _infer(self, conn: _TritonConnection, tensors: Tensors) -> np.ndarray:
         n = len(next(iter(tensors.values())))
@@ -336,25 +496,34 @@ class TritonModelHandler(_ArrowBatchInference, RemoteModelHandler):
             inp = grpcclient.InferInput(
                 name, list(arr.shape), "BYTES" if dtype == "STRING" else dtype
             )
-            inp.set_data_from_numpy(arr)  # gRPC: raw binary tensor contents
-            req.append(inp)
-        outputs = [grpcclient.InferRequestedOutput(self._output)]
+            req.append((inp, arr))
+        out = grpcclient.InferRequestedOutput(self._output)
+        n = len(next(iter(tensors.values())))
+        out_shape = self._shm_output_shape(conn, tensors, n)
         for attempt in range(self._max_retries + 1):
             try:
+                if out_shape is not None:
+                    return self._infer_shm(conn, req, out, out_shape)
+                for inp, arr in req:
+                    inp.set_data_from_numpy(arr)  # gRPC: raw binary tensor contents
                 res = conn.client.infer(
                     self.model_name,
-                    req,
+                    [inp for inp, _ in req],
                     model_version=self._version,
-                    outputs=outputs,
+                    outputs=[out],
                     client_timeout=self._timeout_s,
                 )
                 return res.as_numpy(self._output)
             except InferenceServerException as e:
-                if e.status() not in RETRYABLE or attempt == self._max_retries:
+                lost_shm = out_shape is not None and "shared memory" in (e.message() or "").lower()
+                retry = e.status() in RETRYABLE or lost_shm
+                if not retry or attempt == self._max_retries:
                     raise ServingError(
                         f"Triton at {conn.url}, model '{self.model_name}': {e.status()} "
                         f"{e.message()} (after {attempt} retries); check the server"
                     ) from e
+                if lost_shm:  # a restarted server forgot our regions
+                    conn.reregister()
                 self._retries.inc()
                 time.sleep(self._backoff_s * 2**attempt)
         raise AssertionError("unreachable")

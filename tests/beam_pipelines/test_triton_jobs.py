@@ -186,3 +186,27 @@ def test_dask_runner_output_is_byte_identical_to_fnapi(repo, server, emb_input, 
     a, b = _bytes(str(tmp_path / "fnapi")), _bytes(str(tmp_path / "dask"))
     assert len(a) == 3 and a == b
     assert _bytes(str(tmp_path / "fnapi_quarantine")) == _bytes(str(tmp_path / "dask_quarantine"))
+
+
+def test_shared_memory_and_grpc_payloads_give_byte_identical_releases(
+    repo, server, emb_input, tmp_path
+):
+    """--triton-shm on (regions registered per request thread) == off (gRPC payloads); no
+    region outlives the job, on the client (/dev/shm) or in the server's registry."""
+    import tritonclient.grpc as grpcclient
+
+    from transforms.triton_handler import SHM_PREFIX
+
+    outs = {}
+    for mode in ("on", "off"):
+        outs[mode] = str(tmp_path / mode)
+        anonymize.run(["--input", emb_input, "--output", outs[mode], "--model", "mod",
+                       "--repository", str(repo / "repo"), "--triton-url", server.grpc_url,
+                       "--triton-shm", mode, "--batch-rows", "300", "--max-quarantined", "1"])  # fmt: skip
+    assert _bytes(outs["on"]) == _bytes(outs["off"])
+    regions = grpcclient.InferenceServerClient(server.grpc_url).get_system_shared_memory_status(
+        as_json=True
+    )
+    mine = f"{SHM_PREFIX}-{os.getpid()}-"
+    assert not [n for n in regions.get("regions", {}) if n.startswith(mine)]
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith(mine)]

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
@@ -84,7 +86,10 @@ def test_unreachable_server_is_a_serving_error_at_client_creation():
         TritonModelHandler(f"127.0.0.1:{free_port()}", "m").create_client()
 
 
-def test_unavailable_is_retried_with_backoff_then_fails():
+@pytest.mark.parametrize("shm", [False, True])
+def test_unavailable_is_retried_with_backoff_then_fails(shm):
+    import threading
+
     import tritonclient.grpc as grpcclient
 
     url = f"127.0.0.1:{free_port()}"
@@ -92,9 +97,14 @@ def test_unavailable_is_retried_with_backoff_then_fails():
     conn.url, conn.model, conn.version, conn.max_batch = url, "m", "", None
     conn.client = grpcclient.InferenceServerClient(url)
     conn.inputs = {"EMBEDDING": "FP32", "ROW_SEED": "INT64"}
-    handler = TritonModelHandler(url, "m", max_retries=2, backoff_s=0.01, timeout_s=2)
+    conn.output_dims = {"PRIVATIZED": [4]}
+    conn.shm, conn._local, conn._slots, conn._lock = shm, threading.local(), [], threading.Lock()
+    before = set(os.listdir("/dev/shm"))
+    handler = TritonModelHandler(url, "m", max_retries=2, backoff_s=0.01, timeout_s=2,
+                                 shared_memory=shm)  # fmt: skip
     with pytest.raises(ServingError, match="UNAVAILABLE.*after 2 retries"):
         handler.request(_batch(), conn)
+    assert set(os.listdir("/dev/shm")) == before  # no region left behind by failed attempts
 
 
 def test_extractor_inputs_are_uint8_images_and_byte_strings():
