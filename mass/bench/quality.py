@@ -230,6 +230,10 @@ def _short(ev: dict) -> str:
                      for a, r in ev.items())  # fmt: skip
 
 
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")  # row names like "digit | circle" inside a table
+
+
 def markdown(report: dict) -> str:
     lines = [
         f"# MaSS quality on coloured MNIST-5k ({report['rows_train']} train / "
@@ -250,7 +254,7 @@ def markdown(report: dict) -> str:
         for a, v in r["attributes"].items():
             floor = f"{v['floor']:.3f}" if "floor" in v else ""
             lines.append(
-                f"| {r['mode']} | {r['name']} | {a} | {v['role']} | {v['original']:.3f} | "
+                f"| {r['mode']} | {_cell(r['name'])} | {a} | {v['role']} | {v['original']:.3f} | "
                 f"{v['frozen_x']:.3f} | {v['frozen_xmod']:.3f} | {v['worst_xmod']:.3f} | "
                 f"{v['majority']:.3f} | {floor} | {r['frozen_ok']} | {r['retrained_ok']} | "
                 f"{r['epoch_seconds']:.2f} |"
