@@ -22,6 +22,7 @@ from mass.losses import SIM_TYPES
 log = logging.getLogger(__name__)
 MODES = ("faithful", "adaptive")
 ADVERSARY_FAMILIES = ("linear", "mlp")
+PRE_ERASERS = ("none", "leace", "quadratic")
 MATCH_KINDS = ("none", "mmd", "mean")
 
 
@@ -49,6 +50,10 @@ class AdaptiveConfig:
     match: str = "mmd"  # distribution matching of x' across values of s
     match_weight: float = 500.0
     match_within_preserved: bool = True  # compare groups of s within strata of R
+    # closed-form concept erasure fitted first on the training rows; G is trained on (and
+    # applied after) its output: "none", "leace" (linear) or "quadratic" (LEACE's quadratic
+    # variant: class-conditional means and covariances transported to their barycenter)
+    pre_erase: str = "none"
 
 
 @dataclass(frozen=True)
@@ -170,6 +175,10 @@ class MassConfig:
             raise ConfigError(f"adaptive.adversaries: {bad} not among {ADVERSARY_FAMILIES}")
         if self.adaptive.match not in MATCH_KINDS:
             raise ConfigError(f"adaptive.match: {self.adaptive.match!r} not in {MATCH_KINDS}")
+        if self.adaptive.pre_erase not in PRE_ERASERS:
+            raise ConfigError(
+                f"adaptive.pre_erase: {self.adaptive.pre_erase!r} not in {PRE_ERASERS}"
+            )
 
     def validate(self, labels: dict[str, np.ndarray], *, source: str = "data") -> None:
         """Data checks up front (see :func:`validate_attributes`)."""

@@ -103,6 +103,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="rows per Arrow batch in the limit and the job (--batch-rows)",
     )
     parser.add_argument("--shards", type=int, default=2, help="output files of the job")
+    parser.add_argument(
+        "--job-shm",
+        default="auto",
+        help="the job's --triton-shm, comma list to compare (auto,on,off)",
+    )
     parser.add_argument("--instances", type=int, default=1, help="Triton model instances")
     parser.add_argument(
         "--server-arg",
@@ -498,10 +503,11 @@ def run_job(
     batch_rows: int,
     shards: int,
     rows: int,
+    shm: str = "auto",
 ) -> dict:
     from beam_pipelines import anonymize
 
-    rec: dict = {"runner": runner, "batch_rows": batch_rows, "shards": shards}
+    rec: dict = {"runner": runner, "batch_rows": batch_rows, "shards": shards, "shm": shm}
     with runner_flags(runner) as flags, measured(rec, rows):
         summary = anonymize.run(
             [
@@ -521,6 +527,8 @@ def run_job(
                 str(shards),
                 "--progress-every",
                 "1000000",
+                "--triton-shm",
+                shm,
                 *flags,
             ]
         )
@@ -680,21 +688,23 @@ def bench_dataset(args, work: Path, rows: int, dim: int) -> dict:
         if "job" in args.parts:
             res["job"] = []
             for runner in args.runners:
-                r = run_job(
-                    data,
-                    repo,
-                    server.grpc_url,
-                    work / "job_out",
-                    runner=runner,
-                    batch_rows=args.batch_rows,
-                    shards=args.shards,
-                    rows=rows,
-                )
-                res["job"].append(r)
-                _say(
-                    f"[{rows}x{dim}] job {runner}: {r['rows_per_s']:.0f} rows/s, "
-                    f"tree RSS {r['peak_tree_rss_mb']:.0f} MB"
-                )
+                for shm in [m for m in args.job_shm.split(",") if m]:
+                    r = run_job(
+                        data,
+                        repo,
+                        server.grpc_url,
+                        work / "job_out",
+                        runner=runner,
+                        batch_rows=args.batch_rows,
+                        shards=args.shards,
+                        rows=rows,
+                        shm=shm,
+                    )
+                    res["job"].append(r)
+                    _say(
+                        f"[{rows}x{dim}] job {runner} shm={shm}: {r['rows_per_s']:.0f} rows/s, "
+                        f"tree RSS {r['peak_tree_rss_mb']:.0f} MB"
+                    )
     res["ratios"] = ratios(res)
     return res
 

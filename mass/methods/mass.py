@@ -14,6 +14,7 @@ from mass.branches import load_branches, save_branches, train_agnostic, train_cl
 from mass.config import MassConfig
 from mass.io import EmbeddingDataset
 from mass.methods import FitResult, register_method
+from mass.modifier import ChainModifier
 from mass.noise import row_seeds
 from mass.trainer import Branches, ModifierTrainer
 
@@ -76,6 +77,10 @@ def fit_mass(
     t0 = time.perf_counter()
     if run_dir:
         os.makedirs(run_dir, exist_ok=True)
+    eraser = None
+    if cfg.adaptive_on and cfg.adaptive.pre_erase != "none":
+        eraser, train = pre_erase(train, cfg)
+        branches = None  # G's frozen branches must see what G sees: the erased rows
     x = normalize_rows(train.x)
     num_classes = {a: train.num_classes(a) for a in train.labels}
     bpath = os.path.join(run_dir, "branches.pt") if run_dir else None
@@ -93,14 +98,34 @@ def fit_mass(
         checkpoint=os.path.join(run_dir, "checkpoint.pt") if run_dir else None,
         resume=resume, progress=progress,
     )  # fmt: skip
+    modifier = trainer.modifier
+    if eraser is not None:
+        modifier = ChainModifier.of(eraser, trainer.modifier)
     return FitResult(
-        modifier=trainer.modifier,
+        modifier=modifier,
         branches={**branches.classifiers, **({"agnostic": branches.agnostic} if branches.agnostic else {})},
         history=history,
         seconds=time.perf_counter() - t0,
         extra={"branch_seconds": t_branches, "config": cfg.to_dict(),
                "config_hash": cfg.config_hash(), "branches_obj": branches},
     )  # fmt: skip
+
+
+def pre_erase(train: EmbeddingDataset, cfg: MassConfig):
+    """Fit the closed-form eraser of ``cfg.adaptive.pre_erase`` on S; return it and the
+    training rows it outputs (what G is then trained on)."""
+    import dataclasses
+
+    from mass.methods import get_method
+
+    name = {"leace": "leace", "quadratic": "leace_quadratic"}[cfg.adaptive.pre_erase]
+    t0 = time.perf_counter()
+    fit = get_method(name).fit(train, suppress=list(cfg.suppress), preserve=list(cfg.preserve),
+                               params={}, seed=cfg.seed, progress=False)  # fmt: skip
+    with torch.no_grad():
+        xe = fit.modifier(torch.from_numpy(normalize_rows(train.x))).numpy()
+    log.info("pre-erasure (%s) fitted in %.1fs", name, time.perf_counter() - t0)
+    return fit.modifier.eval(), dataclasses.replace(train, x=xe)
 
 
 @register_method("mass")
