@@ -65,9 +65,12 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
                 raise
             sub.add_parser(name, help=f"{DESCRIPTIONS[name]} (unavailable: {e.name})")
             continue
-        p = sub.add_parser(name, help=getattr(mod, "HELP", DESCRIPTIONS[name]),
-                           description=getattr(mod, "__doc__", None),
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p = sub.add_parser(
+            name,
+            help=getattr(mod, "HELP", DESCRIPTIONS[name]),
+            description=getattr(mod, "__doc__", None),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
     return parser
@@ -78,8 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv)
     args, extra = parser.parse_known_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     if extra and not getattr(args, "_accepts_extra", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args._extra = extra

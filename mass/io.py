@@ -77,7 +77,9 @@ def embedding_matrix(
         )
     arr = table.column(column).combine_chunks()
     typ = arr.type
-    if not (pa.types.is_fixed_size_list(typ) or pa.types.is_list(typ) or pa.types.is_large_list(typ)):
+    if not (
+        pa.types.is_fixed_size_list(typ) or pa.types.is_list(typ) or pa.types.is_large_list(typ)
+    ):
         raise SchemaError(f"{source}: column '{column}' has type {typ}; expected a list of floats")
     if not (pa.types.is_floating(typ.value_type) or pa.types.is_integer(typ.value_type)):
         raise SchemaError(
@@ -105,7 +107,9 @@ def embedding_matrix(
     flat = arr.flatten() if n else pa.array([], type=pa.float32())
     if flat.null_count:
         pos = int(np.flatnonzero(flat.is_null().to_numpy(zero_copy_only=False))[0])
-        raise InvalidValueError(f"{source}: column '{column}' row {pos // max(dim, 1)} has a null value")
+        raise InvalidValueError(
+            f"{source}: column '{column}' row {pos // max(dim, 1)} has a null value"
+        )
     values = flat.to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
     mat = values.reshape(n, dim)
     finite = np.isfinite(mat).all(axis=1)
@@ -131,7 +135,9 @@ def check_ids(table: pa.Table, column: str, *, source: str) -> pa.Array:
     if len(uniq) != len(ids):
         counts = pc.value_counts(ids)
         dup = counts.filter(pc.greater(counts.field("counts"), 1))[0]["values"].as_py()
-        rows = np.flatnonzero(pc.equal(ids, pa.scalar(dup, ids.type)).to_numpy(zero_copy_only=False))
+        rows = np.flatnonzero(
+            pc.equal(ids, pa.scalar(dup, ids.type)).to_numpy(zero_copy_only=False)
+        )
         raise InvalidValueError(
             f"{source}: id column '{column}' has duplicate id {dup!r} at rows {rows[:5].tolist()}"
         )
