@@ -21,7 +21,6 @@ import time
 
 import apache_beam as beam
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from beam_pipelines.options import (
     add_serving_arguments,
@@ -37,7 +36,7 @@ from mass.errors import ConfigError, QuarantineThresholdError, SchemaError
 from mass.io import read_table
 from mass.triton_adapters import verify_version_dir
 from transforms.modify import ModifyRowGroupFn, pick
-from transforms.parquet_io import MergeShards, WriteShardedParquet, plan_row_groups
+from transforms.parquet_io import IDS_DIR, MergeShards, WriteShardedParquet, plan_row_groups
 from transforms.quarantine import publish_quarantine, quarantine_schema
 from transforms.release import (
     export_info,
@@ -110,6 +109,15 @@ def run_job(args, extra, *, test_pipeline=None, model_handler=None, model_info=N
     removed = recover_output(args.output) + recover_output(q_out)
     if removed:
         log.warning("cleared leftovers of a killed run: %s", removed)
+    args._stage, args._q_stage = staging_dir(args.output), staging_dir(q_out)
+    try:
+        return _run_checked(args, extra, test_pipeline, model_handler, model_info)
+    finally:
+        for d in (args._stage, args._q_stage):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _run_checked(args, extra, test_pipeline, model_handler, model_info) -> dict:
     # Everything decidable without the server is checked before one is started or contacted.
     local = model_handler is None and os.path.isdir(os.path.join(args.repository, args.model))
     info = model_info or {}
@@ -150,6 +158,8 @@ def _check_input(args, info: dict, checked: CheckedInput | None = None) -> Check
             emb_col=args.emb_col,
             columns=args.allow_columns,
             dim=dim,
+            index_dir=os.path.join(args._stage, IDS_DIR),
+            num_shards=args.shards,
         )
     elif dim is not None:
         check_dim(checked, emb_col=args.emb_col, dim=dim)
@@ -186,10 +196,9 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
         ],
         metadata=meta,
     )
-    ids = checked.ids
     q_out = args.quarantine or f"{os.path.normpath(args.output)}_quarantine"
     q_schema = quarantine_schema(schema.field(args.id_col).type, args.id_col)
-    stage, q_stage = staging_dir(args.output), staging_dir(q_out)
+    stage, q_stage = args._stage, args._q_stage
 
     p = pipeline_for(extra, test_pipeline)
     modify = ModifyRowGroupFn(
@@ -239,13 +248,14 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
                 f"{_first_quarantined(q_out, args.id_col)}; fix the input or raise the "
                 "threshold; nothing published"
             )
+        q_ids = None
         if n_bad:
-            q_ids = read_table(q_out, columns=[args.id_col]).column(args.id_col)
-            ids = ids.filter(pc.invert(pc.is_in(ids, value_set=q_ids.combine_chunks())))
+            q_ids = read_table(q_out, columns=[args.id_col]).column(args.id_col).combine_chunks()
         rows_out = publish_release(
             stage,
             args.output,
-            expected_ids=ids,
+            expected_ids=checked.index,
+            quarantined=q_ids,
             id_col=args.id_col,
             emb_col=args.emb_col,
             allow_columns=args.allow_columns,
@@ -257,12 +267,12 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
             shutil.rmtree(d, ignore_errors=True)
     secs = time.monotonic() - t0
     summary = {
-        "rows_in": len(ids) + n_bad,
+        "rows_in": checked.rows,
         "rows_out": rows_out,
         "quarantined": n_bad,
         "retries": counter(result, "retries"),
         "seconds": round(secs, 3),
-        "rows_per_s": round((len(ids) + n_bad) / max(secs, 1e-9), 1),
+        "rows_per_s": round(checked.rows / max(secs, 1e-9), 1),
         "output": args.output,
         "quarantine": q_out,
         "model": info.get("name"),

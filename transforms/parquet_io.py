@@ -138,8 +138,9 @@ def shard_of(ids: pa.Array, num_shards: int) -> np.ndarray:
     return (row_seeds(ids) % num_shards).astype(np.int64)
 
 
+IDS_DIR = "_ids"  # the input's id index (transforms.id_index), inside the staging directory
 RUNS_DIR = "_runs"  # sorted spill runs inside the staging directory (removed before publishing)
-RUN_BYTES = 4 << 20  # bytes per record batch of a run file: what the merge holds per open run
+RUN_BYTES = 1 << 20  # bytes per record batch of a run file: what the merge holds per open run
 FAN_IN = 32  # runs merged at once; more are first merged into longer runs (bounded memory)
 SPILL_BYTES = 64 << 20  # rows a writer buffers per worker before it spills sorted runs
 
@@ -491,6 +492,7 @@ def read_sidecars(directory: str) -> list[dict]:
 def remove_sidecars(directory: str) -> None:
     """Drop the writer's bookkeeping (sidecars, and spill runs of retried bundles)."""
     shutil.rmtree(os.path.join(directory, RUNS_DIR), ignore_errors=True)
+    shutil.rmtree(os.path.join(directory, IDS_DIR), ignore_errors=True)
     for name in os.listdir(directory):
         if name.startswith("_part-") and name.endswith(".json"):
             os.remove(os.path.join(directory, name))

@@ -199,14 +199,19 @@ def recover_output(out: str) -> list[str]:
 def verify_release(
     staging: str,
     *,
-    expected_ids: pa.Array,
+    expected_ids,
     id_col: str,
     emb_col: str,
     allow_columns: list[str],
     num_shards: int,
     required_metadata: tuple[str, ...] = META_KEYS,
+    quarantined: pa.Array | None = None,
 ) -> int:
-    """Raise :class:`ReleaseError` unless the staged release satisfies every invariant."""
+    """Raise :class:`ReleaseError` unless the staged release satisfies every invariant.
+
+    ``expected_ids``: the valid input ids (an array), or a :class:`transforms.id_index.IdIndex`
+    of all input ids with the ``quarantined`` ones to leave out (streamed, bounded memory).
+    """
     stats = read_sidecars(staging)
     files = sorted(glob.glob(os.path.join(staging, "part-*.parquet")))
     if len(files) != num_shards:
@@ -236,7 +241,12 @@ def verify_release(
         typ = schema.field(emb_col).type
         if not (pa.types.is_fixed_size_list(typ) and typ.value_type == pa.float32()):
             raise ReleaseError(f"{path}: column '{emb_col}' is {typ}, expected float32 list")
-        ids.append(pf.read(columns=[id_col]).column(id_col))
+        if isinstance(expected_ids, pa.Array | pa.ChunkedArray):
+            ids.append(pf.read(columns=[id_col]).column(id_col))
+    if not isinstance(expected_ids, pa.Array | pa.ChunkedArray):
+        from transforms.id_index import verify_against_index
+
+        return verify_against_index(staging, expected_ids, id_col=id_col, quarantined=quarantined)
     got = pa.chunked_array([c for a in ids for c in a.chunks], type=expected_ids.type)
     if len(got) != len(expected_ids):
         raise ReleaseError(
@@ -263,6 +273,7 @@ def publish_release(
     num_shards: int,
     schema: pa.Schema,
     required_metadata: tuple[str, ...] = META_KEYS,
+    quarantined: pa.Array | None = None,
 ) -> int:
     """Verify ``staging`` and atomically make it ``out``; on any failure remove it and raise."""
     try:
@@ -275,6 +286,7 @@ def publish_release(
             allow_columns=allow_columns,
             num_shards=num_shards,
             required_metadata=required_metadata,
+            quarantined=quarantined,
         )
         remove_sidecars(staging)
         swap_into_place(staging, out)

@@ -500,7 +500,8 @@ class TritonModelHandler(_ArrowBatchInference, RemoteModelHandler):
         out = grpcclient.InferRequestedOutput(self._output)
         n = len(next(iter(tensors.values())))
         out_shape = self._shm_output_shape(conn, tensors, n)
-        for attempt in range(self._max_retries + 1):
+        attempt = 0
+        while True:
             try:
                 if out_shape is not None:
                     return self._infer_shm(conn, req, out, out_shape)
@@ -515,7 +516,14 @@ class TritonModelHandler(_ArrowBatchInference, RemoteModelHandler):
                 )
                 return res.as_numpy(self._output)
             except InferenceServerException as e:
-                lost_shm = out_shape is not None and "shared memory" in (e.message() or "").lower()
+                msg = (e.message() or "").lower()
+                if out_shape is not None and "should be at least" in msg:
+                    # the model answered more bytes than [n, d] float32: ask again without
+                    # shared memory so the response itself shows its shape and dtype
+                    out_shape = None
+                    out.unset_shared_memory()
+                    continue
+                lost_shm = out_shape is not None and "unable to find shared memory region" in msg
                 retry = e.status() in RETRYABLE or lost_shm
                 if not retry or attempt == self._max_retries:
                     raise ServingError(
@@ -526,4 +534,4 @@ class TritonModelHandler(_ArrowBatchInference, RemoteModelHandler):
                     conn.reregister()
                 self._retries.inc()
                 time.sleep(self._backoff_s * 2**attempt)
-        raise AssertionError("unreachable")
+                attempt += 1

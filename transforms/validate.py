@@ -37,8 +37,9 @@ class CheckedInput:
     spec: str
     files: tuple[str, ...]
     schema: pa.Schema
-    ids: pa.Array  # every id, in file order (the release must hold exactly these)
+    ids: pa.Array | None  # every id, in file order (None when an on-disk ``index`` holds them)
     rows: int
+    index: object | None = None  # transforms.id_index.IdIndex (bounded-memory id checks)
 
 
 def _footer(path: str) -> pq.ParquetFile:
@@ -110,8 +111,14 @@ def check_input(
     emb_col: str,
     columns: list[str] | tuple[str, ...] = (),
     dim: int | None = None,
+    index_dir: str | None = None,
+    num_shards: int = 1,
 ) -> CheckedInput:
-    """Validate ``spec`` for the anonymize job (see the module docstring); read ids only."""
+    """Validate ``spec`` for the anonymize job (see the module docstring); read ids only.
+
+    With ``index_dir`` the ids are not kept in memory: they are external-sorted per release
+    shard into ``index_dir`` (:mod:`transforms.id_index`), same checks, bounded memory.
+    """
     files = expand_paths(spec)
     footers = [_footer(p) for p in files]
     first = footers[0].schema_arrow
@@ -142,6 +149,11 @@ def check_input(
         _check_embedding_type(path, emb_col, schema.field(emb_col).type)
         if dim is not None:
             _check_dim(pf, path, emb_col, dim)
+    if index_dir is not None:
+        from transforms.id_index import build_id_index
+
+        index = build_id_index(files, id_col, num_shards, index_dir)
+        return CheckedInput(spec, tuple(files), first, None, index.rows, index)
     try:
         ids = [pf.read(columns=[id_col]).column(0).combine_chunks() for pf in footers]
     except (pa.ArrowInvalid, OSError) as e:

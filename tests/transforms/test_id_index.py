@@ -1,0 +1,83 @@
+"""Bounded-memory id checks: external-sorted id index and the streaming release comparison."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from mass.errors import InvalidValueError, ReleaseError
+from transforms import parquet_io as P
+from transforms.id_index import build_id_index, verify_against_index
+
+
+def _write(path, ids, row_group=50):
+    pq.write_table(pa.table({"id": ids}), path, row_group_size=row_group)
+    return str(path)
+
+
+@pytest.fixture
+def small_runs(monkeypatch):
+    monkeypatch.setattr(P, "FAN_IN", 2)  # many runs, merged in several passes
+    monkeypatch.setattr(P, "RUN_BYTES", 64)
+
+
+def test_index_holds_every_id_sorted_per_shard(tmp_path, small_runs):
+    rng = np.random.default_rng(0)
+    ids = rng.permutation(1000)
+    files = [_write(tmp_path / "a.parquet", ids[:600]), _write(tmp_path / "b.parquet", ids[600:])]
+    index = build_id_index(files, "id", 3, str(tmp_path / "idx"))
+    assert index.rows == 1000
+    seen = []
+    for s in range(3):
+        got = np.concatenate([a.to_numpy() for a in index.sorted_ids(s)] or [np.array([], int)])
+        assert np.all(np.diff(got) > 0)
+        assert np.all(P.shard_of(pa.array(got), 3) == s)
+        seen += got.tolist()
+    assert sorted(seen) == list(range(1000))
+
+
+def test_duplicate_across_files_names_both_places(tmp_path, small_runs):
+    a = _write(tmp_path / "a.parquet", np.arange(0, 300))
+    b = _write(tmp_path / "b.parquet", np.array([500, 501, 123, 502]))
+    with pytest.raises(
+        InvalidValueError, match=r"duplicate id 123 at .*a.parquet row 123, .*b.parquet row 2"
+    ):
+        build_id_index([a, b], "id", 2, str(tmp_path / "idx"))
+
+
+def test_duplicate_string_id_and_null_id(tmp_path):
+    a = _write(tmp_path / "a.parquet", pa.array(["x", "y", "z", "y"]))
+    with pytest.raises(InvalidValueError, match=r"duplicate id 'y' at .*row 1, .*row 3"):
+        build_id_index([a], "id", 1, str(tmp_path / "i1"))
+    n = _write(tmp_path / "n.parquet", pa.array([1, 2, None, 4]), row_group=2)
+    with pytest.raises(InvalidValueError, match=r"n.parquet: id column 'id' row 2 is null"):
+        build_id_index([n], "id", 1, str(tmp_path / "i2"))
+
+
+def _stage(tmp_path, ids, shards):
+    stage = tmp_path / "stage"
+    stage.mkdir(parents=True)
+    ids = pa.array(ids)
+    for s in range(shards):
+        part = ids.filter(pa.array(P.shard_of(ids, shards) == s))
+        pq.write_table(pa.table({"id": pa.array(sorted(part.to_pylist()), ids.type)}),
+                       P.shard_path(str(stage), s, shards), row_group_size=7)  # fmt: skip
+    return str(stage)
+
+
+def test_verify_accepts_exactly_the_valid_ids_and_nothing_else(tmp_path):
+    src = _write(tmp_path / "in.parquet", np.arange(200))
+    index = build_id_index([src], "id", 3, str(tmp_path / "idx"))
+    bad = pa.array([5, 77])
+    valid = [i for i in range(200) if i not in (5, 77)]
+    assert verify_against_index(_stage(tmp_path / "ok", valid, 3), index, id_col="id",
+                                quarantined=bad) == 198  # fmt: skip
+    swapped = [*valid[:-1], 1000]  # same count, one id replaced
+    with pytest.raises(ReleaseError, match="released ids differ"):
+        verify_against_index(_stage(tmp_path / "sw", swapped, 3), index, id_col="id",
+                             quarantined=bad)  # fmt: skip
+    with pytest.raises(ReleaseError, match="199 rows released for 198"):
+        verify_against_index(_stage(tmp_path / "ex", [*valid, 5], 3), index, id_col="id",
+                             quarantined=bad)  # fmt: skip

@@ -1,0 +1,186 @@
+"""The input's ids, external-sorted per release shard on disk: fail-closed id checks in bounded
+memory.
+
+Before any inference, :func:`build_id_index` streams every row group's id column, rejects
+null ids (naming file and row), spills id-sorted runs per release shard (the shard is a
+function of the id, :func:`transforms.parquet_io.shard_of`) and merges each shard's runs into
+one sorted file, rejecting repeated ids on the way (equal ids are adjacent after the merge;
+the error names the files and rows). After the job, :func:`verify_against_index` checks that
+each staged part file holds exactly its shard's input ids minus the quarantined ones, by
+walking the two sorted streams side by side. Memory stays at a few record batches whatever
+the number of rows; the old path held every id (plus hash tables and sort copies).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from mass.errors import InvalidValueError, ReleaseError, UnreadableInputError
+from transforms.parquet_io import (
+    RUNS_DIR,
+    ShardSpiller,
+    _chunk_rows,
+    merge_sorted_runs,
+    shard_path,
+)
+
+FILE, ROW = "__file", "__row"
+
+
+@dataclass(frozen=True)
+class IdIndex:
+    directory: str
+    num_shards: int
+    rows: int
+    id_type: pa.DataType
+
+    def shard_file(self, shard: int) -> str:
+        return os.path.join(self.directory, f"ids-{shard:05d}.arrow")
+
+    def sorted_ids(self, shard: int) -> Iterator[pa.Array]:
+        with pa.OSFile(self.shard_file(shard), "rb") as f:
+            reader = pa.ipc.open_file(f)
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i).column(0)
+
+
+def build_id_index(files: list[str], id_col: str, num_shards: int, directory: str) -> IdIndex:
+    """Stream ``files``' ids into ``directory`` (see the module docstring)."""
+    spiller = ShardSpiller(directory, id_col=id_col, num_shards=num_shards)
+    runs: dict[int, list[str]] = {}
+    id_type = None
+    for fi, path in enumerate(files):
+        offset = 0
+        try:
+            pf = pq.ParquetFile(path)
+            for rg in range(pf.metadata.num_row_groups):
+                ids = pf.read_row_group(rg, columns=[id_col]).column(0).combine_chunks()
+                if ids.null_count:
+                    row = offset + int(
+                        np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))[0]
+                    )
+                    raise InvalidValueError(
+                        f"{path}: id column '{id_col}' row {row} is null; every row needs a "
+                        "unique id"
+                    )
+                id_type = id_type or ids.type
+                n = len(ids)
+                batch = pa.RecordBatch.from_arrays(
+                    [ids, pa.array(np.full(n, fi, np.int32)),
+                     pa.array(np.arange(offset, offset + n, dtype=np.int64))],
+                    names=[id_col, FILE, ROW],
+                )  # fmt: skip
+                offset += n
+                for s, run in spiller.add(batch):
+                    runs.setdefault(s, []).append(run)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise UnreadableInputError(
+                f"{path}: id column '{id_col}' unreadable ({e}); re-export the file"
+            ) from e
+    for s, run in spiller.flush():
+        runs.setdefault(s, []).append(run)
+    total = 0
+    for shard in range(num_shards):
+        total += _merge_shard(files, id_col, runs.get(shard, []), directory, shard, id_type)
+    return IdIndex(directory, num_shards, total, id_type or pa.int64())
+
+
+def _merge_shard(files, id_col, runs, directory, shard, id_type) -> int:
+    from transforms.parquet_io import _reduce_runs
+
+    runs = _reduce_runs(sorted(runs), os.path.join(directory, RUNS_DIR), id_col)
+    path = os.path.join(directory, f"ids-{shard:05d}.arrow")
+    schema = pa.schema([(id_col, id_type or pa.int64())])
+    rows, last = 0, None
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+        for table in merge_sorted_runs(runs, id_col):
+            ids = table.column(id_col).combine_chunks()
+            if len(ids) and (
+                (last is not None and ids[0].as_py() == last[0])
+                or pc.any(pc.equal(ids.slice(1), ids.slice(0, len(ids) - 1))).as_py()
+            ):
+                _raise_duplicate(files, id_col, table, last)
+            last = (ids[-1].as_py(), table.slice(len(table) - 1)) if len(ids) else last
+            rows += len(ids)
+            out = pa.table({id_col: ids})
+            writer.write_table(out, max_chunksize=_chunk_rows(out))
+    for p in runs:
+        os.remove(p)
+    return rows
+
+
+def _raise_duplicate(files, id_col, table: pa.Table, last) -> None:
+    if last is not None:
+        table = pa.concat_tables([last[1], table])
+    ids = table.column(id_col).combine_chunks()
+    same = pc.equal(ids.slice(1), ids.slice(0, len(ids) - 1)).to_numpy(zero_copy_only=False)
+    dup = ids[int(np.flatnonzero(same)[0]) + 1]
+    hits = table.filter(pc.equal(table.column(id_col), dup))
+    where = [
+        f"{files[f]} row {r}"
+        for f, r in zip(hits.column(FILE).to_pylist(), hits.column(ROW).to_pylist(), strict=True)
+    ]
+    raise InvalidValueError(
+        f"id column '{id_col}': duplicate id {dup.as_py()!r} at {', '.join(where[:4])}; "
+        "ids must be unique across the input: deduplicate the rows"
+    )
+
+
+def verify_against_index(
+    staging: str, index: IdIndex, *, id_col: str, quarantined: pa.Array | None = None
+) -> int:
+    """Raise :class:`ReleaseError` unless part k of ``staging`` holds exactly shard k's input
+    ids minus ``quarantined``; returns the number of released rows."""
+    released = sum(
+        pq.ParquetFile(shard_path(staging, s, index.num_shards)).metadata.num_rows
+        for s in range(index.num_shards)
+    )
+    n_bad = 0 if quarantined is None else len(quarantined)
+    if released != index.rows - n_bad:
+        raise ReleaseError(
+            f"{staging}: {released} rows released for {index.rows - n_bad} "
+            "valid input rows; nothing published"
+        )
+    for s in range(index.num_shards):
+        want = index.sorted_ids(s)
+        if quarantined is not None and len(quarantined):
+            want = (a.filter(pc.invert(pc.is_in(a, value_set=quarantined))) for a in want)
+        got = _part_ids(shard_path(staging, s, index.num_shards), id_col)
+        if not _same_stream(want, got):
+            raise ReleaseError(
+                f"{staging}: released ids differ from the input ids; nothing published"
+            )
+    return released
+
+
+def _part_ids(path: str, id_col: str) -> Iterator[pa.Array]:
+    pf = pq.ParquetFile(path)
+    for rg in range(pf.metadata.num_row_groups):
+        yield pf.read_row_group(rg, columns=[id_col]).column(0).combine_chunks()
+
+
+def _same_stream(a: Iterator[pa.Array], b: Iterator[pa.Array]) -> bool:
+    """Two streams of arrays hold the same sequence of values (chunking may differ)."""
+    abuf = bbuf = None
+    while True:
+        while abuf is None or not len(abuf):
+            abuf = next(a, None)
+            if abuf is None:
+                break
+        while bbuf is None or not len(bbuf):
+            bbuf = next(b, None)
+            if bbuf is None:
+                break
+        if abuf is None or bbuf is None:
+            return abuf is None and bbuf is None
+        n = min(len(abuf), len(bbuf))
+        if not abuf.slice(0, n).cast(bbuf.type).equals(bbuf.slice(0, n)):
+            return False
+        abuf, bbuf = abuf.slice(n), bbuf.slice(n)
