@@ -451,13 +451,7 @@ class TritonModelHandler(_ArrowBatchInference, RemoteModelHandler):
             inp.set_shared_memory(slot.in_name, a.nbytes, offset=offset)
             offset += a.nbytes
         out.set_shared_memory(slot.out_name, out_bytes)
-        res = conn.client.infer(
-            self.model_name,
-            [inp for inp, _ in req],
-            model_version=self._version,
-            outputs=[out],
-            client_timeout=self._timeout_s,
-        )
+        res = self._call(conn, req, out)
         meta = res.get_output(self._output)
         got = (list(meta.shape), meta.datatype) if meta is not None else (None, None)
         if got != (shape, "FP32"):  # the region holds only what the server says it wrote
@@ -466,6 +460,15 @@ class TritonModelHandler(_ArrowBatchInference, RemoteModelHandler):
                 f"FP32 {shape}; check the model's config.pbtxt output dims"
             )
         return shm.get_contents_as_numpy(slot.out_h, np.float32, shape).copy()
+
+    def _call(self, conn, req, out):
+        return conn.client.infer(
+            self.model_name,
+            [inp for inp, _ in req],
+            model_version=self._version,
+            outputs=[out],
+            client_timeout=self._timeout_s,
+        )
 
     def _infer(self, conn: _TritonConnection, tensors: Tensors) -> np.ndarray:
         n = len(next(iter(tensors.values())))
@@ -507,13 +510,7 @@ class TritonModelHandler(_ArrowBatchInference, RemoteModelHandler):
                     return self._infer_shm(conn, req, out, out_shape)
                 for inp, arr in req:
                     inp.set_data_from_numpy(arr)  # gRPC: raw binary tensor contents
-                res = conn.client.infer(
-                    self.model_name,
-                    [inp for inp, _ in req],
-                    model_version=self._version,
-                    outputs=[out],
-                    client_timeout=self._timeout_s,
-                )
+                res = self._call(conn, req, out)
                 return res.as_numpy(self._output)
             except InferenceServerException as e:
                 msg = (e.message() or "").lower()
