@@ -238,33 +238,30 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
     )
     # DaskRunner computes only the graph of the last transform: join both sinks into it.
     _ = (quarantined, released) | "Done" >> beam.Flatten()
-    try:
-        result = run_to_completion(p)
-        n_bad = publish_quarantine(q_stage, q_out, schema=q_schema)
-        if n_bad > args.max_quarantined:
-            raise QuarantineThresholdError(
-                f"{args.input}: {n_bad} rows quarantined (see {q_out}), more than "
-                f"--max-quarantined {args.max_quarantined}: column '{args.emb_col}' "
-                f"{_first_quarantined(q_out, args.id_col)}; fix the input or raise the "
-                "threshold; nothing published"
-            )
-        q_ids = None
-        if n_bad:
-            q_ids = read_table(q_out, columns=[args.id_col]).column(args.id_col).combine_chunks()
-        rows_out = publish_release(
-            stage,
-            args.output,
-            expected_ids=checked.index,
-            quarantined=q_ids,
-            id_col=args.id_col,
-            emb_col=args.emb_col,
-            allow_columns=args.allow_columns,
-            num_shards=args.shards,
-            schema=out_schema,
+    # staging directories are removed by run_job whatever happens
+    result = run_to_completion(p)
+    n_bad = publish_quarantine(q_stage, q_out, schema=q_schema)
+    if n_bad > args.max_quarantined:
+        raise QuarantineThresholdError(
+            f"{args.input}: {n_bad} rows quarantined (see {q_out}), more than "
+            f"--max-quarantined {args.max_quarantined}: column '{args.emb_col}' "
+            f"{_first_quarantined(q_out, args.id_col)}; fix the input or raise the "
+            "threshold; nothing published"
         )
-    finally:
-        for d in (stage, q_stage):
-            shutil.rmtree(d, ignore_errors=True)
+    q_ids = None
+    if n_bad:
+        q_ids = read_table(q_out, columns=[args.id_col]).column(args.id_col).combine_chunks()
+    rows_out = publish_release(
+        stage,
+        args.output,
+        expected_ids=checked.index,
+        quarantined=q_ids,
+        id_col=args.id_col,
+        emb_col=args.emb_col,
+        allow_columns=args.allow_columns,
+        num_shards=args.shards,
+        schema=out_schema,
+    )
     secs = time.monotonic() - t0
     summary = {
         "rows_in": checked.rows,

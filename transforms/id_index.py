@@ -27,6 +27,7 @@ from transforms.parquet_io import (
     RUNS_DIR,
     ShardSpiller,
     _chunk_rows,
+    _reduce_runs,
     merge_sorted_runs,
     shard_path,
 )
@@ -93,8 +94,6 @@ def build_id_index(files: list[str], id_col: str, num_shards: int, directory: st
 
 
 def _merge_shard(files, id_col, runs, directory, shard, id_type) -> int:
-    from transforms.parquet_io import _reduce_runs
-
     runs = _reduce_runs(sorted(runs), os.path.join(directory, RUNS_DIR), id_col)
     path = os.path.join(directory, f"ids-{shard:05d}.arrow")
     schema = pa.schema([(id_col, id_type or pa.int64())])
