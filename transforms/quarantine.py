@@ -9,13 +9,13 @@ vector for every such row (exactly 0 for a model whose MLP maps 0 to 0). That ou
 neither a privatized version of real data nor useful downstream; releasing it would only
 hide an upstream bug (a failed extraction usually yields zeros).
 
-DaskRunner does not route tagged outputs (every consumer of a multi-output ParDo sees all
-of them), so the split is one ParDo emitting ``(tag, batch)`` plus one filter per tag.
+The job applies :func:`validate_batch` inside :class:`transforms.modify.ModifyRowGroupFn`,
+which emits bad rows as ``("bad", batch)`` tagged tuples (DaskRunner does not route tagged
+outputs).
 """
 
 from __future__ import annotations
 
-import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -91,39 +91,6 @@ def validate_batch(
         names=[id_col, "reason"],
     )
     return good, bad
-
-
-class _ValidateFn(beam.DoFn):
-    def __init__(self, id_col: str, emb_col: str, dim: int) -> None:
-        self._id_col, self._emb_col, self._dim = id_col, emb_col, dim
-        self._quarantined = beam.metrics.Metrics.counter("mass", "quarantined")
-
-    def process(self, batch: pa.RecordBatch):
-        good, bad = validate_batch(batch, id_col=self._id_col, emb_col=self._emb_col, dim=self._dim)
-        if good.num_rows:
-            yield "ok", good
-        if bad.num_rows:
-            self._quarantined.inc(bad.num_rows)
-            yield "bad", bad
-
-
-class SplitValidRows(beam.PTransform):
-    """RecordBatches -> ``(valid batches, quarantined batches)``; works on DaskRunner."""
-
-    def __init__(self, *, id_col: str, emb_col: str, dim: int) -> None:
-        super().__init__()
-        self._args = (id_col, emb_col, int(dim))
-
-    def expand(self, pcoll):
-        tagged = pcoll | "Validate" >> beam.ParDo(_ValidateFn(*self._args))
-        valid = tagged | "Valid" >> beam.FlatMap(_pick, "ok")
-        bad = tagged | "Quarantined" >> beam.FlatMap(_pick, "bad")
-        return valid, bad
-
-
-def _pick(element, tag):
-    if element[0] == tag:
-        yield element[1]
 
 
 def quarantine_schema(id_type: pa.DataType, id_col: str) -> pa.Schema:

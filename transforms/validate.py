@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mass.errors import InvalidValueError, SchemaError, UnreadableInputError
+from mass.errors import SchemaError, UnreadableInputError
 from mass.io import expand_paths
+from transforms.id_index import IdIndex, build_id_index
 
 
 @dataclass(frozen=True)
@@ -37,9 +37,8 @@ class CheckedInput:
     spec: str
     files: tuple[str, ...]
     schema: pa.Schema
-    ids: pa.Array | None  # every id, in file order (None when an on-disk ``index`` holds them)
     rows: int
-    index: object | None = None  # transforms.id_index.IdIndex (bounded-memory id checks)
+    index: IdIndex  # every id, external-sorted per release shard on disk
 
 
 def _footer(path: str) -> pq.ParquetFile:
@@ -82,28 +81,6 @@ def _check_dim(pf: pq.ParquetFile, path: str, col: str, dim: int) -> None:
         )
 
 
-def _check_ids(files: list[str], tables: list[pa.Array], col: str) -> pa.Array:
-    for path, ids in zip(files, tables, strict=True):
-        if ids.null_count:
-            row = int(np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))[0])
-            raise InvalidValueError(
-                f"{path}: id column '{col}' row {row} is null; every row needs a unique id"
-            )
-    all_ids = pa.chunked_array(tables).combine_chunks() if tables else pa.array([], pa.int64())
-    if len(pc.unique(all_ids)) == len(all_ids):
-        return all_ids
-    counts = pc.value_counts(all_ids)
-    dup = counts.filter(pc.greater(counts.field("counts"), 1))[0]["values"]
-    where = []
-    for path, ids in zip(files, tables, strict=True):
-        rows = np.flatnonzero(pc.equal(ids, dup).to_numpy(zero_copy_only=False))
-        where += [f"{path} row {int(r)}" for r in rows[:3]]
-    raise InvalidValueError(
-        f"id column '{col}': duplicate id {dup.as_py()!r} at {', '.join(where[:4])}; "
-        "ids must be unique across the input: deduplicate the rows"
-    )
-
-
 def check_input(
     spec: str,
     *,
@@ -111,13 +88,13 @@ def check_input(
     emb_col: str,
     columns: list[str] | tuple[str, ...] = (),
     dim: int | None = None,
-    index_dir: str | None = None,
+    index_dir: str,
     num_shards: int = 1,
 ) -> CheckedInput:
     """Validate ``spec`` for the anonymize job (see the module docstring); read ids only.
 
-    With ``index_dir`` the ids are not kept in memory: they are external-sorted per release
-    shard into ``index_dir`` (:mod:`transforms.id_index`), same checks, bounded memory.
+    The ids are not kept in memory: they are external-sorted per release shard into
+    ``index_dir`` (:mod:`transforms.id_index`), which the publisher checks the release with.
     """
     files = expand_paths(spec)
     footers = [_footer(p) for p in files]
@@ -149,19 +126,8 @@ def check_input(
         _check_embedding_type(path, emb_col, schema.field(emb_col).type)
         if dim is not None:
             _check_dim(pf, path, emb_col, dim)
-    if index_dir is not None:
-        from transforms.id_index import build_id_index
-
-        index = build_id_index(files, id_col, num_shards, index_dir)
-        return CheckedInput(spec, tuple(files), first, None, index.rows, index)
-    try:
-        ids = [pf.read(columns=[id_col]).column(0).combine_chunks() for pf in footers]
-    except (pa.ArrowInvalid, OSError) as e:
-        raise UnreadableInputError(
-            f"{spec}: id column '{id_col}' unreadable ({e}); re-export the file"
-        ) from e
-    all_ids = _check_ids(files, ids, id_col)
-    return CheckedInput(spec, tuple(files), first, all_ids, len(all_ids))
+    index = build_id_index(files, id_col, num_shards, index_dir)
+    return CheckedInput(spec, tuple(files), first, index.rows, index)
 
 
 def check_dim(checked: CheckedInput, *, emb_col: str, dim: int) -> None:

@@ -7,7 +7,7 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from mass.errors import SchemaError
-from transforms.quarantine import SplitValidRows, validate_batch
+from transforms.quarantine import validate_batch
 
 
 def _batch():
@@ -51,16 +51,34 @@ def test_fixed_size_column_of_the_wrong_dimension_is_a_schema_error():
         validate_batch(batch, id_col="id", emb_col="emb", dim=3)
 
 
-def test_split_valid_rows_routes_each_row_once(beam_pipeline):
+def test_modify_fn_routes_each_row_once(beam_pipeline, tmp_path):
+    """The job's DoFn sends valid rows to the model and the spill runs, bad rows to quarantine."""
+    import pyarrow.parquet as pq
+
+    from transforms.modify import ModifyRowGroupFn, pick
+    from transforms.parquet_io import plan_row_groups
+    from transforms.testing import NumpyModifier
+    from transforms.triton_handler import FunctionModelHandler
+
+    src = str(tmp_path / "in.parquet")
+    pq.write_table(pa.Table.from_batches([_batch()]), src)
+    handler = FunctionModelHandler(NumpyModifier(), output_dim=3, keep_input_as="__src")
+    fn = ModifyRowGroupFn(handler, stage=str(tmp_path / "stage"), columns=["id", "emb"],
+                          batch_rows=4, id_col="id", emb_col="emb", dim=3, num_shards=2,
+                          verify_col="__src")  # fmt: skip
     with beam_pipeline() as p:
-        valid, bad = p | beam.Create([_batch()]) | SplitValidRows(id_col="id", emb_col="emb", dim=3)
+        tagged = p | beam.Create(plan_row_groups(src)) | beam.ParDo(fn)
         assert_that(
-            valid | "v" >> beam.FlatMap(lambda b: b.column("id").to_pylist()),
+            tagged
+            | "v" >> beam.FlatMap(pick, "run")
+            | beam.FlatMap(lambda r: pa.ipc.open_file(r[1]).read_all().column("id").to_pylist()),
             equal_to([0, 6]),
             label="valid",
         )
         assert_that(
-            bad | "b" >> beam.FlatMap(lambda b: b.column("id").to_pylist()),
+            tagged
+            | "b" >> beam.FlatMap(pick, "bad")
+            | beam.FlatMap(lambda b: b.column("id").to_pylist()),
             equal_to([1, 2, 3, 4, 5]),
             label="bad",
         )
