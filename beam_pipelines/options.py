@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import time
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from mass.errors import ConfigError
+from transforms.progress import RateLog
 
 log = logging.getLogger("mass.beam")
 
@@ -131,25 +131,13 @@ class LogProgress(beam.DoFn):
     """Pass-through that logs rows/s seen by this worker every ``every`` batches."""
 
     def __init__(self, every: int, what: str) -> None:
-        self._every, self._what = max(1, every), what
+        self._every, self._what = every, what
 
     def setup(self):
-        if log.level == logging.NOTSET:  # Beam's import-time basicConfig leaves root at WARNING
-            log.setLevel(logging.INFO)
-        self._t0, self._rows, self._batches = time.monotonic(), 0, 0
+        self._rate = RateLog(log, self._what, self._every)
 
     def process(self, batch):
-        self._rows += batch.num_rows
-        self._batches += 1
-        if self._batches % self._every == 0:
-            dt = time.monotonic() - self._t0
-            log.info(
-                "%s: %d rows in %.1f s (%.0f rows/s on this worker)",
-                self._what,
-                self._rows,
-                dt,
-                self._rows / max(dt, 1e-9),
-            )
+        self._rate.add(batch.num_rows)
         yield batch
 
 

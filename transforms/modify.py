@@ -19,12 +19,12 @@ quarantined ids and reasons.
 from __future__ import annotations
 
 import logging
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import apache_beam as beam
 
 from transforms.parquet_io import RowGroupSpec, ShardSpiller, read_row_group
+from transforms.progress import RateLog
 from transforms.quarantine import validate_batch
 
 log = logging.getLogger("mass.anonymize")
@@ -49,15 +49,13 @@ class ModifyRowGroupFn(beam.DoFn):
         self._stage, self._columns, self._batch_rows = stage, columns, int(batch_rows)
         self._id_col, self._emb_col, self._dim = id_col, emb_col, int(dim)
         self._num_shards, self._verify_col = int(num_shards), verify_col
-        self._every = max(1, progress_every)
+        self._every = progress_every
         self._quarantined = beam.metrics.Metrics.counter("mass", "quarantined")
 
     def setup(self):
-        if log.level == logging.NOTSET:  # Beam's import-time basicConfig leaves root at WARNING
-            log.setLevel(logging.INFO)
         self._model = self._handler.load_model()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="mass-read")
-        self._t0, self._rows, self._batches = time.monotonic(), 0, 0
+        self._rate = RateLog(log, "anonymize", self._every)
 
     def teardown(self):
         pool = getattr(self, "_pool", None)
@@ -94,21 +92,9 @@ class ModifyRowGroupFn(beam.DoFn):
                 (out,) = self._handler.run_inference([good], self._model)
                 for run in spiller.add(out):
                     yield "run", run
-            self._progress(good.num_rows + bad.num_rows)
+            self._rate.add(good.num_rows + bad.num_rows)
         for run in spiller.flush():
             yield "run", run
-
-    def _progress(self, rows: int) -> None:
-        self._rows += rows
-        self._batches += 1
-        if self._batches % self._every == 0:
-            dt = time.monotonic() - self._t0
-            log.info(
-                "anonymize: %d rows in %.1f s (%.0f rows/s on this worker)",
-                self._rows,
-                dt,
-                self._rows / max(dt, 1e-9),
-            )
 
 
 def pick(element, tag):
