@@ -25,6 +25,7 @@ COMMANDS = {
     "anonymize": "mass.commands.anonymize",
     "audit": "mass.commands.audit",
     "bench": "mass.commands.bench",
+    "keygen": "mass.commands.keygen",
 }
 
 DESCRIPTIONS = {
@@ -37,6 +38,7 @@ DESCRIPTIONS = {
     "anonymize": "Beam job: embeddings -> Triton modifier -> privatized release Parquet",
     "audit": "Great Expectations audit of a release; non-zero exit when it fails",
     "bench": "benchmarks: quality, compare, throughput (JSON + Markdown)",
+    "keygen": "write a new random owner key (mode 0600) for keyed noise and export signatures",
 }
 
 

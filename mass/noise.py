@@ -1,8 +1,16 @@
-"""Deterministic per-row noise: the same row id gives the same noise in any batch, shard or run.
+"""Deterministic per-row noise: the same row seed gives the same noise in any batch, shard or run.
 
-The stochastic modifier draws its noise input from the row's seed, not from a global RNG, so
+The stochastic modifier draws its noise from the row's seed, not from a global RNG, so
 re-running a job (or splitting it differently across workers) yields identical bytes.
 Counter-based hashing keeps every intermediate product below 2**63 so int64 never overflows.
+
+Two seed functions, for two different jobs:
+- :func:`keyed_row_seeds` (release time): SipHash-2-4, a keyed PRF, of the row id under the
+  owner's noise subkey (:mod:`mass.keys`). Without the key the seeds, and so the noise, are
+  unpredictable even to an attacker who holds the code and every id. Every ROW_SEED sent to a
+  served modifier comes from here.
+- :func:`row_seeds` (public): a fixed mix of the id, for shard assignment, training-time noise
+  and benchmarks. Never for release noise: anyone can recompute it from the released ids.
 """
 
 from __future__ import annotations
@@ -13,6 +21,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import torch
+
+from mass.keys import OwnerKey
 
 _MASK32 = 0xFFFFFFFF
 _MASK31 = 0x7FFFFFFF
@@ -31,6 +41,70 @@ def row_seeds(ids: pa.Array | np.ndarray) -> np.ndarray:
             return _mix_np(values.astype(np.int64))
     hashed = pd.util.hash_array(values.astype(object), categorize=False)
     return (hashed & np.uint64(0x3FFFFFFFFFFFFFFF)).astype(np.int64)
+
+
+def keyed_row_seeds(ids: pa.Array | np.ndarray, key: OwnerKey) -> np.ndarray:
+    """Row ids -> int64 seeds in [0, 2**62): SipHash-2-4 of the id under the noise subkey.
+
+    Integer ids are hashed as their 8 little-endian bytes; string ids first go through the
+    public 64-bit fingerprint of :func:`row_seeds` (a collision only makes two rows share
+    noise; the secrecy comes from the keyed PRF on top). Vectorised over the whole batch.
+    """
+    if isinstance(ids, (pa.Array, pa.ChunkedArray)) and pa.types.is_integer(ids.type):
+        msg = ids.to_numpy(zero_copy_only=False).astype(np.int64).view(np.uint64)
+    elif not isinstance(ids, (pa.Array, pa.ChunkedArray)) and np.asarray(ids).dtype.kind in "iu":
+        msg = np.asarray(ids).astype(np.int64).view(np.uint64)
+    else:
+        msg = row_seeds(ids).view(np.uint64)
+    sub = key.subkey("noise", 16)
+    k0 = int.from_bytes(sub[:8], "little")
+    k1 = int.from_bytes(sub[8:], "little")
+    return (siphash24_u64(k0, k1, msg) & np.uint64(0x3FFFFFFFFFFFFFFF)).astype(np.int64)
+
+
+def _rotl(x: np.ndarray, b: int) -> np.ndarray:
+    return (x << np.uint64(b)) | (x >> np.uint64(64 - b))
+
+
+def siphash24_u64(k0: int, k1: int, m: np.ndarray) -> np.ndarray:
+    """SipHash-2-4 (Aumasson & Bernstein) of each 8-byte little-endian message in ``m``.
+
+    ``m`` is uint64; the result equals the reference implementation on those 8 bytes
+    (checked against the paper's test vector in tests/mass/test_noise.py).
+    """
+    m = np.ascontiguousarray(m, dtype=np.uint64)
+    n = m.shape[0]
+    v0 = np.full(n, k0 ^ 0x736F6D6570736575, dtype=np.uint64)
+    v1 = np.full(n, k1 ^ 0x646F72616E646F6D, dtype=np.uint64)
+    v2 = np.full(n, k0 ^ 0x6C7967656E657261, dtype=np.uint64)
+    v3 = np.full(n, k1 ^ 0x7465646279746573, dtype=np.uint64)
+
+    def rounds(v0, v1, v2, v3, count):
+        for _ in range(count):
+            v0 += v1
+            v1 = _rotl(v1, 13)
+            v1 ^= v0
+            v0 = _rotl(v0, 32)
+            v2 += v3
+            v3 = _rotl(v3, 16)
+            v3 ^= v2
+            v0 += v3
+            v3 = _rotl(v3, 21)
+            v3 ^= v0
+            v2 += v1
+            v1 = _rotl(v1, 17)
+            v1 ^= v2
+            v2 = _rotl(v2, 32)
+        return v0, v1, v2, v3
+
+    with np.errstate(over="ignore"):
+        for block in (m, np.full(n, 8 << 56, dtype=np.uint64)):  # data, then the length block
+            v3 ^= block
+            v0, v1, v2, v3 = rounds(v0, v1, v2, v3, 2)
+            v0 ^= block
+        v2 ^= np.uint64(0xFF)
+        v0, v1, v2, v3 = rounds(v0, v1, v2, v3, 4)
+    return v0 ^ v1 ^ v2 ^ v3
 
 
 def _mix_np(values: np.ndarray) -> np.ndarray:

@@ -1,0 +1,90 @@
+"""The owner key and the keyed PRF: secret in, unpredictable seeds out."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from mass.cli import main
+from mass.errors import ConfigError
+from mass.keys import OwnerKey, read_key, resolve_key, write_key
+from mass.noise import keyed_row_seeds, row_seeds, siphash24_u64
+
+
+def test_siphash_matches_the_reference_test_vector():
+    # SipHash paper, appendix A: key 00..0f, message 00..07 -> 0x93f5f5799a932462
+    key = bytes(range(16))
+    msg = np.array([int.from_bytes(bytes(range(8)), "little")], dtype=np.uint64)
+    out = siphash24_u64(int.from_bytes(key[:8], "little"), int.from_bytes(key[8:], "little"), msg)
+    assert int(out[0]) == 0x93F5F5799A932462
+
+
+def test_keygen_writes_0600_and_refuses_to_overwrite(tmp_path, capsys):
+    path = tmp_path / "owner.key"
+    assert main(["keygen", str(path)]) == 0
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    first = path.read_bytes()
+    key = read_key(str(path))
+    assert key.fingerprint in capsys.readouterr().out
+    assert key.secret.hex() not in repr(key)
+    assert main(["keygen", str(path)]) == 2
+    assert path.read_bytes() == first
+
+
+def test_key_file_readable_by_others_is_refused(tmp_path):
+    path = str(tmp_path / "k")
+    write_key(path)
+    os.chmod(path, 0o644)
+    with pytest.raises(ConfigError, match="chmod 600"):
+        read_key(path)
+
+
+def test_corrupt_or_missing_key_files_are_named(tmp_path, monkeypatch):
+    bad = tmp_path / "bad"
+    bad.write_text("hello\n")
+    os.chmod(bad, 0o600)
+    with pytest.raises(ConfigError, match="not a MaSS key file"):
+        read_key(str(bad))
+    with pytest.raises(ConfigError, match="mass keygen"):
+        read_key(str(tmp_path / "missing"))
+    monkeypatch.delenv("MASS_NOISE_KEY_FILE", raising=False)
+    assert resolve_key(None, "MASS_NOISE_KEY_FILE") is None
+    write_key(str(tmp_path / "env"))
+    monkeypatch.setenv("MASS_NOISE_KEY_FILE", str(tmp_path / "env"))
+    assert resolve_key(None, "MASS_NOISE_KEY_FILE").source == str(tmp_path / "env")
+
+
+def test_keyed_seeds_depend_on_the_key_and_not_only_the_id():
+    ids = pa.array(np.arange(10_000, dtype=np.int64))
+    a, b = OwnerKey(b"\x01" * 32), OwnerKey(b"\x02" * 32)
+    sa, sb = keyed_row_seeds(ids, a), keyed_row_seeds(ids, b)
+    assert sa.dtype == np.int64 and (sa >= 0).all() and (sa < 2**62).all()
+    np.testing.assert_array_equal(sa, keyed_row_seeds(ids, a))  # reproducible with the key
+    assert (sa != sb).mean() > 0.999  # another key, other seeds
+    assert (sa != row_seeds(ids)).mean() > 0.999  # not the public seed
+    assert len(np.unique(sa)) == len(sa)
+    # bits look uniform: each of the 62 bits set about half the time
+    bits = (sa[:, None] >> np.arange(62)) & 1
+    assert np.all(np.abs(bits.mean(axis=0) - 0.5) < 0.03)
+
+
+def test_keyed_seeds_of_string_and_numpy_ids():
+    key = OwnerKey(b"\x07" * 32)
+    s = keyed_row_seeds(pa.array(["a", "b", "a"]), key)
+    assert s[0] == s[2] != s[1]
+    np.testing.assert_array_equal(
+        keyed_row_seeds(np.arange(5), key), keyed_row_seeds(pa.array(np.arange(5)), key)
+    )
+
+
+def test_subkeys_are_separated_by_purpose():
+    key = OwnerKey(b"\x03" * 32)
+    assert key.subkey("noise") != key.subkey("sign")
+    tag = key.mac("sign", b"data")
+    assert key.verify("sign", b"data", tag)
+    assert not key.verify("sign", b"datb", tag)
+    assert not OwnerKey(b"\x04" * 32).verify("sign", b"data", tag)
