@@ -9,6 +9,8 @@ export DVC_NO_ANALYTICS := 1
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PATH := $(CURDIR)/$(BIN):$(PATH)
+# The demo's owner key (keyed release noise, export signatures): outside git and DVC outputs.
+OWNER_KEY ?= $(CURDIR)/.mass/owner.key
 
 .PHONY: venv demo test test-fast lint clean-demo
 
@@ -22,8 +24,12 @@ $(BIN)/.installed: pyproject.toml constraints.txt
 
 venv: $(BIN)/.installed
 
-demo: venv
-	$(BIN)/dvc repro
+$(OWNER_KEY): | venv
+	mkdir -p $(dir $(OWNER_KEY)) && chmod 700 $(dir $(OWNER_KEY))
+	$(BIN)/mass keygen $(OWNER_KEY)
+
+demo: venv $(OWNER_KEY)
+	MASS_NOISE_KEY_FILE=$(OWNER_KEY) MASS_SIGNING_KEY_FILE=$(OWNER_KEY) $(BIN)/dvc repro
 	@echo
 	@echo "Release:      $(CURDIR)/release/"
 	@echo "Audit report: $(CURDIR)/reports/audit/ (audit.json, data_docs/index.html, privacy_utility.png)"

@@ -10,6 +10,31 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 
 
+def _session_owner_key() -> None:
+    """One owner key for the whole test session (noise and signatures), outside the repo.
+
+    Set in the environment at import so CLI subprocesses and Triton servers inherit it; tests
+    of the no-key paths unset the variables themselves (monkeypatch.delenv).
+    """
+    import atexit
+    import shutil
+    import tempfile
+
+    from mass.keys import NOISE_KEY_ENV, SIGNING_KEY_ENV, write_key
+
+    if os.environ.get(NOISE_KEY_ENV) and os.environ.get(SIGNING_KEY_ENV):
+        return
+    d = tempfile.mkdtemp(prefix="mass-test-key-")
+    atexit.register(shutil.rmtree, d, True)
+    path = os.path.join(d, "owner.key")
+    write_key(path)
+    os.environ.setdefault(NOISE_KEY_ENV, path)
+    os.environ.setdefault(SIGNING_KEY_ENV, path)
+
+
+_session_owner_key()
+
+
 @pytest.fixture(scope="session")
 def triton_server_factory():
     """``start(repository, **kwargs) -> TritonServer``: a started real tritonserver.
