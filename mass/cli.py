@@ -26,6 +26,7 @@ COMMANDS = {
     "audit": "mass.commands.audit",
     "bench": "mass.commands.bench",
     "keygen": "mass.commands.keygen",
+    "report": "mass.commands.report",
 }
 
 DESCRIPTIONS = {
@@ -39,6 +40,7 @@ DESCRIPTIONS = {
     "audit": "Great Expectations audit of a release; non-zero exit when it fails",
     "bench": "benchmarks: quality, compare, throughput (JSON + Markdown)",
     "keygen": "write a new random owner key (mode 0600) for keyed noise and export signatures",
+    "report": "re-render report.html from audit.json (no recomputation)",
 }
 
 

@@ -61,5 +61,8 @@ def run(args: argparse.Namespace) -> int:
     write_report(result, args.report)
     if not args.no_chart:
         plot_privacy_utility(result, os.path.join(args.report, "privacy_utility.png"))
+    from mass.report.html import write_html_report  # report.html + offline Data Docs
+
+    write_html_report(args.report)
     print(format_table(result))
     return 0 if result.success else 1

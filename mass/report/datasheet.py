@@ -1,0 +1,186 @@
+"""RELEASE.md + release.json: what a release is, for the people and programs that consume it.
+
+``write_datasheet`` is called at publication with the release's schema metadata (the
+``mass.*`` keys of :func:`transforms.release.release_metadata`, plus any lineage the caller
+has) and the audit (audit.json as a dict, or None when the release was not audited). The
+machine-readable copy is merged into ``release.json`` under ``"datasheet"``, so a manifest
+the publisher wrote there keeps its own fields.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import glob
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from mass.errors import ReleaseError
+from mass.report import view
+
+RELEASE_MD = "RELEASE.md"
+RELEASE_JSON = "release.json"
+SCHEMA = "mass.datasheet/1"
+THREAT_MODEL = (
+    "Attacker: has read all code, docs and configuration, holds every release with its ids, "
+    "and retrains any classifier on them; the audit measured such attackers on this release.",
+    "What protects the suppressed attributes is the modifier plus noise keyed by the data "
+    "owner's secret key; anyone holding that key or the original embeddings is out of scope.",
+)
+
+
+def _meta(metadata: Mapping, key: str) -> Any:
+    """``mass.<key>`` (Parquet schema metadata, bytes or str) or plain ``<key>``."""
+    for k in (f"mass.{key}", key, f"mass.{key}".encode(), key.encode()):
+        if k in metadata:
+            v = metadata[k]
+            return v.decode() if isinstance(v, bytes) else v
+    return None
+
+
+def _names(value: Any) -> list[str]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            value = [v.strip() for v in value.split(",") if v.strip()]
+    return [str(v) for v in value] if isinstance(value, list | tuple) else []
+
+
+def _parts(release_dir: str) -> tuple[list[str], int | None, list[str]]:
+    """Part files, total rows (from footers only) and the first part's columns."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parts = sorted(glob.glob(os.path.join(release_dir, "*.parquet")))
+    rows, columns = 0, []
+    try:
+        for i, p in enumerate(parts):
+            meta = pq.ParquetFile(p).metadata
+            rows += meta.num_rows
+            if i == 0:
+                columns = list(meta.schema.to_arrow_schema().names)
+    except (OSError, pa.ArrowException) as e:
+        raise ReleaseError(f"{release_dir}: cannot read a part's footer ({e})") from e
+    return [os.path.basename(p) for p in parts], (rows if parts else None), columns
+
+
+def _audit_summary(audit: Mapping | None, report_path: str | None) -> dict:
+    if audit is None:
+        return {"verdict": "not audited", "report": report_path}
+    verdict = {True: "passed", False: "failed"}.get(audit.get("pass"), "unknown")
+    attrs = {}
+    for name, row in view.attributes(audit).items():
+        keep = ("role", "pass", "majority", "floor", "baseline", "limit", "worst", "retention")
+        attrs[name] = {k: row.get(k) for k in keep if k in row}
+    return {"verdict": verdict, "report": report_path, "attributes": attrs,
+            "failed_expectations": list(audit.get("failed_expectations") or [])}  # fmt: skip
+
+
+def datasheet(release_dir: str, *, metadata: Mapping, audit: Mapping | None,
+              report_path: str | None) -> dict:  # fmt: skip
+    """The machine-readable datasheet (what release.json holds under "datasheet")."""
+    parts, rows, columns = _parts(release_dir)
+    lineage = audit.get("lineage") if isinstance(audit, Mapping) else None
+    fields = ("model", "model_version", "method", "sha256", "config_hash",
+              "noise_key_fingerprint", "modifier", "forced_columns")  # fmt: skip
+    provenance = {k: v for k in fields if (v := _meta(metadata, k)) not in (None, "")}
+    if isinstance(provenance.get("modifier"), str):
+        try:
+            provenance["modifier"] = json.loads(provenance["modifier"])
+        except ValueError:
+            pass
+    return {
+        "schema": SCHEMA,
+        "written": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "embedding": {"parts": parts, "rows": rows, "columns": columns},
+        "suppressed": _names(_meta(metadata, "suppress")),
+        "preserved": _names(_meta(metadata, "preserve")),
+        "provenance": provenance,
+        "lineage": dict(lineage) if isinstance(lineage, Mapping) else None,
+        "audit": _audit_summary(audit, report_path),
+        "threat_model": list(THREAT_MODEL),
+        "cite": {
+            "git": "git rev-parse HEAD",
+            "dvc": "dvc get <repo-url> <release-path> --rev <commit>",
+        },  # fmt: skip
+    }
+
+
+def _markdown(sheet: Mapping, release_dir: str) -> str:
+    prov, emb, aud = sheet["provenance"], sheet["embedding"], sheet["audit"]
+    model = f"{prov.get('model') or '?'} version {prov.get('model_version') or '?'}"
+    lines = [
+        f"# Release: {os.path.basename(os.path.normpath(release_dir))}",
+        "",
+        "## What this is",
+        f"Privatized embeddings written by MaSS-ETL with the modifier {model} "
+        f"(method {prov.get('method') or '?'}): {emb['rows'] if emb['rows'] is not None else '?'}"
+        f" rows in {len(emb['parts'])} Parquet part(s), columns {', '.join(emb['columns']) or '?'}."
+        " Each row keeps its id; the embedding was transformed so the suppressed attributes "
+        "cannot be predicted from it while the preserved ones can.",
+        "",
+        f"- Suppressed: {', '.join(sheet['suppressed']) or 'none recorded'}",
+        f"- Preserved: {', '.join(sheet['preserved']) or 'none recorded'}",
+        "",
+        "## Audit",
+        f"Verdict: **{aud['verdict'].upper()}**."
+        + (f" Report: `{aud['report']}`." if aud.get("report") else ""),
+    ]
+    for name, row in (aud.get("attributes") or {}).items():
+        if row.get("role") == "suppressed":
+            lines.append(f"- {name} (suppressed): worst judge {view.fmt(row.get('worst'))} vs "
+                         f"max(majority, floor) {view.fmt(row.get('baseline'))}, "
+                         f"{'pass' if row.get('pass') else 'FAIL'}")  # fmt: skip
+        else:
+            lines.append(f"- {name} (preserved): retention {view.fmt(row.get('retention'))}, "
+                         f"{'pass' if row.get('pass') else 'FAIL'}")  # fmt: skip
+    for f in aud.get("failed_expectations") or []:
+        lines.append(f"- failed: {f}")
+    lines += ["", "## Threat model", *(f"- {t}" for t in sheet["threat_model"]), "",
+              "## Provenance"]  # fmt: skip
+    lines += [f"- {k}: `{json.dumps(v) if not isinstance(v, str) else v}`"
+              for k, v in prov.items()]  # fmt: skip
+    lines += [
+        "",
+        "## How to cite this version",
+        "The release is a DVC output; a version is the git commit whose dvc.lock pins it:",
+        "",
+        "```",
+        "git rev-parse HEAD   # in the producing repository: the commit to cite",
+        "dvc get <repo-url> release --rev <commit> -o release   # fetch exactly that version",
+        "```",
+        "",
+        f"Written {sheet['written']}; machine-readable copy: `{RELEASE_JSON}` (key `datasheet`).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _write(path: str, text: str) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def write_datasheet(release_dir: str, *, metadata: dict, audit: dict | None,
+                    report_path: str | None) -> None:  # fmt: skip
+    """Write ``RELEASE.md`` and merge the datasheet into ``release.json`` (key "datasheet")."""
+    if not os.path.isdir(release_dir):
+        raise ReleaseError(f"{release_dir}: not a release directory; publish the release first")
+    sheet = datasheet(release_dir, metadata=metadata, audit=audit, report_path=report_path)
+    manifest_path = os.path.join(release_dir, RELEASE_JSON)
+    manifest: dict = {}
+    if os.path.exists(manifest_path):
+        try:
+            with open(manifest_path) as f:
+                manifest = json.load(f)
+        except (OSError, ValueError) as e:
+            raise ReleaseError(f"{manifest_path}: not readable JSON ({e}); re-publish") from e
+        if not isinstance(manifest, dict):
+            raise ReleaseError(f"{manifest_path}: expected a JSON object; re-publish")
+    manifest["datasheet"] = sheet
+    _write(manifest_path, json.dumps(manifest, indent=2, default=str) + "\n")
+    _write(os.path.join(release_dir, RELEASE_MD), _markdown(sheet, release_dir))
