@@ -111,8 +111,9 @@ def datasheet(release_dir: str, *, metadata: Mapping, audit: Mapping | None,
 def _markdown(sheet: Mapping, release_dir: str) -> str:
     prov, emb, aud = sheet["provenance"], sheet["embedding"], sheet["audit"]
     model = f"{prov.get('model') or '?'} version {prov.get('model_version') or '?'}"
+    rel_name = os.path.basename(os.path.normpath(release_dir))
     lines = [
-        f"# Release: {os.path.basename(os.path.normpath(release_dir))}",
+        f"# Release: {rel_name}",
         "",
         "## What this is",
         f"Privatized embeddings written by MaSS-ETL with the modifier {model} "
@@ -130,8 +131,9 @@ def _markdown(sheet: Mapping, release_dir: str) -> str:
     ]
     for name, row in (aud.get("attributes") or {}).items():
         if row.get("role") == "suppressed":
+            lim = f", limit {view.fmt(row['limit'])}" if view.num(row.get("limit")) else ""
             lines.append(f"- {name} (suppressed): worst judge {view.fmt(row.get('worst'))} vs "
-                         f"max(majority, floor) {view.fmt(row.get('baseline'))}, "
+                         f"max(majority, floor) {view.fmt(row.get('baseline'))}{lim}, "
                          f"{'pass' if row.get('pass') else 'FAIL'}")  # fmt: skip
         else:
             lines.append(f"- {name} (preserved): retention {view.fmt(row.get('retention'))}, "
@@ -149,7 +151,7 @@ def _markdown(sheet: Mapping, release_dir: str) -> str:
         "",
         "```",
         "git rev-parse HEAD   # in the producing repository: the commit to cite",
-        "dvc get <repo-url> release --rev <commit> -o release   # fetch exactly that version",
+        f"dvc get <repo-url> {rel_name} --rev <commit> -o {rel_name}   # exactly that version",
         "```",
         "",
         f"Written {sheet['written']}; machine-readable copy: `{RELEASE_JSON}` (key `datasheet`).",

@@ -316,3 +316,9 @@ def audit_report(tmp_path_factory):
                "--preserve", "r", "--report", str(report), "--params", str(params)])  # fmt: skip
     assert rc == 0
     return report
+
+
+@pytest.fixture(scope="session")
+def synthetic_release():
+    """:func:`write_synthetic`, for test modules (conftest is not importable by name)."""
+    return write_synthetic
