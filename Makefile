@@ -12,7 +12,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 # The demo's owner key (keyed release noise, export signatures): outside git and DVC outputs.
 OWNER_KEY ?= $(CURDIR)/.mass/owner.key
 
-.PHONY: venv demo test test-fast lint clean-demo
+.PHONY: venv chromium demo test test-fast lint clean-demo
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,7 +35,12 @@ demo: venv $(OWNER_KEY)
 	@echo "Audit report: $(CURDIR)/reports/audit/ (audit.json, data_docs/index.html, privacy_utility.png)"
 	@$(BIN)/dvc metrics show
 
-test: venv
+# tests/mass/report open the audit page in Debian's headless chromium (required when CI is set;
+# CI runs as root). apt-get update + install took about 45 s on a fresh machine.
+chromium:
+	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
+
+test: venv chromium
 	$(BIN)/ruff check mass transforms beam_pipelines tests bench
 	$(BIN)/python -m pytest -q tests
 
