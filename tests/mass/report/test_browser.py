@@ -82,3 +82,29 @@ def test_data_docs_index_lists_validations_and_a_page_shows_pass_offline(
     assert "\u2714" in icon  # the pass mark is drawn without Font Awesome
     assert page.external_requests() == []
     assert proxy.page_hosts(since) == set(), proxy.lines[since:]
+
+
+def test_a_failing_audit_reads_failed_in_the_report_and_in_data_docs(
+    browser, proxy, synthetic_release, tmp_path
+):
+    from mass.cli import main
+
+    release, labels, params = synthetic_release(tmp_path, suppress_leaks=True)
+    report = tmp_path / "report"
+    rc = main(["audit", "--release", str(release), "--labels", str(labels), "--suppress", "s",
+               "--preserve", "r", "--report", str(report), "--params", str(params)])  # fmt: skip
+    assert rc == 1
+    since = len(proxy.lines)
+    page = browser.open((report / "report.html").as_uri())
+    assert page.eval("document.getElementById('verdict').innerText").startswith("Audit FAILED")
+    assert "'s' is not suppressed" in page.eval("document.getElementById('todo').innerText")
+    page = browser.open((report / "data_docs" / "index.html").as_uri())
+    text = page.eval("document.body.innerText")
+    assert text.count("Failed") == 1 and text.count("Success") == 3
+    link = page.eval("document.querySelector('a[href*=\"validations/attribute_privacy\"]')"
+                     ".getAttribute('href')")  # fmt: skip
+    page = browser.open((report / "data_docs" / link).as_uri())
+    icon = page.eval("getComputedStyle(document.querySelector('i.fa-times'), '::before').content")
+    assert "\u2718" in icon and "Failed" in page.eval("document.body.innerText")
+    assert page.external_requests() == []
+    assert proxy.page_hosts(since) == set(), proxy.lines[since:]
