@@ -18,12 +18,15 @@ def test_negative_control_an_external_image_and_stylesheet_are_caught(browser, p
     page_file.write_text("<html><body><p>control</p>"
                          "<img src='http://img.mass-control.invalid/x.png'>"
                          "<link rel=stylesheet href='https://cdn.mass-control.invalid/a.css'>"
+                         "<script src='https://fonts.googleapis.com/control.js'></script>"
                          "</body></html>")  # fmt: skip
     since = len(proxy.lines)
     page = browser.open(page_file.as_uri())
     seen = page.external_requests()
     assert "http://img.mass-control.invalid/x.png" in seen
     assert "https://cdn.mass-control.invalid/a.css" in seen
+    # a Google host: the proxy record leaves it to Chromium's services, DevTools still sees it
+    assert "https://fonts.googleapis.com/control.js" in seen
     hosts = proxy.page_hosts(since)
     assert {"img.mass-control.invalid", "cdn.mass-control.invalid"} <= hosts, proxy.lines
 
