@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def report_dir_of(path: str) -> str:
     """The directory holding audit.json: ``path`` itself, or the one its datasheet names."""
-    from mass.errors import MissingInputError
+    from mass.errors import InputError, MissingInputError
     from mass.report.datasheet import RELEASE_JSON
     from mass.report.view import AUDIT_NAME
 
@@ -32,9 +32,13 @@ def report_dir_of(path: str) -> str:
     manifest = os.path.join(path, RELEASE_JSON)
     report = None
     if os.path.exists(manifest):
-        with open(manifest) as f:
-            sheet = json.load(f).get("datasheet") or {}
-        report = (sheet.get("audit") or {}).get("report")
+        try:
+            with open(manifest) as f:
+                sheet = json.load(f).get("datasheet") or {}
+            report = (sheet.get("audit") or {}).get("report")
+        except (OSError, ValueError, AttributeError) as e:
+            raise InputError(f"{manifest}: not a readable datasheet ({e}); pass the report "
+                             "directory `mass audit --report` wrote") from e  # fmt: skip
     if report:
         cands = [report] if os.path.isabs(report) else [os.path.join(path, report), report]
         for cand in cands:

@@ -215,3 +215,9 @@ def test_mass_report_without_audit_json_names_the_directory(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert str(tmp_path) in err and "audit.json" in err and "mass audit" in err
+
+
+def test_mass_report_on_a_release_with_a_broken_datasheet_is_an_input_error(tmp_path, capsys):
+    (tmp_path / "release.json").write_text("[1, 2]")
+    assert main(["report", str(tmp_path)]) == 2
+    assert "release.json: not a readable datasheet" in capsys.readouterr().err
