@@ -161,6 +161,13 @@ def test_without_labels_the_job_refuses_unless_no_audit(tmp_path):
     assert not (tmp_path / "rel_report").exists()
 
 
+def test_a_model_without_suppressed_attributes_needs_no_audit(src, tmp_path):
+    out = tmp_path / "rel"
+    with pytest.raises(ConfigError, match="names no suppressed attribute.*--no-audit"):
+        _run(src, out, Erase(), info={**INFO, "suppress": []})
+    assert sorted(os.listdir(tmp_path)) == []
+
+
 def test_labels_from_a_separate_file(src, tmp_path):
     """--labels: id + label columns only; the input supplies the original embeddings."""
     bare = _write(tmp_path / "bare.parquet", labels=False)
