@@ -47,7 +47,13 @@ from beam_pipelines.options import (
     shm_mode,
     triton_endpoint,
 )
-from mass.errors import AuditFailedError, ConfigError, QuarantineThresholdError, SchemaError
+from mass.errors import (
+    AuditFailedError,
+    ConfigError,
+    QuarantineThresholdError,
+    SchemaError,
+    UnreadableInputError,
+)
 from mass.io import expand_paths, read_table
 from mass.triton_adapters import verify_version_dir
 from transforms.modify import ModifyRowGroupFn, pick
@@ -268,7 +274,13 @@ def _audit_plan(args, info: dict, schema: pa.Schema) -> AuditPlan | None:
         )
     wanted = list(dict.fromkeys([*suppress, *preserve]))
     if args.labels:
-        names = pq.read_schema(expand_paths(args.labels)[0]).names
+        first = expand_paths(args.labels)[0]
+        try:
+            names = pq.read_schema(first).names
+        except (pa.ArrowInvalid, OSError) as e:
+            raise UnreadableInputError(
+                f"--labels {first}: not readable as Parquet ({e}); pass the held-out labels file"
+            ) from e
         where = f"--labels {args.labels}"
     else:
         names, where = schema.names, f"--input {args.input}"
@@ -283,8 +295,9 @@ def _audit_plan(args, info: dict, schema: pa.Schema) -> AuditPlan | None:
             "it unaudited (recorded in the release metadata)"
         )
     policy, source = args._policy
-    log.info("audit gate: labels from %s; policy from %s; report to %s",
-             args.labels or f"the input's columns {wanted}", source, report_path(args))  # fmt: skip
+    # printed like the summary line: the root logger is at WARNING until Beam's run starts
+    print(f"anonymize: audit gate on: labels from {args.labels or f'the input columns {wanted}'}"
+          f"; policy from {source}; report to {report_path(args)}", flush=True)  # fmt: skip
     return AuditPlan(suppress=suppress, preserve=preserve, labels=args.labels, policy=policy,
                      policy_source=source, report=report_path(args))  # fmt: skip
 

@@ -116,6 +116,9 @@ def test_a_passing_audit_publishes_with_its_verdict_in_the_manifest(src, tmp_pat
     import hashlib
 
     assert part["sha256"] == hashlib.sha256((out / part["file"]).read_bytes()).hexdigest()
+    from mass.io import read_table
+
+    assert read_table(str(out)).num_rows == ROWS  # our reader skips the marker too
     table = pq.read_table(out)  # the marker is invisible to Parquet readers
     assert table.column_names == ["id", "emb"]  # the label columns are never released
     assert table.schema.metadata[b"mass.audited"] == b"true"
