@@ -482,10 +482,9 @@ def _failures(metrics: dict) -> str:
     other = [e for e in metrics.get("failed_expectations") or []
              if not any(n in e for n in names)]  # fmt: skip
     if other:
-        parts.append(f"{len(other)} other failed expectation(s), first: {other[0]}")
-    return "; ".join(parts) or "failed expectations: " + ", ".join(
-        metrics.get("failed_expectations") or ["unknown"]
-    )
+        more = " other" if parts else ""
+        parts.append(f"{len(other)}{more} failed expectation(s), first: {other[0]}")
+    return "; ".join(parts) or "no passing verdict in audit.json"
 
 
 def _valid_rows(args, columns: list[str], q_ids: pa.Array) -> str:

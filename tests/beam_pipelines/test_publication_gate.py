@@ -218,3 +218,12 @@ def test_a_model_returning_its_input_up_to_scale_is_refused(src, tmp_path, facto
         _run(src, out, Scale(factor), "--no-audit")
     assert not out.exists()
     assert sorted(os.listdir(tmp_path)) == ["rel_quarantine"]  # nothing staged left behind
+
+
+def test_a_forced_suppressed_column_fails_the_gate(src, tmp_path):
+    """--force-allow lets the job write the column, the audit still forbids it in a release."""
+    out = tmp_path / "rel"
+    with pytest.raises(AuditFailedError, match="failed expectation") as info:
+        _run(src, out, Erase(), "--allow-columns", "digit", "--force-allow")
+    assert "digit" in str(info.value)
+    assert not out.exists()
