@@ -2,12 +2,24 @@
 
     mass anonymize --input IN --output OUT --model NAME [--repository DIR]
         [--triton-url HOST:PORT] [--id-col id --emb-col emb] [--allow-columns a,b]
-        [--batch-rows 4096] [--shards N] [--max-quarantined 0] [beam flags, e.g. --runner]
+        [--labels LABELS] [--policy params.yaml] [--report OUT_report] [--run-dir RUN]
+        [--no-audit] [--batch-rows 4096] [--shards N] [--max-quarantined 0] [beam flags]
 
-Steps: check the server/model and the input schema before reading data; then one DoFn per
-input row group reads Arrow batches, quarantines bad rows, modifies the rest on Triton and
-spills id-sorted runs (:mod:`transforms.modify`); one merge per shard writes the staged part
-files; verify and rename into OUT (see :mod:`transforms.release`).
+Steps: decide that OUT and OUT_quarantine may be replaced (only our own marked directories,
+never the input; :func:`transforms.release.check_outputs`); check the server/model, the input
+schema and the audit's labels before reading data; then one DoFn per input row group reads
+Arrow batches, quarantines bad rows, modifies the rest on Triton and spills id-sorted runs
+(:mod:`transforms.modify`); one merge per shard writes the staged part files; verify the
+invariants, audit the STAGED release (the gate: a failing audit publishes nothing), write the
+``_release.json`` marker + manifest and rename into OUT (see :mod:`transforms.release`).
+
+The gate runs whenever labels for the model's attributes (export.json suppress + preserve)
+are at hand: as columns of the input, or in ``--labels``. Policy: ``--policy``, else the
+``audit:`` section of ./params.yaml when that file exists, else the built-in defaults. The
+report (audit.json, data_docs/, privacy_utility.png) goes to ``--report``, default
+``OUT_report`` next to OUT, and is written whether the audit passes or fails. Without labels
+the job refuses unless ``--no-audit``, which publishes the release recorded as unaudited
+(``mass.audited`` = "false" in the Parquet metadata, ``audited: false`` in _release.json).
 """
 
 from __future__ import annotations
@@ -18,9 +30,12 @@ import logging
 import os
 import shutil
 import time
+from dataclasses import dataclass
 
 import apache_beam as beam
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from beam_pipelines.options import (
     add_serving_arguments,
@@ -32,13 +47,20 @@ from beam_pipelines.options import (
     shm_mode,
     triton_endpoint,
 )
-from mass.errors import ConfigError, QuarantineThresholdError, SchemaError
-from mass.io import read_table
+from mass.errors import (
+    AuditFailedError,
+    ConfigError,
+    QuarantineThresholdError,
+    SchemaError,
+    UnreadableInputError,
+)
+from mass.io import expand_paths, read_table
 from mass.triton_adapters import verify_version_dir
 from transforms.modify import ModifyRowGroupFn, pick
 from transforms.parquet_io import IDS_DIR, MergeShards, WriteShardedParquet, plan_row_groups
 from transforms.quarantine import publish_quarantine, quarantine_schema
 from transforms.release import (
+    check_outputs,
     export_info,
     publish_release,
     recover_output,
@@ -78,7 +100,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="fail without publishing when more rows are quarantined",
     )
     parser.add_argument("--quarantine", default=None, help="quarantine dir (OUT_quarantine)")
+    g = parser.add_argument_group("audit gate (runs on the staged release before publication)")
+    g.add_argument(
+        "--labels",
+        default=None,
+        help="Parquet with id + the model's suppress/preserve label columns (default: the "
+        "input's own label columns)",
+    )
+    g.add_argument(
+        "--policy",
+        default=None,
+        help="params.yaml whose audit: section is the policy (default: ./params.yaml if "
+        "present, else the built-in defaults)",
+    )
+    g.add_argument("--report", default=None, help="audit report directory (OUT_report)")
+    g.add_argument("--run-dir", default=None, help="training run: frozen branch judges")
+    g.add_argument(
+        "--no-audit",
+        action="store_true",
+        help="publish without an audit (recorded as unaudited in the release metadata)",
+    )
     add_serving_arguments(parser)
+
+
+@dataclass(frozen=True)
+class AuditPlan:
+    """What the gate audits, decided before any work (see :func:`_audit_plan`)."""
+
+    suppress: tuple[str, ...]
+    preserve: tuple[str, ...]
+    labels: str | None  # None: the input's own label columns
+    policy: object  # mass.audit.AuditPolicy (imported lazily: GX is heavy)
+    policy_source: str
+    report: str
 
 
 def run(
@@ -101,19 +155,46 @@ def run(
     )
 
 
+def quarantine_path(args) -> str:
+    return args.quarantine or f"{os.path.normpath(args.output)}_quarantine"
+
+
+def report_path(args) -> str:
+    return args.report or f"{os.path.normpath(args.output)}_report"
+
+
+def resolve_policy(path: str | None) -> tuple[object, str]:
+    """(policy, where it came from): --policy, else ./params.yaml if present, else defaults."""
+    from mass.audit.policy import AuditPolicy, load_policy
+
+    if path is None and os.path.isfile("params.yaml"):
+        path = "params.yaml"
+    if path is None:
+        return AuditPolicy(), "built-in defaults (no --policy, no ./params.yaml)"
+    return load_policy(path), f"{path} (audit:)"
+
+
 def run_job(args, extra, *, test_pipeline=None, model_handler=None, model_info=None) -> dict:
     check_common(args)
     if args.max_quarantined < 0:
         raise ConfigError(f"--max-quarantined must be >= 0, got {args.max_quarantined}")
-    q_out = args.quarantine or f"{os.path.normpath(args.output)}_quarantine"
+    q_out = quarantine_path(args)
+    # Before any work: which paths the job may replace (only its own outputs, never the input).
+    check_outputs(output=args.output, quarantine=q_out, inputs=args.input,
+                  report=None if args.no_audit else report_path(args))  # fmt: skip
+    if args.no_audit and (args.labels or args.policy or args.report or args.run_dir):
+        raise ConfigError("--no-audit: drop --labels/--policy/--report/--run-dir, or drop "
+                          "--no-audit to audit before publishing")  # fmt: skip
+    args._policy = None if args.no_audit else resolve_policy(args.policy)
     removed = recover_output(args.output) + recover_output(q_out)
     if removed:
         log.warning("cleared leftovers of a killed run: %s", removed)
     args._stage, args._q_stage = staging_dir(args.output), staging_dir(q_out)
+    args._aux = staging_dir(args.output)  # the audit's filtered labels, when rows were dropped
     try:
         return _run_checked(args, extra, test_pipeline, model_handler, model_info)
     finally:
-        for d in (args._stage, args._q_stage):
+        for d in (args._stage, args._q_stage, args._aux):
             shutil.rmtree(d, ignore_errors=True)
 
 
@@ -172,7 +253,53 @@ def _check_input(args, info: dict, checked: CheckedInput | None = None) -> Check
             emb_col=args.emb_col,
             force=args.force_allow,
         )
+        args._plan = _audit_plan(args, info, checked.schema)
     return checked
+
+
+def _audit_plan(args, info: dict, schema: pa.Schema) -> AuditPlan | None:
+    """Decide the gate before any data moves: labels at hand -> audit; none -> refuse
+    unless --no-audit (the release is then recorded as unaudited)."""
+    suppress = tuple(info.get("suppress") or ())
+    preserve = tuple(info.get("preserve") or ())
+    if args.no_audit:
+        log.warning("--no-audit: publishing without an audit; the release records audited: "
+                    "false (mass.audited, _release.json)")  # fmt: skip
+        return None
+    model = info.get("name") or args.model
+    if not suppress:
+        raise ConfigError(
+            f"model '{model}' names no suppressed attribute (export.json 'suppress'), so "
+            "its release cannot be audited; pass --no-audit to publish it unaudited (recorded)"
+        )
+    wanted = list(dict.fromkeys([*suppress, *preserve]))
+    if args.labels:
+        first = expand_paths(args.labels)[0]
+        try:
+            names = pq.read_schema(first).names
+        except (pa.ArrowInvalid, OSError) as e:
+            raise UnreadableInputError(
+                f"--labels {first}: not readable as Parquet ({e}); pass the held-out labels file"
+            ) from e
+        where = f"--labels {args.labels}"
+    else:
+        names, where = schema.names, f"--input {args.input}"
+    missing = [a for a in wanted if a not in names] + (
+        [args.id_col] if args.id_col not in names else []
+    )
+    if missing:
+        raise ConfigError(
+            f"{where}: no column(s) {missing} for the audit of model '{model}' (suppress "
+            f"{list(suppress)}, preserve {list(preserve)}); the release is audited before "
+            "publication: pass --labels LABELS (id + those columns), or --no-audit to publish "
+            "it unaudited (recorded in the release metadata)"
+        )
+    policy, source = args._policy
+    # printed like the summary line: the root logger is at WARNING until Beam's run starts
+    print(f"anonymize: audit gate on: labels from {args.labels or f'the input columns {wanted}'}"
+          f"; policy from {source}; report to {report_path(args)}", flush=True)  # fmt: skip
+    return AuditPlan(suppress=suppress, preserve=preserve, labels=args.labels, policy=policy,
+                     policy_source=source, report=report_path(args))  # fmt: skip
 
 
 def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedInput) -> dict:
@@ -187,7 +314,10 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
         emb_col=args.emb_col,
         force=args.force_allow,
     )
-    meta = release_metadata(info, forced_columns=forced)
+    if not hasattr(args, "_plan"):  # no provenance was checked (an in-process handler)
+        args._plan = _audit_plan(args, info, schema)
+    plan: AuditPlan | None = args._plan
+    meta = release_metadata(info, forced_columns=forced, audited=plan is not None)
     out_schema = pa.schema(
         [
             schema.field(args.id_col),
@@ -196,7 +326,7 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
         ],
         metadata=meta,
     )
-    q_out = args.quarantine or f"{os.path.normpath(args.output)}_quarantine"
+    q_out = quarantine_path(args)
     q_schema = quarantine_schema(schema.field(args.id_col).type, args.id_col)
     stage, q_stage = args._stage, args._q_stage
 
@@ -240,7 +370,8 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
     _ = (quarantined, released) | "Done" >> beam.Flatten()
     # staging directories are removed by run_job whatever happens
     result = run_to_completion(p)
-    n_bad = publish_quarantine(q_stage, q_out, schema=q_schema)
+    q_doc = publish_quarantine(q_stage, q_out, schema=q_schema)
+    n_bad = q_doc["rows"]
     if n_bad > args.max_quarantined:
         raise QuarantineThresholdError(
             f"{args.input}: {n_bad} rows quarantined (see {q_out}), more than "
@@ -251,6 +382,14 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
     q_ids = None
     if n_bad:
         q_ids = read_table(q_out, columns=[args.id_col]).column(args.id_col).combine_chunks()
+    verdict: dict = {}
+
+    def gate(staged: str) -> dict | None:
+        if plan is None:
+            return None
+        verdict.update(_audit_staged(args, plan, staged, q_ids))
+        return verdict
+
     rows_out = publish_release(
         stage,
         args.output,
@@ -261,6 +400,10 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
         allow_columns=args.allow_columns,
         num_shards=args.shards,
         schema=out_schema,
+        gate=gate,
+        manifest=True,
+        # no path: the release's bytes do not depend on where it (or OUT_quarantine) lives
+        quarantine={"rows": n_bad, "sha256": [p["sha256"] for p in q_doc["parts"]]},
     )
     secs = time.monotonic() - t0
     summary = {
@@ -275,13 +418,84 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
         "model": info.get("name"),
         "model_version": info.get("version"),
         "forced_columns": forced,
+        "audited": plan is not None,
+        "audit_report": verdict.get("report"),
     }
     print(
         f"anonymize: {summary['rows_in']} rows in, {rows_out} out, {n_bad} quarantined, "
-        f"{summary['retries']} retries, {secs:.1f} s, {summary['rows_per_s']:.0f} rows/s"
+        f"{summary['retries']} retries, {secs:.1f} s, {summary['rows_per_s']:.0f} rows/s, "
+        + (f"audit passed (report {verdict['report']})" if plan else "UNAUDITED (--no-audit)")
     )
     log.info("summary %s", json.dumps(summary))
     return summary
+
+
+def _audit_staged(args, plan: AuditPlan, staged: str, q_ids: pa.Array | None) -> dict:
+    """The gate: audit the staged release; raise :class:`AuditFailedError` (the report is
+    written either way) so that nothing is published unless it passes."""
+    from mass.audit import AuditRequest, run_audit
+    from mass.audit.chart import plot_privacy_utility
+    from mass.audit.report import write_report
+
+    attrs = list(dict.fromkeys([*plan.suppress, *plan.preserve]))
+    labels, original = plan.labels, None
+    if labels is None:  # the input's own label columns (and its embeddings as the original)
+        labels = args.input
+        if q_ids is not None:
+            labels = _valid_rows(args, [args.id_col, args.emb_col, *attrs], q_ids)
+    else:
+        original = args.input
+        if q_ids is not None:
+            original = _valid_rows(args, [args.id_col, args.emb_col], q_ids)
+    req = AuditRequest(
+        release=staged, labels=labels, suppress=plan.suppress, preserve=plan.preserve,
+        policy=plan.policy, report_dir=plan.report, run_dir=args.run_dir, input=original,
+        id_col=args.id_col, emb_col=args.emb_col, allow=tuple(args.allow_columns),
+    )  # fmt: skip
+    result = run_audit(req)
+    path = write_report(result, plan.report)
+    plot_privacy_utility(result, os.path.join(plan.report, "privacy_utility.png"))
+    with open(path) as f:
+        metrics = json.load(f)
+    if not metrics.get("pass"):
+        raise AuditFailedError(
+            f"{args.output}: the staged release failed its audit ({_failures(metrics)}); "
+            f"report: {plan.report}; nothing published (a previous release at "
+            f"{args.output} is kept)"
+        )
+    log.info("audit passed: %s", path)
+    return {"verdict": "pass", "report": path, "policy": plan.policy_source}
+
+
+def _failures(metrics: dict) -> str:
+    """``attribute 'digit' (suppressed: worst 0.91, limit 0.16), ...`` + other expectations."""
+    parts = []
+    for name, row in (metrics.get("attributes") or {}).items():
+        if row.get("pass"):
+            continue
+        nums = [f"worst {row['worst']:.3f}"] if isinstance(row.get("worst"), float) else []
+        if isinstance(row.get("limit"), float):
+            nums.append(f"limit {row['limit']:.3f}")
+        parts.append(f"attribute '{name}' ({row.get('role')}{': ' if nums else ''}"
+                     f"{', '.join(nums)})")  # fmt: skip
+    names = [f"'{n}'" for n, r in (metrics.get("attributes") or {}).items() if not r.get("pass")]
+    other = [e for e in metrics.get("failed_expectations") or []
+             if not any(n in e for n in names)]  # fmt: skip
+    if other:
+        more = " other" if parts else ""
+        parts.append(f"{len(other)}{more} failed expectation(s), first: {other[0]}")
+    return "; ".join(parts) or "no passing verdict in audit.json"
+
+
+def _valid_rows(args, columns: list[str], q_ids: pa.Array) -> str:
+    """The input's ``columns`` without the quarantined rows, as a private Parquet file for the
+    audit (its readers refuse the NaN/ragged rows the job quarantined)."""
+    table = read_table(args.input, columns=columns)
+    keep = pc.invert(pc.is_in(table.column(args.id_col), value_set=q_ids))
+    os.makedirs(args._aux, exist_ok=True)
+    path = os.path.join(args._aux, f"valid-{len(os.listdir(args._aux))}.parquet")
+    pq.write_table(table.filter(keep), path)
+    return path
 
 
 def _first_quarantined(q_out: str, id_col: str, n: int = 5) -> str:

@@ -61,3 +61,9 @@ class QuarantineThresholdError(ReleaseError):
 
 class AuditFailedError(MassError):
     """At least one audit expectation failed; the release must not be published."""
+
+
+class OutputPathError(ConfigError):
+    """--output/--quarantine/--report names a path the job must not replace or write into:
+    not a directory this product wrote (no marker), the input or a parent/child of it, the
+    other output, a file, a symbolic link or a mount point. Raised before any work."""

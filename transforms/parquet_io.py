@@ -320,8 +320,8 @@ class _ShardSink:
 class _MergeShardFn(beam.DoFn):
     """Merge a shard's sorted runs into its part file (drops and checks ``verify_col``).
 
-    With ``verify_col`` the merge counts rows whose output equals the input (a bypassed
-    model) or is not finite, and leaves those counts in a ``_part-*.json`` sidecar for the
+    With ``verify_col`` the merge counts rows whose output is the input up to scale (cosine
+    similarity > :data:`BYPASS_COSINE`: a bypassed model) or is not finite, and leaves those counts in a ``_part-*.json`` sidecar for the
     publisher; the column is never written.
     """
 
@@ -371,17 +371,32 @@ class _MergeShardFn(beam.DoFn):
 
 
 UNMODIFIED, NONFINITE = 1, 2  # bits of the per-row flags that replace the input copy
+# A released row whose cosine similarity to its input exceeds this is the input (up to scale
+# and float rounding: a bypassed model, one that returns n(x) or x * (1 + 1e-7)): refused.
+# 1 - cos ~ angle**2 / 2, so this is an angle of ~0.08 degrees; any real modifier moves a
+# row much further (MaSS adds a unit vector to a unit vector: cos <= 0.71 unless aligned).
+BYPASS_COSINE = 1.0 - 1e-6
 
 
 def _row_flags(batch: pa.RecordBatch, emb_col: str | None, verify_col: str) -> np.ndarray:
-    """uint8 per row: UNMODIFIED if the output equals the carried input, NONFINITE if not finite."""
+    """uint8 per row: UNMODIFIED if the output is the carried input up to scale (cosine
+    similarity > :data:`BYPASS_COSINE`, computed in float64), NONFINITE if not finite."""
     n = batch.num_rows
     dim = batch.schema.field(emb_col).type.list_size
     out = batch.column(emb_col).flatten().to_numpy().reshape(n, dim)
-    src = batch.column(verify_col).flatten().to_numpy().reshape(n, -1)
-    same = (out == src).all(axis=1) if src.shape == out.shape else np.zeros(n, bool)
+    src = batch.column(verify_col).flatten().to_numpy(zero_copy_only=False).reshape(n, -1)
+    finite = np.isfinite(out).all(axis=1)
+    same = np.zeros(n, bool)
+    if src.shape == out.shape:
+        a = np.where(finite[:, None], out, 0.0).astype(np.float64)
+        b = np.nan_to_num(src.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+        dot = np.einsum("ij,ij->i", a, b)
+        norms = np.sqrt(np.einsum("ij,ij->i", a, a) * np.einsum("ij,ij->i", b, b))
+        cos = np.divide(dot, norms, out=np.zeros(n), where=norms > 0)
+        # an exact copy is a bypass whatever its norm (a zero row is quarantined upstream)
+        same = (cos > BYPASS_COSINE) | (out == src).all(axis=1)
     flags = np.where(same, UNMODIFIED, 0).astype(np.uint8)
-    flags[~np.isfinite(out).all(axis=1)] |= NONFINITE
+    flags[~finite] |= NONFINITE
     return flags
 
 

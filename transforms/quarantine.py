@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from mass.errors import SchemaError
 from mass.io import embedding_array
-from transforms.parquet_io import fill_empty_shards, remove_sidecars, shard_path
+from transforms.parquet_io import fill_empty_shards, remove_sidecars
 
 REASONS = ("ok", "null", "wrong-dimension", "non-finite", "zero-vector")
 OK, NULL, WRONG_DIM, NONFINITE, ZERO = range(len(REASONS))
@@ -97,15 +97,17 @@ def quarantine_schema(id_type: pa.DataType, id_col: str) -> pa.Schema:
     return pa.schema([(id_col, id_type), ("reason", pa.string())])
 
 
-def publish_quarantine(staging: str, out: str, *, schema: pa.Schema) -> int:
-    """Complete and move the staged quarantine into ``out``; return its row count."""
+def publish_quarantine(staging: str, out: str, *, schema: pa.Schema) -> dict:
+    """Complete the staged quarantine, write its ``_quarantine.json`` marker + manifest and
+    swap it into ``out``; return the manifest (``rows``, ``parts``)."""
     fill_empty_shards(staging, schema, 1)
     remove_sidecars(staging)
-    rows = pq.ParquetFile(shard_path(staging, 0, 1)).metadata.num_rows
-    from transforms.release import swap_into_place  # one publication path for both outputs
+    # one publication path (and one ownership marker scheme) for both outputs
+    from transforms.release import swap_into_place, write_quarantine_manifest
 
+    doc = write_quarantine_manifest(staging)
     swap_into_place(staging, out)
-    return rows
+    return doc
 
 
 def quarantine_reasons(directory: str) -> dict[str, int]:

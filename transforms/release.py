@@ -1,26 +1,37 @@
 """Fail-closed release publication: stage, verify every invariant, then rename into place.
 
 The job writes into ``OUT.tmp-<pid>-<uuid>``; :func:`publish_release` checks the staged files
-(rows out == rows in, ids one-to-one with the input, no row equal to its input embedding,
-finite values, only allow-listed columns, provenance metadata on every file) and only then
-swaps the directory into ``OUT`` (one atomic ``renameat2`` exchange on Linux; elsewhere via
+(rows out == rows in, ids one-to-one with the input, no row equal to its input embedding up
+to scale (cosine similarity > 1 - 1e-6), finite values, only allow-listed columns, provenance
+metadata on every file), runs the audit gate on them, and only then swaps the directory into ``OUT`` (one atomic ``renameat2`` exchange on Linux; elsewhere via
 ``OUT.old-<pid>-<uuid>``), so a crash leaves the previous release or none, never a partial
 one; :func:`recover_output` clears a killed job's leftovers before the next run.
+
+Ownership: a release directory carries ``_release.json`` (a quarantine ``_quarantine.json``),
+written by us last before the swap: a format tag plus the manifest (part files with sha256 and
+row counts, audit verdict and report path, provenance). :func:`check_outputs` lets the job
+replace only a directory holding that marker (or a path that does not exist), never the input,
+a parent or child of it, or the other output; files, symbolic links and mount points are
+refused before any work. The marker names start with ``_`` so Parquet readers that expand a
+directory (pyarrow, pandas, Spark, :func:`mass.io.expand_paths`) never read them as data.
 """
 
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import shutil
+import signal
 import uuid
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mass.errors import ReleaseError, SchemaError, ServingError
+from mass.errors import OutputPathError, ReleaseError, SchemaError, ServingError
 from transforms.parquet_io import fill_empty_shards, read_sidecars, remove_sidecars
 
 META_KEYS = (
@@ -32,7 +43,16 @@ META_KEYS = (
     "mass.preserve",
     "mass.config_hash",
     "mass.forced_columns",
+    "mass.audited",
 )
+RELEASE_MARKER = "_release.json"
+QUARANTINE_MARKER = "_quarantine.json"
+RELEASE_FORMAT = "mass-release/1"
+QUARANTINE_FORMAT = "mass-quarantine/1"
+MARKER_FORMATS = {RELEASE_MARKER: RELEASE_FORMAT, QUARANTINE_MARKER: QUARANTINE_FORMAT}
+# Test-only: SIGKILL the job at a publication point ("before-swap", "after-swap") so the
+# crash tests kill inside the swap itself (tests/failclosed/test_atomic_publish.py).
+KILL_AT_ENV = "MASS_TEST_KILL_AT"
 RAW_MEDIA_NAMES = {
     "image",
     "images",
@@ -143,8 +163,10 @@ def resolve_allow_columns(
 
 
 def release_metadata(
-    info: dict, *, forced_columns: list[str] | tuple[str, ...] = ()
+    info: dict, *, forced_columns: list[str] | tuple[str, ...] = (), audited: bool = True
 ) -> dict[bytes, bytes]:
+    """``mass.*`` schema metadata of every part; ``mass.audited`` is "false" only for a
+    release published with ``--no-audit`` (an audited one is published only if it passed)."""
     values = {
         "mass.model": str(info.get("name") or ""),
         "mass.model_version": str(info.get("version") or ""),
@@ -154,6 +176,7 @@ def release_metadata(
         "mass.preserve": json.dumps(list(info.get("preserve") or [])),
         "mass.config_hash": str(info.get("config_hash") or ""),
         "mass.forced_columns": json.dumps(list(forced_columns)),
+        "mass.audited": "true" if audited else "false",
     }
     return {k.encode(): v.encode() for k, v in values.items()}
 
@@ -171,6 +194,190 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def holds_marker(directory: str, marker: str = RELEASE_MARKER) -> bool:
+    """True when ``directory`` holds our ``marker`` file with its format tag."""
+    path = os.path.join(directory, marker)
+    if os.path.islink(path) or not os.path.isfile(path) or os.path.getsize(path) > 1 << 24:
+        return False
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("format") == MARKER_FORMATS[marker]
+
+
+def _real(path: str) -> str:
+    return os.path.realpath(os.path.abspath(path))
+
+
+def _inside(a: str, b: str) -> bool:
+    """``a`` equals ``b`` or lies below it (both real, absolute)."""
+    return a == b or a.startswith(b.rstrip(os.sep) + os.sep)
+
+
+def input_roots(spec: str) -> list[str]:
+    """The paths ``spec`` reads: itself (file or directory), or each file a glob matches."""
+    if "://" in spec:
+        return []
+    if not os.path.lexists(spec) and any(ch in spec for ch in "*?["):
+        return sorted(glob.glob(spec, recursive=True))
+    return [spec]
+
+
+def check_replaceable(flag: str, path: str, marker: str) -> None:
+    """Refuse ``path`` unless it does not exist or is a directory holding our ``marker``."""
+    p = os.path.normpath(path)
+    if os.path.islink(p):
+        raise OutputPathError(
+            f"{flag} {path}: is a symbolic link (to {os.readlink(p)}); the job never replaces "
+            "a link or publishes through one: pass the real directory"
+        )
+    if not os.path.lexists(p):
+        parent = os.path.dirname(os.path.abspath(p))
+        while not os.path.lexists(parent):
+            parent = os.path.dirname(parent)
+        if not os.path.isdir(parent):
+            raise OutputPathError(f"{flag} {path}: {parent} is not a directory")
+        return
+    if os.path.ismount(p):
+        raise OutputPathError(
+            f"{flag} {path}: is a mount point; a release is published by renaming a "
+            "directory into place, which a mount point cannot take: pass a directory inside it"
+        )
+    if not os.path.isdir(p):
+        raise OutputPathError(
+            f"{flag} {path}: is an existing file, not a directory written by mass; the job "
+            "never replaces it: choose another path or remove the file yourself"
+        )
+    if not holds_marker(p, marker):
+        raise OutputPathError(
+            f"{flag} {path}: is an existing directory without the {marker} marker that mass "
+            "writes into its own outputs; the job replaces only those (or a path that does "
+            "not exist): choose a new path, or move the directory away yourself"
+        )
+
+
+def check_outputs(*, output: str, quarantine: str, inputs: str, report: str | None = None) -> None:
+    """Decide, before any work, that the job may replace ``output`` and ``quarantine`` (and
+    write its audit report into ``report``); raise :class:`OutputPathError` naming the path.
+    """
+    outs = (("--output", output, RELEASE_MARKER), ("--quarantine", quarantine, QUARANTINE_MARKER))
+    roots = [(r, _real(r)) for r in input_roots(inputs)]
+    for flag, path, marker in outs:
+        real = _real(path)
+        for shown, root in roots:
+            if _inside(real, root) or _inside(root, real):
+                how = ("is" if real == root else "lies inside" if _inside(real, root)
+                       else "contains")  # fmt: skip
+                raise OutputPathError(
+                    f"{flag} {path}: {how} the input {shown}; replacing it would destroy the "
+                    "input: choose a directory outside it"
+                )
+        check_replaceable(flag, path, marker)
+    o, q = _real(output), _real(quarantine)
+    if _inside(o, q) or _inside(q, o):
+        how = "are the same directory" if o == q else "are nested"
+        raise OutputPathError(
+            f"--output {output} and --quarantine {quarantine} {how}; give each its own directory"
+        )
+    if report is None:
+        return
+    r = os.path.normpath(report)
+    if os.path.lexists(r) and not os.path.isdir(r):
+        raise OutputPathError(f"--report {report}: is an existing file; pass a directory")
+    for flag, path, _ in outs:
+        if _inside(_real(r), _real(path)):
+            raise OutputPathError(
+                f"--report {report}: lies inside {flag} {path}, which the job replaces; "
+                "put the report elsewhere"
+            )
+    for shown, root in roots:
+        if _inside(_real(r), root):
+            raise OutputPathError(
+                f"--report {report}: lies inside the input {shown}; the job never writes "
+                "into its input: put the report elsewhere"
+            )
+
+
+def sha256_of(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _parts(directory: str) -> list[dict]:
+    return [
+        {"file": os.path.basename(p), "rows": pq.ParquetFile(p).metadata.num_rows,
+         "sha256": sha256_of(p)}
+        for p in sorted(glob.glob(os.path.join(directory, "part-*.parquet")))
+    ]  # fmt: skip
+
+
+def _write_json(path: str, doc: dict) -> None:
+    with open(path + ".part", "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(path + ".part", path)
+
+
+def write_release_manifest(
+    directory: str, *, audit: dict | None, quarantine: dict | None = None
+) -> dict:
+    """Write ``directory/_release.json``: the marker that makes the directory ours, and the
+    manifest. Deterministic (no time, no host), so a re-run gives the same bytes.
+
+    ``audit``: ``{"verdict", "report", "policy"}`` of the gate, or None (``--no-audit``).
+    """
+    parts = _parts(directory)
+    meta = {}
+    if parts:
+        raw = pq.read_schema(os.path.join(directory, parts[0]["file"])).metadata or {}
+        meta = {k.decode(): v.decode(errors="replace") for k, v in sorted(raw.items())
+                if k.startswith(b"mass.")}  # fmt: skip
+    modifier = meta.get("mass.modifier")
+    try:
+        modifier = json.loads(modifier) if modifier else None
+    except ValueError:
+        pass
+    doc = {
+        "format": RELEASE_FORMAT,
+        "written_by": "mass anonymize",
+        "rows": sum(p["rows"] for p in parts),
+        "parts": parts,
+        "audited": audit is not None,
+        "audit": audit,
+        "model": meta.get("mass.model"),
+        "model_version": meta.get("mass.model_version"),
+        "sha256": meta.get("mass.sha256"),
+        "method": meta.get("mass.method"),
+        "config_hash": meta.get("mass.config_hash"),
+        "noise_key_fingerprint": meta.get("mass.noise_key_fingerprint"),
+        "modifier": modifier,
+        "metadata": meta,
+        "quarantine": quarantine,
+    }
+    _write_json(os.path.join(directory, RELEASE_MARKER), doc)
+    return doc
+
+
+def write_quarantine_manifest(directory: str) -> dict:
+    """``directory/_quarantine.json``: the marker of a quarantine directory, with its parts."""
+    parts = _parts(directory)
+    doc = {"format": QUARANTINE_FORMAT, "written_by": "mass anonymize",
+           "rows": sum(p["rows"] for p in parts), "parts": parts}  # fmt: skip
+    _write_json(os.path.join(directory, QUARANTINE_MARKER), doc)
+    return doc
+
+
+def kill_point(name: str) -> None:
+    """Test-only crash hook: SIGKILL this process when ``$MASS_TEST_KILL_AT`` is ``name``."""
+    if os.environ.get(KILL_AT_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def recover_output(out: str) -> list[str]:
@@ -219,8 +426,9 @@ def verify_release(
     for s in stats:
         if s.get("unmodified"):
             raise ReleaseError(
-                f"{s['unmodified']} released row(s) equal their input embedding (first id "
-                f"{s['first_unmodified_id']!r}): the modifier was bypassed; nothing published"
+                f"{s['unmodified']} released row(s) equal their input embedding up to scale "
+                f"(cosine similarity > 1 - 1e-6; first id {s['first_unmodified_id']!r}): the "
+                "modifier was bypassed or is near-identity; nothing published"
             )
         if s.get("nonfinite"):
             raise ReleaseError(
@@ -274,8 +482,17 @@ def publish_release(
     schema: pa.Schema,
     required_metadata: tuple[str, ...] = META_KEYS,
     quarantined: pa.Array | None = None,
+    gate: Callable[[str], dict | None] | None = None,
+    manifest: bool = False,
+    quarantine: dict | None = None,
 ) -> int:
-    """Verify ``staging`` and atomically make it ``out``; on any failure remove it and raise."""
+    """Verify ``staging`` and atomically make it ``out``; on any failure remove it and raise.
+
+    ``gate(staging)`` runs after the invariants hold, on the complete staged release (the
+    audit; it raises to refuse publication) and returns what the manifest records as the
+    audit. With ``manifest`` the ``_release.json`` marker + manifest is written last, so a
+    staged directory without it was never complete.
+    """
     try:
         fill_empty_shards(staging, schema, num_shards)
         rows = verify_release(
@@ -289,7 +506,11 @@ def publish_release(
             quarantined=quarantined,
         )
         remove_sidecars(staging)
-        swap_into_place(staging, out)
+        audit = gate(staging) if gate is not None else None
+        if manifest:
+            write_release_manifest(staging, audit=audit, quarantine=quarantine)
+        kill_point("before-swap")
+        swap_into_place(staging, out, published=lambda: kill_point("after-swap"))
         return rows
     finally:
         if os.path.exists(staging):
@@ -312,7 +533,7 @@ def _exchange(a: str, b: str) -> bool:
     return rc == 0
 
 
-def swap_into_place(staging: str, out: str) -> None:
+def swap_into_place(staging: str, out: str, *, published: Callable[[], None] | None = None) -> None:
     """Make ``staging`` the new ``out``; the previous ``out`` is removed only afterwards.
 
     Where the kernel can, the two directories are exchanged in one atomic step, so every
@@ -321,6 +542,8 @@ def swap_into_place(staging: str, out: str) -> None:
     renames leaves it there and :func:`recover_output` (run by the next job) puts it back.
     """
     if os.path.isdir(out) and _exchange(staging, out):
+        if published is not None:
+            published()
         shutil.rmtree(staging, ignore_errors=True)  # now holds the previous release
         return
     old = None
@@ -333,5 +556,7 @@ def swap_into_place(staging: str, out: str) -> None:
         if old is not None:
             os.replace(old, out)
         raise ReleaseError(f"{out}: could not publish ({e}); the previous release is kept") from e
+    if published is not None:
+        published()
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)

@@ -1,4 +1,5 @@
-"""Beam job: embeddings -> Triton modifier -> privatized release (fail-closed, atomic).
+"""Beam job: embeddings -> Triton modifier -> privatized release (fail-closed, atomic),
+published only if the audit of the staged release passes (see beam_pipelines/anonymize.py).
 
 Unknown flags (``--runner DaskRunner --dask_client_address ...``) go to Beam unchanged.
 """

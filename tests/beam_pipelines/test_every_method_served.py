@@ -58,7 +58,7 @@ def test_method_runs_through_the_anonymize_job_unchanged(served, label, tmp_path
     out = str(tmp_path / "release")
     summary = anonymize.run(["--input", str(src), "--output", out, "--model", _name(label),
                              "--repository", str(base / "repo"), "--triton-url", server.grpc_url,
-                             "--batch-rows", "64"])  # fmt: skip
+                             "--batch-rows", "64", "--no-audit"])  # fmt: skip
     assert summary["rows_out"] == len(rest)
     rel = pq.read_table(out).sort_by("id")
     assert rel.column("id").to_pylist() == sorted(rest.ids.to_pylist())

@@ -79,6 +79,7 @@ def test_anonymize_on_a_local_server_matches_the_in_process_modifier(repo, emb_i
             "700",
             "--max-quarantined",
             "1",
+            "--no-audit",
         ]
     )
     assert (summary["rows_in"], summary["rows_out"], summary["quarantined"]) == (2000, 1999, 1)
@@ -168,6 +169,7 @@ def test_dask_runner_output_is_byte_identical_to_fnapi(repo, server, emb_input, 
         "256",
         "--max-quarantined",
         "1",
+        "--no-audit",
     ]
     anonymize.run([*flags, "--output", str(tmp_path / "fnapi")])
     with LocalCluster(
@@ -213,7 +215,8 @@ def test_shared_memory_and_grpc_payloads_give_byte_identical_releases(
         outs[mode] = str(tmp_path / mode)
         anonymize.run(["--input", emb_input, "--output", outs[mode], "--model", "mod",
                        "--repository", str(repo / "repo"), "--triton-url", server.grpc_url,
-                       "--triton-shm", mode, "--batch-rows", "300", "--max-quarantined", "1"])  # fmt: skip
+                       "--triton-shm", mode, "--batch-rows", "300", "--max-quarantined", "1",
+                       "--no-audit"])  # fmt: skip
     assert _bytes(outs["on"]) == _bytes(outs["off"])
     assert registered() <= before
     assert {f for f in os.listdir("/dev/shm") if f.startswith(mine)} <= before_files

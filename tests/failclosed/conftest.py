@@ -162,10 +162,14 @@ def snapshot(directory: str | Path) -> dict[str, bytes]:
 
 
 def fake_previous_release(out: Path) -> dict[str, bytes]:
-    """A stand-in previous release (a Parquet part) whose bytes must survive a failed run."""
+    """A stand-in previous release (a Parquet part + our _release.json marker, so the job may
+    replace it) whose bytes must survive a failed run."""
+    from transforms.release import write_release_manifest
+
     out.mkdir(parents=True)
     pq.write_table(pa.table({"id": [1, 2], "note": ["previous", "release"]}),
                    str(out / "part-00000-of-00001.parquet"))  # fmt: skip
+    write_release_manifest(str(out), audit=None)
     return snapshot(out)
 
 

@@ -1,11 +1,20 @@
-"""Atomic publication: a job SIGKILLed at any point leaves the previous release or none, and a
-re-run produces the same bytes as an uninterrupted run; the release's own invariants hold."""
+"""Atomic publication: a job SIGKILLed at any point leaves the previous release or the whole
+new one, never a partial one, and a re-run produces the same bytes as an uninterrupted run;
+the release's own invariants hold.
+
+The publication kills happen INSIDE the swap: the job's test-only hook
+(``transforms.release.KILL_AT_ENV``) SIGKILLs the job right before the directory exchange
+(staged, verified, marker written) or right after it (before the previous release is
+removed), so both outcomes are reached on every run, not by timing luck."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -13,7 +22,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from transforms.release import recover_output, swap_into_place
+from transforms.release import KILL_AT_ENV, RELEASE_MARKER, recover_output, swap_into_place
 
 ROWS = 20_000
 CLI = "import sys; from mass.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -22,7 +31,7 @@ CLI = "import sys; from mass.cli import main; sys.exit(main(sys.argv[1:]))"
 def _argv(src, out, server, repo):
     return ["anonymize", "--input", str(src), "--output", str(out), "--model", "mod",
             "--repository", str(repo), "--triton-url", server.grpc_url, "--batch-rows", "500",
-            "--shards", "8"]  # fmt: skip
+            "--shards", "8", "--no-audit"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -33,14 +42,31 @@ def inputs(tmp_path_factory, fc):
     return base
 
 
-def _staging_exists(out: Path) -> bool:
-    return any(out.parent.glob(f"{out.name}.tmp-*"))
+def _job(argv, kill_at: str | None = None) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    if kill_at:
+        env[KILL_AT_ENV] = kill_at
+    return subprocess.Popen([sys.executable, "-c", CLI, *argv], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+
+
+def _assert_complete_release(out: Path, rows: int) -> None:
+    """The manifest matches the files: every part's sha256 and row count, nothing extra."""
+    manifest = json.loads((out / RELEASE_MARKER).read_text())
+    assert manifest["format"] == "mass-release/1" and manifest["rows"] == rows
+    parts = sorted(p.name for p in out.glob("part-*.parquet"))
+    assert [p["file"] for p in manifest["parts"]] == parts and len(parts) == 8
+    for p in manifest["parts"]:
+        assert hashlib.sha256((out / p["file"]).read_bytes()).hexdigest() == p["sha256"]
+        assert pq.ParquetFile(out / p["file"]).metadata.num_rows == p["rows"]
+    assert sorted(os.listdir(out)) == sorted([*parts, RELEASE_MARKER])
+    assert pq.read_table(out).num_rows == rows
 
 
 @pytest.mark.triton
 @pytest.mark.slow
-@pytest.mark.parametrize("phase", ["inference", "publication"])
-def test_sigkilled_job_leaves_previous_release_and_rerun_is_byte_identical(
+@pytest.mark.parametrize("phase", ["inference", "before-swap", "after-swap"])
+def test_sigkilled_job_leaves_previous_or_whole_new_release_and_rerun_is_byte_identical(
     phase, inputs, tmp_path, request, fc, fc_repo
 ):
     server = request.getfixturevalue("fc_server")
@@ -51,24 +77,31 @@ def test_sigkilled_job_leaves_previous_release_and_rerun_is_byte_identical(
     previous, expected = fc.snapshot(out), fc.snapshot(clean)
     assert previous != expected
 
-    proc = fc.run_script(CLI, *_argv(inputs / "in.parquet", out, server, repo),
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    served = fc.requests_served(server)
-    if phase == "publication":  # the writers have started staging the new release
-        ready = _staging_exists
-    else:  # a few batches went through the model; the staging only appears at the end
-        ready = lambda o: fc.requests_served(server) >= served + 5  # noqa: E731
-    deadline = time.monotonic() + 300
-    while proc.poll() is None and not ready(out) and time.monotonic() < deadline:
-        time.sleep(0.002)
-    proc.send_signal(signal.SIGKILL)
-    assert proc.wait(timeout=30) == -signal.SIGKILL, "the job finished before it was killed"
+    argv = _argv(inputs / "in.parquet", out, server, repo)
+    if phase == "inference":  # a few batches went through the model, nothing staged yet
+        served = fc.requests_served(server)
+        proc = _job(argv)
+        deadline = time.monotonic() + 300
+        while (proc.poll() is None and fc.requests_served(server) < served + 5
+               and time.monotonic() < deadline):  # fmt: skip
+            time.sleep(0.002)
+        proc.send_signal(signal.SIGKILL)
+    else:  # the job kills itself inside the swap
+        proc = _job(argv, kill_at=phase)
+    assert proc.wait(timeout=300) == -signal.SIGKILL, "the job finished before it was killed"
 
     after_crash = fc.snapshot(out)
-    assert after_crash in (previous, expected)  # whole previous or whole new, never partial
+    if phase == "after-swap":  # the exchange happened: the whole new release, valid
+        assert after_crash == expected
+        _assert_complete_release(out, ROWS)
+        # the displaced previous release is still in the killed job's staging directory
+        assert [n.split("-")[0] for n in fc.leftovers(out)] == ["release.tmp"]
+    else:  # killed before the exchange: the previous release, byte for byte
+        assert after_crash == previous
     # Re-run: leftovers of the killed job are cleared, the output equals the clean run's.
-    assert fc.mass_command(_argv(inputs / "in.parquet", out, server, repo)) == 0
+    assert fc.mass_command(argv) == 0
     assert fc.snapshot(out) == expected
+    _assert_complete_release(out, ROWS)
     assert fc.leftovers(out) == []
     assert not list(tmp_path.glob("release_quarantine.*-*"))
 

@@ -65,7 +65,7 @@ def _kill_when_busy(fc, server, *, after: float, restart: bool, log: list) -> th
 def _argv(src, out, server, *flags):
     return ["--input", src, "--output", str(out), "--model", "mod", "--repository",
             str(server[1]), "--triton-url", server[0].grpc_url, "--batch-rows", "250",
-            "--shards", "2", *flags]  # fmt: skip
+            "--shards", "2", "--no-audit", *flags]  # fmt: skip
 
 
 def test_killed_and_restarted_server_completes_exactly_once(fault_server, big_input, tmp_path,

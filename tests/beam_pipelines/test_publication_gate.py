@@ -1,0 +1,229 @@
+"""The publication gate of `mass anonymize`: the STAGED release is audited before it is
+published; a failing audit publishes nothing (a previous release stays byte-identical), the
+report is written and the error names the attribute; without labels the job refuses unless
+--no-audit, which the release records. Plus the cosine bypass invariant.
+
+In-process (FunctionModelHandler stand-ins, real Beam, real GX audit), no server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from beam_pipelines import anonymize
+from mass.errors import AuditFailedError, ConfigError, ReleaseError
+from mass.io import embedding_array
+from transforms.release import RELEASE_MARKER
+from transforms.triton_handler import FunctionModelHandler
+
+DIM, ROWS = 16, 600
+INFO = {"name": "gate", "version": 1, "sha256": "abc", "method": "test",
+        "suppress": ["digit"], "preserve": ["colour"], "config_hash": "h", "dim": DIM}  # fmt: skip
+
+
+def _unit(v):
+    n = np.linalg.norm(v, axis=1, keepdims=True)
+    return (v / np.where(n > 0, n, 1)).astype(np.float32)
+
+
+class Erase:
+    """Drops the digit dimensions (0-4), keeps colour (5-7) and the rest: passes the audit."""
+
+    def __call__(self):
+        def infer(t):
+            x = np.array(t["EMBEDDING"], np.float32)
+            x[:, :5] = 0.0
+            return _unit(x)
+
+        return infer
+
+
+class Rotate:
+    """A random rotation: far from the input (cosine ~0) yet digit is read back perfectly."""
+
+    def __call__(self):
+        q, _ = np.linalg.qr(np.random.default_rng(7).normal(size=(DIM, DIM)))
+        return lambda t: _unit(np.asarray(t["EMBEDDING"], np.float32) @ q.astype(np.float32))
+
+
+class Scale:
+    """Returns the input times ``factor``: equal to it up to scale, a bypass."""
+
+    def __init__(self, factor: float | None) -> None:
+        self.factor = factor
+
+    def __call__(self):
+        def infer(t):
+            x = np.asarray(t["EMBEDDING"], np.float32)
+            return _unit(x) if self.factor is None else (x * np.float32(self.factor))
+
+        return infer
+
+
+def _write(path, *, rows=ROWS, seed=0, labels=True):
+    """digit (5 classes) in dims 0-4, colour (3 classes) in dims 5-7, noise everywhere."""
+    rng = np.random.default_rng(seed)
+    digit, colour = rng.integers(0, 5, rows), rng.integers(0, 3, rows)
+    x = 0.3 * rng.normal(size=(rows, DIM))
+    x[np.arange(rows), digit] += 3.0
+    x[np.arange(rows), 5 + colour] += 2.0
+    cols = {"id": pa.array(np.arange(rows, dtype=np.int64)),
+            "emb": embedding_array(x.astype(np.float32))}  # fmt: skip
+    if labels:
+        cols.update(digit=pa.array(digit), colour=pa.array(colour))
+    pq.write_table(pa.table(cols), str(path))
+    return str(path)
+
+
+def _run(src, out, load, *flags, info=INFO):
+    handler = FunctionModelHandler(load, output_dim=DIM, keep_input_as=anonymize.INPUT_COPY)
+    argv = ["--input", str(src), "--output", str(out), "--model", "gate", *flags]
+    return anonymize.run(argv, model_handler=handler, model_info=info)
+
+
+def _files(directory) -> dict[str, bytes]:
+    d = str(directory)
+    if not os.path.isdir(d):
+        return {}
+    return {n: open(os.path.join(d, n), "rb").read() for n in sorted(os.listdir(d))}
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory):
+    return _write(tmp_path_factory.mktemp("gate") / "in.parquet")
+
+
+def test_a_passing_audit_publishes_with_its_verdict_in_the_manifest(src, tmp_path):
+    out, report = tmp_path / "rel", tmp_path / "rep"
+    summary = _run(src, out, Erase(), "--report", str(report))
+    assert summary["audited"] and summary["rows_out"] == ROWS
+    audit = json.loads((report / "audit.json").read_text())
+    assert audit["pass"] is True and set(audit["attributes"]) == {"digit", "colour"}
+    assert (report / "privacy_utility.png").exists()
+    manifest = json.loads((out / RELEASE_MARKER).read_text())
+    assert manifest["format"] == "mass-release/1" and manifest["audited"] is True
+    assert manifest["audit"]["verdict"] == "pass"
+    assert manifest["audit"]["report"] == str(report / "audit.json")
+    assert manifest["rows"] == ROWS and manifest["model"] == "gate"
+    part = manifest["parts"][0]
+    assert part["file"] == "part-00000-of-00001.parquet" and part["rows"] == ROWS
+    import hashlib
+
+    assert part["sha256"] == hashlib.sha256((out / part["file"]).read_bytes()).hexdigest()
+    from mass.io import read_table
+
+    assert read_table(str(out)).num_rows == ROWS  # our reader skips the marker too
+    table = pq.read_table(out)  # the marker is invisible to Parquet readers
+    assert table.column_names == ["id", "emb"]  # the label columns are never released
+    assert table.schema.metadata[b"mass.audited"] == b"true"
+
+
+def test_a_failing_audit_publishes_nothing_and_names_the_attribute(src, tmp_path):
+    out, report = tmp_path / "rel", tmp_path / "rep"
+    _run(src, out, Erase(), "--report", str(report))
+    before = _files(out)
+    with pytest.raises(AuditFailedError) as info:
+        _run(src, out, Rotate(), "--report", str(report))
+    msg = str(info.value)
+    assert "attribute 'digit'" in msg and "nothing published" in msg and str(report) in msg
+    assert "'colour'" not in msg  # the preserved attribute passed: only digit is named
+    assert _files(out) == before  # the previous release, byte for byte
+    audit = json.loads((report / "audit.json").read_text())  # the failing report is written
+    assert audit["pass"] is False and audit["attributes"]["digit"]["pass"] is False
+    assert audit["attributes"]["digit"]["worst"] > 0.9
+    assert sorted(os.listdir(tmp_path)) == ["rel", "rel_quarantine", "rep"]  # no staging left
+
+
+def test_a_failing_audit_leaves_no_release_where_there_was_none(src, tmp_path):
+    out = tmp_path / "rel"
+    with pytest.raises(AuditFailedError, match="attribute 'digit'"):
+        _run(src, out, Rotate())
+    assert not out.exists()
+    assert (tmp_path / "rel_report" / "audit.json").exists()  # the default report path
+
+
+def test_without_labels_the_job_refuses_unless_no_audit(tmp_path):
+    bare = _write(tmp_path / "bare.parquet", labels=False)
+    out = tmp_path / "rel"
+    with pytest.raises(ConfigError, match=r"no column\(s\) \['digit', 'colour'\].*--no-audit"):
+        _run(bare, out, Erase())
+    assert not out.exists() and sorted(os.listdir(tmp_path)) == ["bare.parquet"]
+    summary = _run(bare, out, Erase(), "--no-audit")
+    assert summary["audited"] is False
+    manifest = json.loads((out / RELEASE_MARKER).read_text())
+    assert manifest["audited"] is False and manifest["audit"] is None
+    assert pq.read_schema(out / "part-00000-of-00001.parquet").metadata[b"mass.audited"] == (
+        b"false"
+    )
+    assert not (tmp_path / "rel_report").exists()
+
+
+def test_a_model_without_suppressed_attributes_needs_no_audit(src, tmp_path):
+    out = tmp_path / "rel"
+    with pytest.raises(ConfigError, match="names no suppressed attribute.*--no-audit"):
+        _run(src, out, Erase(), info={**INFO, "suppress": []})
+    assert sorted(os.listdir(tmp_path)) == []
+
+
+def test_labels_from_a_separate_file(src, tmp_path):
+    """--labels: id + label columns only; the input supplies the original embeddings."""
+    bare = _write(tmp_path / "bare.parquet", labels=False)
+    labels = tmp_path / "labels.parquet"
+    pq.write_table(pq.read_table(src, columns=["id", "digit", "colour"]), str(labels))
+    out, report = tmp_path / "rel", tmp_path / "rep"
+    with pytest.raises(AuditFailedError, match="attribute 'digit'"):
+        _run(bare, out, Rotate(), "--labels", str(labels), "--report", str(report))
+    assert not out.exists()
+    _run(bare, out, Erase(), "--labels", str(labels), "--report", str(report))
+    assert json.loads((out / RELEASE_MARKER).read_text())["audit"]["verdict"] == "pass"
+
+
+def test_policy_file_is_used_and_a_strict_one_fails_the_gate(src, tmp_path):
+    """The same release passes the default policy and fails one that demands more utility."""
+    strict = tmp_path / "strict.yaml"
+    strict.write_text("audit:\n  min_utility_fraction: 1.5\n")
+    out = tmp_path / "rel"
+    with pytest.raises(AuditFailedError, match="attribute 'colour' \\(preserved"):
+        _run(src, out, Erase(), "--policy", str(strict))
+    assert not out.exists()
+
+
+def test_quarantined_rows_are_left_out_of_the_audit(tmp_path):
+    """The audit reads the input's labels without the rows the job quarantined (its readers
+    refuse NaN rows), and the release passes."""
+    path = tmp_path / "in.parquet"
+    _write(path)
+    table = pq.read_table(path)
+    x = np.stack(table.column("emb").to_numpy(zero_copy_only=False))
+    x[[3, 30]] = np.nan
+    table = table.set_column(1, "emb", embedding_array(x.astype(np.float32)))
+    pq.write_table(table, str(path))
+    summary = _run(path, tmp_path / "rel", Erase(), "--max-quarantined", "2")
+    assert summary["audited"] and (summary["rows_out"], summary["quarantined"]) == (ROWS - 2, 2)
+    audit = json.loads((tmp_path / "rel_report" / "audit.json").read_text())
+    assert audit["pass"] is True and audit["rows"]["audited"] == ROWS - 2
+
+
+@pytest.mark.parametrize("factor", [None, 1.0000001, 3.0], ids=["normalised", "1+1e-7", "x3"])
+def test_a_model_returning_its_input_up_to_scale_is_refused(src, tmp_path, factor):
+    """Cosine similarity > 1 - 1e-6 to the input is a bypass: exact equality missed these."""
+    out = tmp_path / "rel"
+    with pytest.raises(ReleaseError, match=f"{ROWS} released row\\(s\\) equal their input"):
+        _run(src, out, Scale(factor), "--no-audit")
+    assert not out.exists()
+    assert sorted(os.listdir(tmp_path)) == ["rel_quarantine"]  # nothing staged left behind
+
+
+def test_a_forced_suppressed_column_fails_the_gate(src, tmp_path):
+    """--force-allow lets the job write the column, the audit still forbids it in a release."""
+    out = tmp_path / "rel"
+    with pytest.raises(AuditFailedError, match="failed expectation") as info:
+        _run(src, out, Erase(), "--allow-columns", "digit", "--force-allow")
+    assert "digit" in str(info.value)
+    assert not out.exists()
