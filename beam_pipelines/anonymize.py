@@ -455,6 +455,9 @@ def _audit_staged(args, plan: AuditPlan, staged: str, q_ids: pa.Array | None) ->
     result = run_audit(req)
     path = write_report(result, plan.report)
     plot_privacy_utility(result, os.path.join(plan.report, "privacy_utility.png"))
+    from mass.report.html import write_html_report  # report.html + offline Data Docs
+
+    write_html_report(plan.report)
     with open(path) as f:
         metrics = json.load(f)
     if not metrics.get("pass"):

@@ -365,6 +365,18 @@ def write_release_manifest(
     return doc
 
 
+def _write_datasheet(staging: str, manifest: dict, audit: dict | None) -> None:
+    """_RELEASE.md + the datasheet merged into _release.json (:mod:`mass.report.datasheet`)."""
+    from mass.report.datasheet import write_datasheet
+
+    metrics = None
+    if audit is not None and audit.get("report"):
+        with open(audit["report"]) as f:
+            metrics = json.load(f)
+    report = os.path.join(os.path.dirname(audit["report"]), "report.html") if audit else None
+    write_datasheet(staging, metadata=manifest["metadata"], audit=metrics, report_path=report)
+
+
 def write_quarantine_manifest(directory: str) -> dict:
     """``directory/_quarantine.json``: the marker of a quarantine directory, with its parts."""
     parts = _parts(directory)
@@ -508,7 +520,8 @@ def publish_release(
         remove_sidecars(staging)
         audit = gate(staging) if gate is not None else None
         if manifest:
-            write_release_manifest(staging, audit=audit, quarantine=quarantine)
+            doc = write_release_manifest(staging, audit=audit, quarantine=quarantine)
+            _write_datasheet(staging, doc, audit)
         kill_point("before-swap")
         swap_into_place(staging, out, published=lambda: kill_point("after-swap"))
         return rows

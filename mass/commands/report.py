@@ -1,7 +1,7 @@
 """Re-render report.html from an audit's audit.json, without recomputing anything.
 
 DIR is an audit report directory (the one holding audit.json), or a release directory whose
-release.json (datasheet) names the report. Writes DIR/report.html (one self-contained page,
+_release.json (datasheet) names the report. Writes DIR/report.html (one self-contained page,
 no network needed) and makes DIR/data_docs work offline.
 """
 

@@ -6,7 +6,7 @@
 - :mod:`mass.report.charts`: the page's figures (matplotlib, from audit.json numbers).
 - :mod:`mass.report.datadocs`: rewrites Great Expectations' Data Docs to work offline (no
   CDN scripts or stylesheets; the index's tables rendered statically).
-- :mod:`mass.report.datasheet`: ``RELEASE.md`` + ``release.json`` beside a release's parts.
+- :mod:`mass.report.datasheet`: ``_RELEASE.md`` + ``_release.json`` beside a release's parts.
 """
 
 from mass.report.datasheet import write_datasheet

@@ -1,15 +1,19 @@
-"""RELEASE.md + release.json: what a release is, for the people and programs that consume it.
+"""_RELEASE.md + _release.json: what a release is, for the people and programs that consume it.
+
+Both names start with ``_`` on purpose: pyarrow, pandas, Spark and Hadoop skip such files when
+they read a directory, so ``pd.read_parquet(release_dir)`` keeps working (a ``RELEASE.md``
+beside the parts makes those readers fail). ``_release.json`` is also the publisher's
+marker + manifest (:data:`transforms.release.RELEASE_MARKER`); the datasheet is merged into it.
 
 ``write_datasheet`` is called at publication with the release's schema metadata (the
 ``mass.*`` keys of :func:`transforms.release.release_metadata`, plus any lineage the caller
 has) and the audit (audit.json as a dict, or None when the release was not audited). The
-machine-readable copy is merged into ``release.json`` under ``"datasheet"``, so a manifest
+machine-readable copy is merged into ``_release.json`` under ``"datasheet"``, so a manifest
 the publisher wrote there keeps its own fields.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import glob
 import json
 import os
@@ -19,8 +23,8 @@ from typing import Any
 from mass.errors import ReleaseError
 from mass.report import view
 
-RELEASE_MD = "RELEASE.md"
-RELEASE_JSON = "release.json"
+RELEASE_MD = "_RELEASE.md"
+RELEASE_JSON = "_release.json"  # == transforms.release.RELEASE_MARKER
 SCHEMA = "mass.datasheet/1"
 THREAT_MODEL = (
     "Attacker: has read all code, docs and configuration, holds every release with its ids, "
@@ -80,7 +84,7 @@ def _audit_summary(audit: Mapping | None, report_path: str | None) -> dict:
 
 def datasheet(release_dir: str, *, metadata: Mapping, audit: Mapping | None,
               report_path: str | None) -> dict:  # fmt: skip
-    """The machine-readable datasheet (what release.json holds under "datasheet")."""
+    """The machine-readable datasheet (what _release.json holds under "datasheet")."""
     parts, rows, columns = _parts(release_dir)
     lineage = audit.get("lineage") if isinstance(audit, Mapping) else None
     fields = ("model", "model_version", "method", "sha256", "config_hash",
@@ -93,7 +97,6 @@ def datasheet(release_dir: str, *, metadata: Mapping, audit: Mapping | None,
             pass
     return {
         "schema": SCHEMA,
-        "written": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "embedding": {"parts": parts, "rows": rows, "columns": columns},
         "suppressed": _names(_meta(metadata, "suppress")),
         "preserved": _names(_meta(metadata, "preserve")),
@@ -154,7 +157,8 @@ def _markdown(sheet: Mapping, release_dir: str) -> str:
         f"dvc get <repo-url> {rel_name} --rev <commit> -o {rel_name}   # exactly that version",
         "```",
         "",
-        f"Written {sheet['written']}; machine-readable copy: `{RELEASE_JSON}` (key `datasheet`).",
+        f"Machine-readable copy: `{RELEASE_JSON}` (key `datasheet`); the time of the audit "
+        "is in the report's lineage (this file has none, so a re-run gives identical bytes).",
         "",
     ]
     return "\n".join(lines)
@@ -169,7 +173,7 @@ def _write(path: str, text: str) -> None:
 
 def write_datasheet(release_dir: str, *, metadata: dict, audit: dict | None,
                     report_path: str | None) -> None:  # fmt: skip
-    """Write ``RELEASE.md`` and merge the datasheet into ``release.json`` (key "datasheet")."""
+    """Write ``_RELEASE.md`` and merge the datasheet into ``_release.json`` (key "datasheet")."""
     if not os.path.isdir(release_dir):
         raise ReleaseError(f"{release_dir}: not a release directory; publish the release first")
     sheet = datasheet(release_dir, metadata=metadata, audit=audit, report_path=report_path)

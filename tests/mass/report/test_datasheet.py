@@ -1,4 +1,4 @@
-"""RELEASE.md + release.json beside a release's parts; a publisher's manifest is kept."""
+"""_RELEASE.md + _release.json beside a release's parts; a publisher's manifest is kept."""
 
 from __future__ import annotations
 
@@ -41,13 +41,13 @@ def release(tmp_path, synthetic_release):
 def test_datasheet_says_what_the_release_is_and_how_to_cite_it(release):
     rel, meta = release
     write_datasheet(str(rel), metadata=meta, audit=AUDIT, report_path="reports/audit/report.html")
-    md = (rel / "RELEASE.md").read_text()
+    md = (rel / "_RELEASE.md").read_text()
     for needle in ("mass_modifier version 1", "400 rows in 1 Parquet part", "columns id, emb",
                    "Suppressed: s", "Preserved: r", "Verdict: **PASSED**",
                    "reports/audit/report.html", "limit 0.430", "## Threat model", "retrains any classifier",
                    "owner's secret key", "git rev-parse HEAD", "dvc get <repo-url> release --rev", "abcd1234"):  # fmt: skip
         assert needle in md, needle
-    sheet = json.loads((rel / "release.json").read_text())["datasheet"]
+    sheet = json.loads((rel / "_release.json").read_text())["datasheet"]
     assert sheet["suppressed"] == ["s"] and sheet["preserved"] == ["r"]
     assert sheet["audit"]["verdict"] == "passed"
     assert sheet["audit"]["attributes"]["s"]["limit"] == 0.43
@@ -59,19 +59,19 @@ def test_datasheet_says_what_the_release_is_and_how_to_cite_it(release):
 def test_an_existing_release_json_keeps_its_fields(release):
     rel, meta = release
     manifest = {"published": "2026-11-23T10:00:00Z", "parts": {"part-0.parquet": "sha"}}
-    (rel / "release.json").write_text(json.dumps(manifest))
+    (rel / "_release.json").write_text(json.dumps(manifest))
     write_datasheet(str(rel), metadata=meta, audit=None, report_path=None)
-    out = json.loads((rel / "release.json").read_text())
+    out = json.loads((rel / "_release.json").read_text())
     assert {k: out[k] for k in manifest} == manifest
     assert out["datasheet"]["audit"]["verdict"] == "not audited"
-    assert "Verdict: **NOT AUDITED**" in (rel / "RELEASE.md").read_text()
+    assert "Verdict: **NOT AUDITED**" in (rel / "_RELEASE.md").read_text()
 
 
 def test_unreadable_manifest_or_missing_directory_is_a_release_error(release, tmp_path):
     rel, meta = release
-    (rel / "release.json").write_text("{not json")
-    with pytest.raises(ReleaseError, match="release.json: not readable JSON"):
+    (rel / "_release.json").write_text("{not json")
+    with pytest.raises(ReleaseError, match="_release.json: not readable JSON"):
         write_datasheet(str(rel), metadata=meta, audit=AUDIT, report_path=None)
-    assert (rel / "release.json").read_text() == "{not json"  # left as found
+    assert (rel / "_release.json").read_text() == "{not json"  # left as found
     with pytest.raises(ReleaseError, match="not a release directory"):
         write_datasheet(str(tmp_path / "nowhere"), metadata=meta, audit=None, report_path=None)

@@ -205,7 +205,7 @@ def test_mass_report_finds_the_report_through_a_release_datasheet(tmp_path):
     (report / "audit.json").write_text(json.dumps(OLD))
     release = tmp_path / "release"
     release.mkdir()
-    (release / "release.json").write_text(json.dumps(
+    (release / "_release.json").write_text(json.dumps(
         {"datasheet": {"audit": {"report": str(report / "report.html")}}}))  # fmt: skip
     assert main(["report", str(release)]) == 0
     assert (report / "report.html").exists() and not (release / "report.html").exists()
@@ -218,6 +218,6 @@ def test_mass_report_without_audit_json_names_the_directory(tmp_path, capsys):
 
 
 def test_mass_report_on_a_release_with_a_broken_datasheet_is_an_input_error(tmp_path, capsys):
-    (tmp_path / "release.json").write_text("[1, 2]")
+    (tmp_path / "_release.json").write_text("[1, 2]")
     assert main(["report", str(tmp_path)]) == 2
-    assert "release.json: not a readable datasheet" in capsys.readouterr().err
+    assert "_release.json: not a readable datasheet" in capsys.readouterr().err
