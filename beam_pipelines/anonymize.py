@@ -3,6 +3,7 @@
     mass anonymize --input IN --output OUT --model NAME [--repository DIR]
         [--triton-url HOST:PORT] [--id-col id --emb-col emb] [--allow-columns a,b]
         [--batch-rows 4096] [--shards N] [--max-quarantined 0] [beam flags, e.g. --runner]
+        [--noise-key-file PATH (or env MASS_NOISE_KEY_FILE) [--noise-key-on-worker]]
 
 Steps: check the server/model and the input schema before reading data; then one DoFn per
 input row group reads Arrow batches, quarantines bad rows, modifies the rest on Triton and
@@ -34,6 +35,8 @@ from beam_pipelines.options import (
 )
 from mass.errors import ConfigError, QuarantineThresholdError, SchemaError
 from mass.io import read_table
+from mass.keys import NOISE_KEY_ENV, resolve_key
+from mass.noise import KeyedSeeds
 from mass.triton_adapters import verify_version_dir
 from transforms.modify import ModifyRowGroupFn, pick
 from transforms.parquet_io import IDS_DIR, MergeShards, WriteShardedParquet, plan_row_groups
@@ -78,6 +81,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="fail without publishing when more rows are quarantined",
     )
     parser.add_argument("--quarantine", default=None, help="quarantine dir (OUT_quarantine)")
+    parser.add_argument(
+        "--noise-key-file",
+        default=None,
+        help=f"owner key (`mass keygen`) that seeds the release noise; default ${NOISE_KEY_ENV}; "
+        "required for a stochastic modifier (docs/threat-model.md)",
+    )
+    parser.add_argument(
+        "--noise-key-on-worker",
+        action="store_true",
+        help="workers read --noise-key-file themselves (same path on every worker) instead of "
+        "receiving the noise subkey inside the pickled job",
+    )
     add_serving_arguments(parser)
 
 
@@ -105,6 +120,7 @@ def run_job(args, extra, *, test_pipeline=None, model_handler=None, model_info=N
     check_common(args)
     if args.max_quarantined < 0:
         raise ConfigError(f"--max-quarantined must be >= 0, got {args.max_quarantined}")
+    args._noise_key = resolve_key(getattr(args, "noise_key_file", None), NOISE_KEY_ENV)
     q_out = args.quarantine or f"{os.path.normpath(args.output)}_quarantine"
     removed = recover_output(args.output) + recover_output(q_out)
     if removed:
@@ -125,9 +141,11 @@ def _run_checked(args, extra, test_pipeline, model_handler, model_info) -> dict:
         info = export_info(args.repository, args.model, args.model_version or None)
         # The weights must still be the exported ones (the server checks again when loading).
         verify_version_dir(os.path.join(args.repository, args.model, str(info["version"])))
+    args._seeds = _noise_seeds(args, info if local or model_handler is not None else {})
     checked = _check_input(args, info)
     if model_handler is not None:
-        return _run(args, extra, test_pipeline, model_handler, info, None, checked)
+        handler = model_handler.with_row_seeds(args._seeds)
+        return _run(args, extra, test_pipeline, handler, info, None, checked)
     expected_sha = info.get("sha256") if local else None
     with triton_endpoint(args, model=args.model, expected_sha256=expected_sha) as url:
         if not local:
@@ -137,7 +155,7 @@ def _run_checked(args, extra, test_pipeline, model_handler, model_info) -> dict:
             url,
             args.model,
             version=args.model_version,
-            inputs=ModifierInputs(id_col=args.id_col, emb_col=args.emb_col),
+            inputs=ModifierInputs(id_col=args.id_col, emb_col=args.emb_col, seeds=args._seeds),
             output_col=args.emb_col,
             output_dim=int(info["dim"]) if info.get("dim") else None,
             keep_input_as=INPUT_COPY,
@@ -146,6 +164,27 @@ def _run_checked(args, extra, test_pipeline, model_handler, model_info) -> dict:
             shared_memory=shm_mode(args),
         )
         return _run(args, extra, test_pipeline, handler, info, url, checked)
+
+
+def _noise_seeds(args, info: dict) -> KeyedSeeds | None:
+    """ROW_SEED source: the owner-keyed PRF of the ids; refuse a stochastic model without a key.
+
+    ``info`` is the model's export.json (or the in-process model_info); ``{}`` when only a
+    remote server is known, whose stochasticity cannot be checked: then a key is required.
+    """
+    key = args._noise_key
+    stochastic = info.get("stochastic")
+    if key is None and stochastic is not False:
+        why = "is stochastic" if stochastic else "may be stochastic (no export.json says otherwise)"
+        raise ConfigError(
+            f"model '{args.model}' {why}: its release noise must be keyed by the owner's "
+            f"secret, or anyone could recompute it from the released ids and subtract it; "
+            f"pass --noise-key-file PATH or set {NOISE_KEY_ENV} (create a key once with "
+            "`mass keygen PATH`, kept outside git, DVC and the release); nothing was published"
+        )
+    if key is None:
+        return None
+    return KeyedSeeds.of(key, read_on_worker=getattr(args, "noise_key_on_worker", False))
 
 
 def _check_input(args, info: dict, checked: CheckedInput | None = None) -> CheckedInput:
@@ -187,7 +226,8 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
         emb_col=args.emb_col,
         force=args.force_allow,
     )
-    meta = release_metadata(info, forced_columns=forced)
+    fingerprint = args._seeds.fingerprint if args._seeds else ""
+    meta = release_metadata(info, forced_columns=forced, noise_key_fingerprint=fingerprint)
     out_schema = pa.schema(
         [
             schema.field(args.id_col),
@@ -275,6 +315,7 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
         "model": info.get("name"),
         "model_version": info.get("version"),
         "forced_columns": forced,
+        "noise_key_fingerprint": fingerprint,
     }
     print(
         f"anonymize: {summary['rows_in']} rows in, {rows_out} out, {n_bad} quarantined, "

@@ -15,7 +15,10 @@ Two seed functions, for two different jobs:
 
 from __future__ import annotations
 
+import functools
 import math
+import os
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -50,16 +53,64 @@ def keyed_row_seeds(ids: pa.Array | np.ndarray, key: OwnerKey) -> np.ndarray:
     public 64-bit fingerprint of :func:`row_seeds` (a collision only makes two rows share
     noise; the secrecy comes from the keyed PRF on top). Vectorised over the whole batch.
     """
+    return _siphash_seeds(ids, key.subkey("noise", 16))
+
+
+def _siphash_seeds(ids: pa.Array | np.ndarray, sub: bytes) -> np.ndarray:
     if isinstance(ids, (pa.Array, pa.ChunkedArray)) and pa.types.is_integer(ids.type):
         msg = ids.to_numpy(zero_copy_only=False).astype(np.int64).view(np.uint64)
     elif not isinstance(ids, (pa.Array, pa.ChunkedArray)) and np.asarray(ids).dtype.kind in "iu":
         msg = np.asarray(ids).astype(np.int64).view(np.uint64)
     else:
         msg = row_seeds(ids).view(np.uint64)
-    sub = key.subkey("noise", 16)
     k0 = int.from_bytes(sub[:8], "little")
     k1 = int.from_bytes(sub[8:], "little")
     return (siphash24_u64(k0, k1, msg) & np.uint64(0x3FFFFFFFFFFFFFFF)).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class KeyedSeeds:
+    """Picklable ROW_SEED source for Beam workers: ``keyed_row_seeds(ids, key)`` for one key.
+
+    A Beam job pickles its DoFns (this object inside them) and a runner stages that pickle
+    (Dataflow: ``--staging_location``/``--temp_location``; Dask: the scheduler). By default
+    the pickle carries the 16-byte noise subkey only, never the owner key (a leaked pickle
+    lets its holder denoise releases, not sign exports), so protect the runner's staging like
+    the key. With ``key_file`` (``mass anonymize --noise-key-on-worker``) the pickle holds
+    nothing secret: each worker reads the key file itself (it must exist at that path on
+    every worker) and refuses a key whose fingerprint differs from the launcher's.
+    """
+
+    fingerprint: str
+    noise_subkey: bytes | None = field(default=None, repr=False)
+    key_file: str | None = None
+
+    @classmethod
+    def of(cls, key: OwnerKey, *, read_on_worker: bool = False) -> KeyedSeeds:
+        if read_on_worker:
+            return cls(key.fingerprint, key_file=os.path.abspath(key.source))
+        return cls(key.fingerprint, noise_subkey=key.subkey("noise", 16))
+
+    def __call__(self, ids: pa.Array | np.ndarray) -> np.ndarray:
+        sub = self.noise_subkey
+        if sub is None:
+            sub = _worker_noise_subkey(str(self.key_file), self.fingerprint)
+        return _siphash_seeds(ids, sub)
+
+
+@functools.lru_cache(maxsize=4)
+def _worker_noise_subkey(path: str, fingerprint: str) -> bytes:
+    """The noise subkey of the key file at ``path`` (read once per worker process)."""
+    from mass.errors import ConfigError
+    from mass.keys import read_key
+
+    key = read_key(path)
+    if key.fingerprint != fingerprint:
+        raise ConfigError(
+            f"{path}: this worker's key has fingerprint {key.fingerprint}, the job was started "
+            f"with {fingerprint}; give every worker the same key file (nothing is published)"
+        )
+    return key.subkey("noise", 16)
 
 
 def _rotl(x: np.ndarray, b: int) -> np.ndarray:

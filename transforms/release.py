@@ -143,8 +143,13 @@ def resolve_allow_columns(
 
 
 def release_metadata(
-    info: dict, *, forced_columns: list[str] | tuple[str, ...] = ()
+    info: dict,
+    *,
+    forced_columns: list[str] | tuple[str, ...] = (),
+    noise_key_fingerprint: str = "",
 ) -> dict[bytes, bytes]:
+    """Provenance for the release schema; ``noise_key_fingerprint`` names the owner key that
+    seeded the noise ("" if none was used) and never reveals it."""
     values = {
         "mass.model": str(info.get("name") or ""),
         "mass.model_version": str(info.get("version") or ""),
@@ -154,6 +159,8 @@ def release_metadata(
         "mass.preserve": json.dumps(list(info.get("preserve") or [])),
         "mass.config_hash": str(info.get("config_hash") or ""),
         "mass.forced_columns": json.dumps(list(forced_columns)),
+        "mass.noise_key_fingerprint": str(noise_key_fingerprint or ""),
+        "mass.modifier": json.dumps(info.get("modifier") or {}, sort_keys=True),
     }
     return {k.encode(): v.encode() for k, v in values.items()}
 
