@@ -141,7 +141,8 @@ def _run_checked(args, extra, test_pipeline, model_handler, model_info) -> dict:
         info = export_info(args.repository, args.model, args.model_version or None)
         # The weights must still be the exported ones (the server checks again when loading).
         verify_version_dir(os.path.join(args.repository, args.model, str(info["version"])))
-    args._seeds = _noise_seeds(args, info if local or model_handler is not None else {})
+    _check_noise_key(args, info if local or model_handler is not None else {})
+    args._seeds = _keyed_seeds(args, info)
     checked = _check_input(args, info)
     if model_handler is not None:
         handler = model_handler.with_row_seeds(args._seeds)
@@ -151,6 +152,7 @@ def _run_checked(args, extra, test_pipeline, model_handler, model_info) -> dict:
         if not local:
             info = server_info(url, args.model, args.model_version)
             checked = _check_input(args, info, checked)
+            args._seeds = _keyed_seeds(args, info)
         handler = TritonModelHandler(
             url,
             args.model,
@@ -166,15 +168,14 @@ def _run_checked(args, extra, test_pipeline, model_handler, model_info) -> dict:
         return _run(args, extra, test_pipeline, handler, info, url, checked)
 
 
-def _noise_seeds(args, info: dict) -> KeyedSeeds | None:
-    """ROW_SEED source: the owner-keyed PRF of the ids; refuse a stochastic model without a key.
+def _check_noise_key(args, info: dict) -> None:
+    """Refuse a stochastic model without a key, before any work.
 
     ``info`` is the model's export.json (or the in-process model_info); ``{}`` when only a
     remote server is known, whose stochasticity cannot be checked: then a key is required.
     """
-    key = args._noise_key
     stochastic = info.get("stochastic")
-    if key is None and stochastic is not False:
+    if args._noise_key is None and stochastic is not False:
         why = "is stochastic" if stochastic else "may be stochastic (no export.json says otherwise)"
         raise ConfigError(
             f"model '{args.model}' {why}: its release noise must be keyed by the owner's "
@@ -182,9 +183,18 @@ def _noise_seeds(args, info: dict) -> KeyedSeeds | None:
             f"pass --noise-key-file PATH or set {NOISE_KEY_ENV} (create a key once with "
             "`mass keygen PATH`, kept outside git, DVC and the release); nothing was published"
         )
+
+
+def _keyed_seeds(args, info: dict) -> KeyedSeeds | None:
+    """ROW_SEED source: the owner-keyed PRF of the ids (all zeros without a key)."""
+    key = args._noise_key
     if key is None:
         return None
-    return KeyedSeeds.of(key, read_on_worker=getattr(args, "noise_key_on_worker", False))
+    # bound to the modifier: two modifiers never share a row's noise (docs/threat-model.md)
+    context = str(info.get("sha256") or "")
+    return KeyedSeeds.of(
+        key, context=context, read_on_worker=getattr(args, "noise_key_on_worker", False)
+    )
 
 
 def _check_input(args, info: dict, checked: CheckedInput | None = None) -> CheckedInput:

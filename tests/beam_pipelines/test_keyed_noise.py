@@ -12,6 +12,7 @@ output noise the ``+ 0x5EED`` stream), read the noise scale from the release's o
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import pickle
@@ -23,8 +24,8 @@ import torch
 
 from beam_pipelines import anonymize
 from mass.errors import ConfigError
-from mass.keys import NOISE_KEY_ENV, read_key, write_key
-from mass.noise import KeyedSeeds, keyed_row_seeds, row_noise, row_seeds
+from mass.keys import NOISE_KEY_ENV, PREFIX, read_key
+from mass.noise import KeyedSeeds, keyed_row_seeds, release_row_seeds, row_noise, row_seeds
 from mass.synthetic import make_synthetic, to_table
 
 DIM, ROWS, NAN_ROW = 16, 1200, 7
@@ -42,7 +43,7 @@ def _modifier(name: str):
     torch.manual_seed(0)
     if name == "mass_out":
         return DataModifier(ModifierSpec(DIM, hidden=(32,), output_noise=8.0)).eval()
-    return GaussianNoiseModifier(NoiseSpec(DIM, 2.0)).eval()
+    return GaussianNoiseModifier(NoiseSpec(DIM, 1.0 if name == "gauss_lo" else 2.0)).eval()
 
 
 @pytest.fixture(scope="module")
@@ -66,9 +67,20 @@ def data(tmp_path_factory):
         save_modifier(_modifier(name), str(run / "modifier.pt"), method=method,
                       suppress=["s"], preserve=["u"], config_hash=name)  # fmt: skip
         export_modifier(run, base / "repo", name, max_batch_size=512)
+    (base / "gauss_lo").mkdir()  # in-process only: a second release of the same rows
+    save_modifier(_modifier("gauss_lo"), str(base / "gauss_lo/modifier.pt"), method="gaussian",
+                  suppress=["s"], preserve=["u"], config_hash="gauss_lo")  # fmt: skip
     (base / "keys").mkdir()
-    keys = {k: write_key(str(base / "keys" / f"{k}.key")) for k in ("a", "b")}
+    keys = {k: _fixed_key(str(base / "keys" / f"{k}.key"), k) for k in ("a", "b")}
     return {"base": base, "src": str(base / "in.parquet"), "s": ds.labels["s"], "keys": keys}
+
+
+def _fixed_key(path: str, name: str):
+    """A key file like `mass keygen` writes, with fixed bytes so the figures are reproducible."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(PREFIX + hashlib.sha256(f"test key {name}".encode()).hexdigest() + "\n")
+    return read_key(path)
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +136,7 @@ def denoising_attack(out, labels: np.ndarray, seeds_of) -> tuple[float, float]:
     modifier = json.loads(meta[b"mass.modifier"])
     y = labels[ids]
     return _retrained_accuracy(x, y), _retrained_accuracy(
-        _denoise(x, _noise_of(seeds_of(ids), modifier)), y
+        _denoise(x, _noise_of(seeds_of(ids, meta), modifier)), y
     )
 
 
@@ -140,9 +152,9 @@ def test_public_id_denoising_recovers_nothing_from_a_keyed_release(data, server,
     assert summary["rows_out"] == ROWS - 1
     _, _, meta = _release(out)
     assert meta[b"mass.noise_key_fingerprint"] == data["keys"]["a"].fingerprint.encode()
-    public, public_denoised = denoising_attack(out, data["s"], row_seeds)
+    public, public_denoised = denoising_attack(out, data["s"], lambda ids, _: row_seeds(ids))
     _, keyed_denoised = denoising_attack(
-        out, data["s"], lambda ids: keyed_row_seeds(ids, data["keys"]["a"])
+        out, data["s"], lambda ids, meta: release_row_seeds(ids, data["keys"]["a"], meta)
     )
     print(f"{model}: release {public:.3f}, public-id denoised {public_denoised:.3f}, "
           f"denoised with the key {keyed_denoised:.3f}")  # fmt: skip
@@ -150,7 +162,7 @@ def test_public_id_denoising_recovers_nothing_from_a_keyed_release(data, server,
     assert abs(public_denoised - CHANCE) < 0.06  # recomputing public noise gains nothing
     assert keyed_denoised > 0.95  # ... while the key holder removes it (so the attack is real)
     _, wrong_key = denoising_attack(
-        out, data["s"], lambda ids: keyed_row_seeds(ids, data["keys"]["b"])
+        out, data["s"], lambda ids, meta: release_row_seeds(ids, data["keys"]["b"], meta)
     )
     assert abs(wrong_key - CHANCE) < 0.06
 
@@ -274,8 +286,10 @@ def test_the_in_process_handler_gets_the_jobs_keyed_seeds(data, tmp_path):
                    "--max-quarantined", "1", "--noise-key-file", key.source],
                   model_handler=handler, model_info={"name": "gauss", "stochastic": True,
                   "modifier": {"kind": "gaussian_noise", "spec": {"dim": DIM, "sigma": 2.0}}})  # fmt: skip
-    public, public_denoised = denoising_attack(out, data["s"], row_seeds)
-    _, keyed_denoised = denoising_attack(out, data["s"], lambda ids: keyed_row_seeds(ids, key))
+    _, public_denoised = denoising_attack(out, data["s"], lambda ids, _: row_seeds(ids))
+    _, keyed_denoised = denoising_attack(
+        out, data["s"], lambda ids, meta: release_row_seeds(ids, key, meta)
+    )
     assert abs(public_denoised - CHANCE) < 0.06 and keyed_denoised > 0.95
 
 
@@ -295,3 +309,36 @@ def test_keyed_seeds_pickle_holds_no_owner_key_and_workers_check_the_fingerprint
     with pytest.raises(ConfigError, match="fingerprint"):
         forged(ids)
     assert read_key(key_a.source).fingerprint == key_a.fingerprint
+
+
+def _in_process(data, out, run: str, sha: str, sigma: float, *flags):
+    from transforms.triton_handler import FunctionModelHandler, TorchModifierFunction
+
+    handler = FunctionModelHandler(TorchModifierFunction(str(data["base"] / run / "modifier.pt")),
+                                   output_dim=DIM, keep_input_as=anonymize.INPUT_COPY)  # fmt: skip
+    info = {"name": run, "sha256": sha, "stochastic": True,
+            "modifier": {"kind": "gaussian_noise", "spec": {"dim": DIM, "sigma": sigma}}}  # fmt: skip
+    anonymize.run(["--input", data["src"], "--output", str(out), "--model", run,
+                   "--max-quarantined", "1", *flags], model_handler=handler, model_info=info)  # fmt: skip
+
+
+def test_two_modifiers_releasing_the_same_rows_never_share_their_noise(data, tmp_path):
+    """Noise shared across releases cancels: x'_A ~ y + 2z and x'_B ~ y + z give y from their
+    difference. The seed is bound to the modifier (its sha256), so it never is shared."""
+    key = data["keys"]["a"].source
+    _in_process(data, tmp_path / "a", "gauss", "sha-a", 2.0, "--noise-key-file", key)
+    _in_process(data, tmp_path / "b", "gauss_lo", "sha-b", 1.0, "--noise-key-file", key)
+    # control: what releasing B under A's seeds (one seed per row for every release) would give
+    _in_process(data, tmp_path / "shared", "gauss_lo", "sha-a", 1.0, "--noise-key-file", key)
+    ids, xa, _ = _release(tmp_path / "a")
+    y = data["s"][ids]
+    for name in ("b", "shared"):
+        ids_b, xb, _ = _release(tmp_path / name)
+        assert (ids_b == ids).all()
+        difference = _retrained_accuracy(xb - xa, y)  # the two noise scales differ only 2x
+        if name == "shared":
+            assert difference > 0.9  # the attack is real: shared noise cancels
+        else:  # independent noise: the pair gives no more than its better release alone
+            best = max(_retrained_accuracy(xa, y), _retrained_accuracy(xb, y))
+            assert difference < best + 0.03, (difference, best)
+            assert abs((xa * xb).sum(1).mean()) < 0.2  # nearly orthogonal

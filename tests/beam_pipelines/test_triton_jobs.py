@@ -61,7 +61,7 @@ def _bytes(out):
 def test_anonymize_on_a_local_server_matches_the_in_process_modifier(repo, emb_input, tmp_path):
     from mass.keys import NOISE_KEY_ENV, resolve_key
     from mass.modifier import load_modifier
-    from mass.noise import keyed_row_seeds
+    from mass.noise import release_row_seeds
 
     out = str(tmp_path / "release")
     summary = anonymize.run(
@@ -98,7 +98,7 @@ def test_anonymize_on_a_local_server_matches_the_in_process_modifier(repo, emb_i
     with torch.no_grad():
         ref = model(
             torch.from_numpy(x.astype(np.float32)),
-            seeds=torch.from_numpy(keyed_row_seeds(rel.column("id"), key)),
+            seeds=torch.from_numpy(release_row_seeds(rel.column("id"), key, meta)),
         ).numpy()
     got = np.stack(rel.column("emb").to_numpy(zero_copy_only=False))
     np.testing.assert_allclose(got, ref, atol=1e-5)
