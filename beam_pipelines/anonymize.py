@@ -173,8 +173,10 @@ def _check_noise_key(args, info: dict) -> None:
 
     ``info`` is the model's export.json (or the in-process model_info); ``{}`` when only a
     remote server is known, whose stochasticity cannot be checked: then a key is required.
+    ``stochastic: false`` counts only beside ``modifier`` (older exports recorded false for
+    the noise baselines).
     """
-    stochastic = info.get("stochastic")
+    stochastic = info.get("stochastic") if info.get("modifier") else None
     if args._noise_key is None and stochastic is not False:
         why = "is stochastic" if stochastic else "may be stochastic (no export.json says otherwise)"
         raise ConfigError(

@@ -235,9 +235,11 @@ def test_a_modifier_of_unknown_stochasticity_needs_the_key(data, tmp_path, monke
                    url="127.0.0.1:1")  # fmt: skip
     handler = FunctionModelHandler(NumpyModifier(), output_dim=DIM,
                                    keep_input_as=anonymize.INPUT_COPY)  # fmt: skip
-    with pytest.raises(ConfigError, match="may be stochastic"):
-        anonymize.run(["--input", data["src"], "--output", str(out), "--model", "np"],
-                      model_handler=handler, model_info={"name": "np", "dim": DIM})  # fmt: skip
+    for info in ({"name": "np", "dim": DIM},  # says nothing
+                 {"name": "np", "dim": DIM, "stochastic": False}):  # an export before `modifier`
+        with pytest.raises(ConfigError, match="may be stochastic"):
+            anonymize.run(["--input", data["src"], "--output", str(out), "--model", "np"],
+                          model_handler=handler, model_info=info)  # fmt: skip
     assert os.listdir(tmp_path) == []
 
 
@@ -268,7 +270,8 @@ def test_a_deterministic_modifier_runs_without_a_key_and_records_none(data, tmp_
     anonymize.run(["--input", data["src"], "--output", str(out), "--model", "np",
                    "--max-quarantined", "1"],
                   model_handler=handler,
-                  model_info={"name": "np", "dim": DIM, "stochastic": False})  # fmt: skip
+                  model_info={"name": "np", "dim": DIM, "stochastic": False,
+                              "modifier": {"kind": "np", "spec": {}}})  # fmt: skip
     assert pq.read_schema(glob.glob(f"{out}/*.parquet")[0]).metadata[
         b"mass.noise_key_fingerprint"
     ] == b""
