@@ -99,9 +99,10 @@ class KeyedSeeds:
     (Dataflow: ``--staging_location``/``--temp_location``; Dask: the scheduler). By default
     the pickle carries the 16-byte PRF key of this release only, never the owner key (a
     leaked pickle lets its holder denoise releases of this modifier, not others, and not sign
-    exports), so protect the runner's staging like the key. With ``key_file`` (``mass anonymize --noise-key-on-worker``) the pickle holds
-    nothing secret: each worker reads the key file itself (it must exist at that path on
-    every worker) and refuses a key whose fingerprint differs from the launcher's.
+    exports), so protect the runner's staging like the key. With ``key_file``
+    (``mass anonymize --noise-key-on-worker``) the pickle holds nothing secret: each worker
+    reads the key file itself (it must exist at that path on every worker) and refuses a key
+    whose fingerprint differs from the launcher's.
     """
 
     fingerprint: str
@@ -124,7 +125,7 @@ class KeyedSeeds:
 
 @functools.lru_cache(maxsize=4)
 def _worker_noise_subkey(path: str, fingerprint: str, context: str) -> bytes:
-    """The noise subkey of the key file at ``path`` (read once per worker process)."""
+    """The release PRF key from the key file at ``path`` (read once per worker process)."""
     from mass.errors import ConfigError
     from mass.keys import read_key
 

@@ -52,7 +52,7 @@ class ModifierInputs:
     """Modifier tensors: ``EMBEDDING`` float32 ``[n, d]`` and ``ROW_SEED`` int64 ``[n, 1]``.
 
     ``ROW_SEED`` is ``seeds(ids)``, the owner-keyed PRF of each row id
-    (:class:`mass.noise.KeyedSeeds`, i.e. ``keyed_row_seeds(ids, key)``), so the noise a
+    (:class:`mass.noise.KeyedSeeds`: ``keyed_row_seeds(ids, key, context)``), so the noise a
     stochastic modifier draws from it cannot be recomputed from the released ids. Without
     ``seeds`` every ROW_SEED is 0: only for deterministic modifiers, which ignore it (the
     anonymize job refuses a stochastic or unknown modifier without a key). Never the public

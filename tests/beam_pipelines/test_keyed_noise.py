@@ -89,8 +89,8 @@ def server(data, triton_server_factory):
 
 
 def _anonymize(data, out, model, *flags, url=None):
-    argv = ["--input", data["src"], "--output", str(out), "--model", model,
-            "--repository", str(data["base"] / "repo"), "--max-quarantined", "1", *flags]  # fmt: skip
+    argv = ["--input", data["src"], "--output", str(out), "--model", model, "--repository",
+            str(data["base"] / "repo"), "--max-quarantined", "1", *flags]  # fmt: skip
     if url:
         argv += ["--triton-url", url]
     return anonymize.run(argv)
@@ -279,16 +279,9 @@ def test_a_deterministic_modifier_runs_without_a_key_and_records_none(data, tmp_
 
 def test_the_in_process_handler_gets_the_jobs_keyed_seeds(data, tmp_path):
     """FunctionModelHandler's default inputs are rebound to the key like Triton's."""
-    from transforms.triton_handler import FunctionModelHandler, TorchModifierFunction
-
-    handler = FunctionModelHandler(TorchModifierFunction(str(data["base"] / "gauss/modifier.pt")),
-                                   output_dim=DIM, keep_input_as=anonymize.INPUT_COPY)  # fmt: skip
     out = tmp_path / "release"
     key = data["keys"]["a"]
-    anonymize.run(["--input", data["src"], "--output", str(out), "--model", "gauss",
-                   "--max-quarantined", "1", "--noise-key-file", key.source],
-                  model_handler=handler, model_info={"name": "gauss", "stochastic": True,
-                  "modifier": {"kind": "gaussian_noise", "spec": {"dim": DIM, "sigma": 2.0}}})  # fmt: skip
+    _in_process(data, out, "gauss", "sha-gauss", 2.0, "--noise-key-file", key.source)
     _, public_denoised = denoising_attack(out, data["s"], lambda ids, _: row_seeds(ids))
     _, keyed_denoised = denoising_attack(
         out, data["s"], lambda ids, meta: release_row_seeds(ids, key, meta)
@@ -319,10 +312,12 @@ def _in_process(data, out, run: str, sha: str, sigma: float, *flags):
 
     handler = FunctionModelHandler(TorchModifierFunction(str(data["base"] / run / "modifier.pt")),
                                    output_dim=DIM, keep_input_as=anonymize.INPUT_COPY)  # fmt: skip
+    spec = {"dim": DIM, "sigma": sigma}
     info = {"name": run, "sha256": sha, "stochastic": True,
-            "modifier": {"kind": "gaussian_noise", "spec": {"dim": DIM, "sigma": sigma}}}  # fmt: skip
-    anonymize.run(["--input", data["src"], "--output", str(out), "--model", run,
-                   "--max-quarantined", "1", *flags], model_handler=handler, model_info=info)  # fmt: skip
+            "modifier": {"kind": "gaussian_noise", "spec": spec}}  # fmt: skip
+    argv = ["--input", data["src"], "--output", str(out), "--model", run,
+            "--max-quarantined", "1", *flags]  # fmt: skip
+    anonymize.run(argv, model_handler=handler, model_info=info)
 
 
 def test_two_modifiers_releasing_the_same_rows_never_share_their_noise(data, tmp_path):
