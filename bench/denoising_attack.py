@@ -21,34 +21,11 @@ import json
 
 import numpy as np
 import pyarrow.parquet as pq
-import torch
 
 from mass.errors import ConfigError
 from mass.io import read_table
 from mass.keys import read_key
-from mass.noise import release_row_seeds, row_noise, row_seeds
-
-
-def final_noise(seeds: np.ndarray, modifier: dict) -> np.ndarray:
-    """The vector ``a`` the modifier adds before its last normalisation, per row."""
-    kind, spec = modifier.get("kind"), modifier.get("spec", {})
-    if kind == "chain":
-        return final_noise(seeds, spec["parts"][-1])
-    s = torch.from_numpy(np.asarray(seeds, dtype=np.int64))
-    if kind == "mass" and float(spec.get("output_noise", 0)) > 0:
-        z = row_noise(s + 0x5EED, int(spec["dim"])).numpy().astype(np.float64)
-        return float(spec["output_noise"]) * z / int(spec["dim"]) ** 0.5
-    if kind == "gaussian_noise":
-        return float(spec["sigma"]) * row_noise(s, int(spec["dim"])).numpy().astype(np.float64)
-    raise ConfigError(
-        f"mass.modifier {kind!r} (spec {spec}) adds no output noise this attack can subtract"
-    )
-
-
-def denoise(x: np.ndarray, a: np.ndarray) -> np.ndarray:
-    xa = (x * a).sum(1, keepdims=True)
-    c = xa + np.sqrt(np.maximum(xa**2 - (a * a).sum(1, keepdims=True) + 1.0, 0.0))
-    return c * x - a
+from mass.noise import release_noise, release_row_seeds, row_seeds, subtract_noise
 
 
 def retrained_accuracy(x: np.ndarray, y: np.ndarray, folds: int = 5) -> float:
@@ -84,6 +61,13 @@ def main(argv: list[str] | None = None) -> dict:
     x = np.stack(rel.column(args.emb_col).to_numpy(zero_copy_only=False))[keep].astype(np.float64)
     ids = ids.filter(keep)
     y = np.array([lab[i] for i in ids.to_pylist()])
+
+    def denoised(seeds: np.ndarray) -> np.ndarray:
+        a = release_noise(seeds, modifier)
+        if a is None:
+            raise ConfigError(f"mass.modifier {modifier}: no output noise this attack can subtract")
+        return subtract_noise(x, a)
+
     out = {
         "release": args.release,
         "attribute": args.attribute,
@@ -91,13 +75,11 @@ def main(argv: list[str] | None = None) -> dict:
         "modifier": modifier["kind"],
         "noise_key_fingerprint": (meta or {}).get(b"mass.noise_key_fingerprint", b"").decode(),
         "on_release": retrained_accuracy(x, y),
-        "denoised_public_seeds": retrained_accuracy(
-            denoise(x, final_noise(row_seeds(ids), modifier)), y
-        ),
+        "denoised_public_seeds": retrained_accuracy(denoised(row_seeds(ids)), y),
     }
     if args.key_file:
         seeds = release_row_seeds(ids, read_key(args.key_file), meta)
-        out["denoised_with_key"] = retrained_accuracy(denoise(x, final_noise(seeds, modifier)), y)
+        out["denoised_with_key"] = retrained_accuracy(denoised(seeds), y)
     print(json.dumps(out, indent=2))
     return out
 

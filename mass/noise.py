@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -215,3 +216,54 @@ def row_noise(seeds: torch.Tensor, dim: int) -> torch.Tensor:
     r = torch.sqrt(-2.0 * torch.log(u1))
     z = torch.cat([r * torch.cos(2 * math.pi * u2), r * torch.sin(2 * math.pi * u2)], dim=1)
     return z[:, :dim].to(torch.float32)
+
+
+def release_noise(seeds: np.ndarray, modifier: dict) -> np.ndarray | None:
+    """The vector ``a`` a released modifier added to each row before its final normalisation.
+
+    ``modifier`` is the release's ``mass.modifier`` metadata (kind and spec). ``mass`` with
+    ``output_noise``: ``o * row_noise(seed + 0x5EED) / sqrt(d)``; ``gaussian_noise``:
+    ``sigma * row_noise(seed)``; a ``chain``: its last part. None where the noise is not
+    additive at the output (MaSS input noise only, the generative filter's latent noise).
+    """
+    kind, spec = modifier.get("kind"), modifier.get("spec") or {}
+    if kind == "chain":
+        return release_noise(seeds, spec["parts"][-1]) if spec.get("parts") else None
+    s = torch.from_numpy(np.ascontiguousarray(seeds, dtype=np.int64))
+    if kind == "mass" and float(spec.get("output_noise", 0.0)) > 0:
+        dim = int(spec["dim"])
+        z = row_noise(s + 0x5EED, dim).numpy().astype(np.float64)
+        return float(spec["output_noise"]) * z / dim**0.5
+    if kind == "gaussian_noise":
+        return float(spec["sigma"]) * row_noise(s, int(spec["dim"])).numpy().astype(np.float64)
+    return None
+
+
+def remove_release_noise(
+    x: np.ndarray, ids: pa.Array | np.ndarray, key: OwnerKey, metadata: dict
+) -> np.ndarray | None:
+    """Released rows ``x`` with their noise removed: what an attacker holding the key sees.
+
+    ``x' = n(y + a)`` with unit ``y``: the ``c > 0`` with ``||c x' - a|| = 1`` undoes the
+    normalisation, then ``y = c x' - a`` (:func:`subtract_noise`). For the owner's "key
+    compromised" audit; None where :func:`release_noise` is None. ``metadata``: the release's
+    schema metadata (``mass.sha256``, ``mass.modifier``).
+    """
+    meta = {(k.decode() if isinstance(k, bytes) else k): v for k, v in (metadata or {}).items()}
+    raw = meta.get("mass.modifier") or b"{}"
+    modifier = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
+    a = release_noise(release_row_seeds(ids, key, metadata), modifier)
+    return None if a is None else subtract_noise(x, a)
+
+
+def subtract_noise(x: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """``y`` from ``x' = n(y + a)`` and ``a``, for unit ``y`` (float64 ``[N, d]``).
+
+    ``c`` solves ``c**2 - 2 c (x'.a) + |a|**2 - 1 = 0``; the larger root is taken. It is the
+    true one whenever ``y.a > -1`` (always when ``|a| <= 1``); beyond, a row whose ``y``
+    points against its noise has a second unit solution and gets the wrong one.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    xa = (x * a).sum(1, keepdims=True)
+    c = xa + np.sqrt(np.maximum(xa**2 - (a * a).sum(1, keepdims=True) + 1.0, 0.0))
+    return c * x - a
