@@ -4,6 +4,7 @@
         [--triton-url HOST:PORT] [--id-col id --emb-col emb] [--allow-columns a,b]
         [--labels LABELS] [--policy params.yaml] [--report OUT_report] [--run-dir RUN]
         [--no-audit] [--batch-rows 4096] [--shards N] [--max-quarantined 0] [beam flags]
+        [--noise-key-file PATH (or env MASS_NOISE_KEY_FILE) [--noise-key-on-worker]]
 
 Steps: decide that OUT and OUT_quarantine may be replaced (only our own marked directories,
 never the input; :func:`transforms.release.check_outputs`); check the server/model, the input
@@ -55,6 +56,8 @@ from mass.errors import (
     UnreadableInputError,
 )
 from mass.io import expand_paths, read_table
+from mass.keys import NOISE_KEY_ENV, resolve_key
+from mass.noise import KeyedSeeds
 from mass.triton_adapters import verify_version_dir
 from transforms.modify import ModifyRowGroupFn, pick
 from transforms.parquet_io import IDS_DIR, MergeShards, WriteShardedParquet, plan_row_groups
@@ -119,6 +122,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-audit",
         action="store_true",
         help="publish without an audit (recorded as unaudited in the release metadata)",
+    )
+    parser.add_argument(
+        "--noise-key-file",
+        default=None,
+        help=f"owner key (`mass keygen`) that seeds the release noise; default ${NOISE_KEY_ENV}; "
+        "required for a stochastic modifier (docs/threat-model.md)",
+    )
+    parser.add_argument(
+        "--noise-key-on-worker",
+        action="store_true",
+        help="workers read --noise-key-file themselves (same path on every worker) instead of "
+        "receiving the noise subkey inside the pickled job",
     )
     add_serving_arguments(parser)
 
@@ -186,6 +201,7 @@ def run_job(args, extra, *, test_pipeline=None, model_handler=None, model_info=N
         raise ConfigError("--no-audit: drop --labels/--policy/--report/--run-dir, or drop "
                           "--no-audit to audit before publishing")  # fmt: skip
     args._policy = None if args.no_audit else resolve_policy(args.policy)
+    args._noise_key = resolve_key(getattr(args, "noise_key_file", None), NOISE_KEY_ENV)
     removed = recover_output(args.output) + recover_output(q_out)
     if removed:
         log.warning("cleared leftovers of a killed run: %s", removed)
@@ -206,19 +222,23 @@ def _run_checked(args, extra, test_pipeline, model_handler, model_info) -> dict:
         info = export_info(args.repository, args.model, args.model_version or None)
         # The weights must still be the exported ones (the server checks again when loading).
         verify_version_dir(os.path.join(args.repository, args.model, str(info["version"])))
+    _check_noise_key(args, info if local or model_handler is not None else {})
+    args._seeds = _keyed_seeds(args, info)
     checked = _check_input(args, info)
     if model_handler is not None:
-        return _run(args, extra, test_pipeline, model_handler, info, None, checked)
+        handler = model_handler.with_row_seeds(args._seeds)
+        return _run(args, extra, test_pipeline, handler, info, None, checked)
     expected_sha = info.get("sha256") if local else None
     with triton_endpoint(args, model=args.model, expected_sha256=expected_sha) as url:
         if not local:
             info = server_info(url, args.model, args.model_version)
             checked = _check_input(args, info, checked)
+            args._seeds = _keyed_seeds(args, info)
         handler = TritonModelHandler(
             url,
             args.model,
             version=args.model_version,
-            inputs=ModifierInputs(id_col=args.id_col, emb_col=args.emb_col),
+            inputs=ModifierInputs(id_col=args.id_col, emb_col=args.emb_col, seeds=args._seeds),
             output_col=args.emb_col,
             output_dim=int(info["dim"]) if info.get("dim") else None,
             keep_input_as=INPUT_COPY,
@@ -227,6 +247,37 @@ def _run_checked(args, extra, test_pipeline, model_handler, model_info) -> dict:
             shared_memory=shm_mode(args),
         )
         return _run(args, extra, test_pipeline, handler, info, url, checked)
+
+
+def _check_noise_key(args, info: dict) -> None:
+    """Refuse a stochastic model without a key, before any work.
+
+    ``info`` is the model's export.json (or the in-process model_info); ``{}`` when only a
+    remote server is known, whose stochasticity cannot be checked: then a key is required.
+    ``stochastic: false`` counts only beside ``modifier`` (older exports recorded false for
+    the noise baselines).
+    """
+    stochastic = info.get("stochastic") if info.get("modifier") else None
+    if args._noise_key is None and stochastic is not False:
+        why = "is stochastic" if stochastic else "may be stochastic (no export.json says otherwise)"
+        raise ConfigError(
+            f"model '{args.model}' {why}: its release noise must be keyed by the owner's "
+            f"secret, or anyone could recompute it from the released ids and subtract it; "
+            f"pass --noise-key-file PATH or set {NOISE_KEY_ENV} (create a key once with "
+            "`mass keygen PATH`, kept outside git, DVC and the release); nothing was published"
+        )
+
+
+def _keyed_seeds(args, info: dict) -> KeyedSeeds | None:
+    """ROW_SEED source: the owner-keyed PRF of the ids (all zeros without a key)."""
+    key = args._noise_key
+    if key is None:
+        return None
+    # bound to the modifier: two modifiers never share a row's noise (docs/threat-model.md)
+    context = str(info.get("sha256") or "")
+    return KeyedSeeds.of(
+        key, context=context, read_on_worker=getattr(args, "noise_key_on_worker", False)
+    )
 
 
 def _check_input(args, info: dict, checked: CheckedInput | None = None) -> CheckedInput:
@@ -317,7 +368,10 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
     if not hasattr(args, "_plan"):  # no provenance was checked (an in-process handler)
         args._plan = _audit_plan(args, info, schema)
     plan: AuditPlan | None = args._plan
-    meta = release_metadata(info, forced_columns=forced, audited=plan is not None)
+    fingerprint = args._seeds.fingerprint if args._seeds else ""
+    meta = release_metadata(
+        info, forced_columns=forced, audited=plan is not None, noise_key_fingerprint=fingerprint
+    )
     out_schema = pa.schema(
         [
             schema.field(args.id_col),
@@ -420,6 +474,7 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
         "forced_columns": forced,
         "audited": plan is not None,
         "audit_report": verdict.get("report"),
+        "noise_key_fingerprint": fingerprint,
     }
     print(
         f"anonymize: {summary['rows_in']} rows in, {rows_out} out, {n_bad} quarantined, "

@@ -95,7 +95,9 @@ def export_modifier(
         "preserve": list(meta.get("preserve") or []),
         "config_hash": meta.get("config_hash"),
         "dim": dim,
-        "stochastic": bool(getattr(model, "stochastic", False)),
+        # a kind that does not say is taken as stochastic: the release then needs the key
+        "stochastic": bool(getattr(model, "stochastic", True)),
+        "modifier": {"kind": getattr(model, "kind", None), "spec": model.spec.to_dict()},
     }
     return _export(
         repository,

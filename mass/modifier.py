@@ -107,7 +107,7 @@ class DataModifier(nn.Module):
     def forward(self, x: torch.Tensor, seeds: torch.Tensor | None = None) -> torch.Tensor:
         x = l2_normalize(x)
         if self.stochastic and seeds is None:
-            raise ValueError("stochastic modifier needs per-row seeds (see mass.noise.row_seeds)")
+            raise ValueError("stochastic modifier needs per-row seeds (mass.noise.keyed_row_seeds)")
         if self.spec.noise_dim > 0:
             z = row_noise(seeds, self.spec.noise_dim).to(x.device) * self.spec.noise_scale
             h = self.mlp(torch.cat([x, z], dim=1))

@@ -44,6 +44,8 @@ META_KEYS = (
     "mass.config_hash",
     "mass.forced_columns",
     "mass.audited",
+    "mass.noise_key_fingerprint",
+    "mass.modifier",
 )
 RELEASE_MARKER = "_release.json"
 QUARANTINE_MARKER = "_quarantine.json"
@@ -163,10 +165,16 @@ def resolve_allow_columns(
 
 
 def release_metadata(
-    info: dict, *, forced_columns: list[str] | tuple[str, ...] = (), audited: bool = True
+    info: dict,
+    *,
+    forced_columns: list[str] | tuple[str, ...] = (),
+    audited: bool = True,
+    noise_key_fingerprint: str = "",
 ) -> dict[bytes, bytes]:
-    """``mass.*`` schema metadata of every part; ``mass.audited`` is "false" only for a
-    release published with ``--no-audit`` (an audited one is published only if it passed)."""
+    """``mass.*`` schema metadata of every part. ``mass.audited`` is "false" only for a release
+    published with ``--no-audit`` (an audited one is published only if it passed);
+    ``noise_key_fingerprint`` names the owner key that seeded the noise ("" if none was used)
+    and never reveals it."""
     values = {
         "mass.model": str(info.get("name") or ""),
         "mass.model_version": str(info.get("version") or ""),
@@ -177,6 +185,8 @@ def release_metadata(
         "mass.config_hash": str(info.get("config_hash") or ""),
         "mass.forced_columns": json.dumps(list(forced_columns)),
         "mass.audited": "true" if audited else "false",
+        "mass.noise_key_fingerprint": str(noise_key_fingerprint or ""),
+        "mass.modifier": json.dumps(info.get("modifier") or {}, sort_keys=True),
     }
     return {k.encode(): v.encode() for k, v in values.items()}
 

@@ -19,7 +19,8 @@ def _unit(v: np.ndarray) -> np.ndarray:
 
 
 class NumpyModifier:
-    """n(x + n(roll(x) + 0.1 * seed noise)): shaped like eq. 1, deterministic per row id."""
+    """n(x + n(roll(x) + 0.1 * seed noise)): shaped like eq. 1, deterministic per ROW_SEED
+    (in a release the keyed seed of the row id, so a stand-in for a stochastic modifier)."""
 
     def __call__(self):
         def infer(t):

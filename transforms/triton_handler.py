@@ -13,6 +13,7 @@ raise :class:`mass.errors.ResponseShapeError` instead of writing a batch they co
 from __future__ import annotations
 
 import atexit
+import copy
 import glob
 import itertools
 import os
@@ -27,7 +28,7 @@ from apache_beam.ml.inference.base import ModelHandler, RemoteModelHandler
 
 from mass.errors import ResponseShapeError, ServingError
 from mass.io import embedding_array
-from mass.noise import row_seeds
+from mass.noise import KeyedSeeds
 
 Tensors = dict[str, np.ndarray]
 RETRYABLE = ("StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED")
@@ -48,13 +49,29 @@ def _matrix(batch: pa.RecordBatch, col: str, dtype) -> np.ndarray:
 
 
 class ModifierInputs:
-    """Modifier tensors: ``EMBEDDING`` float32 ``[n, d]`` and ``ROW_SEED`` int64 ``[n, 1]``."""
+    """Modifier tensors: ``EMBEDDING`` float32 ``[n, d]`` and ``ROW_SEED`` int64 ``[n, 1]``.
 
-    def __init__(self, *, id_col: str = "id", emb_col: str = "emb") -> None:
-        self.id_col, self.emb_col = id_col, emb_col
+    ``ROW_SEED`` is ``seeds(ids)``, the owner-keyed PRF of each row id
+    (:class:`mass.noise.KeyedSeeds`: ``keyed_row_seeds(ids, key, context)``), so the noise a
+    stochastic modifier draws from it cannot be recomputed from the released ids. Without
+    ``seeds`` every ROW_SEED is 0: only for deterministic modifiers, which ignore it (the
+    anonymize job refuses a stochastic or unknown modifier without a key). Never the public
+    :func:`mass.noise.row_seeds`, which anyone can recompute from the released ids.
+    """
+
+    def __init__(
+        self, *, id_col: str = "id", emb_col: str = "emb", seeds: KeyedSeeds | None = None
+    ) -> None:
+        self.id_col, self.emb_col, self.seeds = id_col, emb_col, seeds
+
+    def with_seeds(self, seeds: KeyedSeeds | None) -> ModifierInputs:
+        return ModifierInputs(id_col=self.id_col, emb_col=self.emb_col, seeds=seeds)
 
     def __call__(self, batch: pa.RecordBatch) -> Tensors:
-        seeds = row_seeds(batch.column(self.id_col)).reshape(-1, 1)
+        if self.seeds is None:
+            seeds = np.zeros((batch.num_rows, 1), dtype=np.int64)
+        else:
+            seeds = self.seeds(batch.column(self.id_col)).reshape(-1, 1)
         return {"EMBEDDING": _matrix(batch, self.emb_col, np.float32), "ROW_SEED": seeds}
 
 
@@ -127,6 +144,15 @@ class _ArrowBatchInference:
         self._rows_out = Metrics.counter(NAMESPACE, "rows_out")
         self._batches = Metrics.counter(NAMESPACE, "batches")
 
+    def with_row_seeds(self, seeds: KeyedSeeds | None):
+        """A copy whose :class:`ModifierInputs` send ``ROW_SEED = seeds(ids)`` (the job's key);
+        other input builders (extractors take no seed) are kept as they are."""
+        if not isinstance(self._inputs, ModifierInputs):
+            return self
+        handler = copy.copy(self)
+        handler._inputs = self._inputs.with_seeds(seeds)
+        return handler
+
     def _apply(self, batch: pa.RecordBatch, infer: Callable[[Tensors], np.ndarray]):
         self._rows_in.inc(batch.num_rows)
         out = check_response(
@@ -168,6 +194,8 @@ class FunctionModelHandler(_ArrowBatchInference, ModelHandler):
 
     ``load`` is a picklable zero-argument callable returning the inference function (e.g.
     :class:`TorchModifierFunction`), so heavy models are built on the worker, not pickled.
+    The anonymize job rebinds the default :class:`ModifierInputs` to its keyed seeds
+    (:meth:`with_row_seeds`), exactly as for Triton.
     """
 
     def __init__(

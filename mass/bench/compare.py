@@ -166,6 +166,8 @@ def selected_rows(spec: str | None, mass_params: str | None = None) -> list[tupl
 
 @torch.no_grad()
 def release(modifier: torch.nn.Module, ds: EmbeddingDataset) -> np.ndarray:
+    # Public row_seeds: a benchmark's in-memory release, never published; its attackers do
+    # not use seeds, so the figures equal those of a keyed release.
     seeds = torch.as_tensor(row_seeds(ds.ids))
     x = torch.as_tensor(np.ascontiguousarray(ds.x, dtype=np.float32))
     return np.concatenate([modifier(x[i : i + 4096], seeds[i : i + 4096]).numpy()

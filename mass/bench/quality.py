@@ -65,6 +65,7 @@ def evaluate(modifier, branches, train, test, suppress, preserve, *, families, a
     from mass.noise import row_seeds
 
     xtr, xte = normalize_rows(train.x), normalize_rows(test.x)
+    # public row_seeds: benchmark only (nothing published; attackers do not use seeds)
     mtr = modify(modifier, xtr, row_seeds(train.ids))
     mte = modify(modifier, xte, row_seeds(test.ids))
     out = {}

@@ -309,6 +309,7 @@ def run_limit(data: Path, weights: Path, out: Path, *, batch_rows: int, threads:
         writer = None
         for batch in pf.iter_batches(batch_size=batch_rows, columns=["id", "emb"]):
             x = _tensor(matrix(batch, "emb"))
+            # public row_seeds: a throughput benchmark, its output is never published
             seeds = torch.from_numpy(row_seeds(batch.column("id")))
             t0 = time.perf_counter()
             y = model(x, seeds).numpy()
@@ -664,6 +665,7 @@ def bench_dataset(args, work: Path, rows: int, dim: int) -> dict:
             x = np.ascontiguousarray(matrix(table, "emb"))
             from mass.noise import row_seeds
 
+            # public row_seeds: throughput of Triton only, nothing is published
             seeds = row_seeds(table.column("id")).reshape(-1, 1)
             del table
             res["triton"] = []

@@ -191,6 +191,8 @@ def audit(res, train, val, attrs: list[str], *, families: tuple[str, ...]) -> di
     from mass.noise import row_seeds
 
     xtr, xva = normalize_rows(train.x), normalize_rows(val.x)
+    # Public row_seeds: this is the training-time audit on data the owner keeps, never
+    # released; noise from public seeds is distributed like keyed noise for these attackers.
     mtr = modify(res.modifier, xtr, row_seeds(train.ids))
     mva = modify(res.modifier, xva, row_seeds(val.ids))
     out = {}

@@ -141,6 +141,13 @@ class GenFilterModifier(nn.Module):
         self.filter = nn.Linear(spec.noise_dim + sum(spec.label_classes), spec.latent)
         self.predictors = nn.ModuleList(nn.Linear(spec.latent, k) for k in spec.label_classes)
 
+    @property
+    def stochastic(self) -> bool:
+        """Noise w(ROW_SEED) reaches the output (the release then needs the noise key)."""
+        if self.spec.mode == "gaussian":
+            return self.spec.sigma > 0 and self.spec.latent > 0
+        return self.spec.noise_dim > 0
+
     def encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mu, logvar = self.encoder(l2_normalize(x)).chunk(2, dim=1)
         return mu, logvar.clamp(-12.0, 6.0)
@@ -153,7 +160,7 @@ class GenFilterModifier(nn.Module):
 
     def forward(self, x: torch.Tensor, seeds: torch.Tensor | None = None) -> torch.Tensor:
         if seeds is None:
-            raise ValueError("genfilter modifier needs per-row seeds (mass.noise.row_seeds)")
+            raise ValueError("genfilter modifier needs per-row seeds (keyed_row_seeds)")
         mu, logvar = self.encode(x)
         width = self.spec.latent if self.spec.mode == "gaussian" else self.spec.noise_dim
         w = row_noise(seeds, width).to(x.device)

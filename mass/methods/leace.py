@@ -124,6 +124,8 @@ class QuadraticErasureModifier(nn.Module):
     def spec_from_dict(cls, d: dict) -> QuadraticSpec:
         return QuadraticSpec(dim=int(d["dim"]), classes=tuple(int(k) for k in d["classes"]))
 
+    stochastic = False  # draws no noise; export.json records it, so no key is required
+
     def __init__(self, spec: QuadraticSpec) -> None:
         super().__init__()
         self.spec = spec

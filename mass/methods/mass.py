@@ -93,6 +93,8 @@ def fit_mass(
         save_branches(bpath, branches.classifiers, branches.agnostic)
     t_branches = time.perf_counter() - t0
     trainer = ModifierTrainer(cfg, branches, dim=x.shape[1], num_classes=num_classes)
+    # Public row_seeds at training time: G learns to work under noise of this distribution;
+    # the release draws the same distribution from keyed seeds (mass.noise.keyed_row_seeds).
     history = trainer.fit(
         x, train.labels, seeds=row_seeds(train.ids),
         checkpoint=os.path.join(run_dir, "checkpoint.pt") if run_dir else None,

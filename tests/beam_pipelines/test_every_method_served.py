@@ -12,10 +12,11 @@ import torch
 
 from beam_pipelines import anonymize
 from mass.bench.compare import METHOD_ROWS
+from mass.keys import NOISE_KEY_ENV, resolve_key
 from mass.methods import get_method
 from mass.methods._common import subset, toy_dataset
 from mass.modifier import save_modifier
-from mass.noise import row_seeds
+from mass.noise import release_row_seeds
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 ROWS = [(label, method, {**params, **quick}) for label, method, params, quick in METHOD_ROWS]
@@ -66,6 +67,8 @@ def test_method_runs_through_the_anonymize_job_unchanged(served, label, tmp_path
     order = np.argsort(rest.ids.to_numpy())
     x = torch.as_tensor(rest.x[order].astype(np.float32))
     with torch.no_grad():
-        ref = models[label](x, torch.as_tensor(row_seeds(rest.ids.take(pa.array(order))))).numpy()
+        seeds = release_row_seeds(rest.ids.take(pa.array(order)), resolve_key(None, NOISE_KEY_ENV),
+                                  rel.schema.metadata)  # fmt: skip
+        ref = models[label](x, torch.as_tensor(seeds)).numpy()
     got = np.stack(rel.column("emb").to_numpy(zero_copy_only=False))
     np.testing.assert_allclose(got, ref, atol=1e-5)

@@ -59,8 +59,9 @@ def _bytes(out):
 
 
 def test_anonymize_on_a_local_server_matches_the_in_process_modifier(repo, emb_input, tmp_path):
+    from mass.keys import NOISE_KEY_ENV, resolve_key
     from mass.modifier import load_modifier
-    from mass.noise import row_seeds
+    from mass.noise import release_row_seeds
 
     out = str(tmp_path / "release")
     summary = anonymize.run(
@@ -92,11 +93,13 @@ def test_anonymize_on_a_local_server_matches_the_in_process_modifier(repo, emb_i
     sha = open(glob.glob(str(repo / "repo/mod/1/export.json"))[0]).read()
     assert meta[b"mass.sha256"].decode() in sha and meta[b"mass.model"] == b"mod"
     x = np.stack(src.take(pa.array(expected_ids)).column("emb").to_numpy(zero_copy_only=False))
+    key = resolve_key(None, NOISE_KEY_ENV)  # the session key (tests/conftest.py) seeded the job
+    assert meta[b"mass.noise_key_fingerprint"] == key.fingerprint.encode()
     model = load_modifier(str(repo / "run" / "modifier.pt"))
     with torch.no_grad():
         ref = model(
             torch.from_numpy(x.astype(np.float32)),
-            seeds=torch.from_numpy(row_seeds(rel.column("id"))),
+            seeds=torch.from_numpy(release_row_seeds(rel.column("id"), key, meta)),
         ).numpy()
     got = np.stack(rel.column("emb").to_numpy(zero_copy_only=False))
     np.testing.assert_allclose(got, ref, atol=1e-5)

@@ -198,3 +198,30 @@ def test_minilm_export_records_the_installed_weights(tmp_path):
     config = (tmp_path / "repo" / "minilm" / "config.pbtxt").read_text()
     assert 'name: "TEXT" data_type: TYPE_STRING dims: [ 1 ]' in config
     assert 'name: "EMBEDDING" data_type: TYPE_FP32 dims: [ 384 ]' in config
+
+
+def test_export_json_records_the_modifier_and_whether_it_draws_noise(tmp_path):
+    """Every kind says whether it is stochastic (anonymize then requires the noise key)."""
+    from mass.methods._common import AffineModifier, AffineSpec, GaussianNoiseModifier, NoiseSpec
+    from mass.methods.genfilter import GenFilterModifier, GenFilterSpec
+    from mass.modifier import ChainModifier
+
+    cases = {
+        "mass_det": (DataModifier(ModifierSpec(8, hidden=(16,))), False),
+        "mass_in": (DataModifier(ModifierSpec(8, hidden=(16,), noise_dim=4)), True),
+        "mass_out": (DataModifier(ModifierSpec(8, hidden=(16,), output_noise=0.2)), True),
+        "gaussian": (GaussianNoiseModifier(NoiseSpec(8, 0.5)), True),
+        "genfilter": (GenFilterModifier(GenFilterSpec(8, latent=4, hidden=8, noise_dim=4)), True),
+        "affine": (AffineModifier(AffineSpec(8)), False),
+        "chain": (ChainModifier.of(AffineModifier(AffineSpec(8)),
+                                   GaussianNoiseModifier(NoiseSpec(8, 0.5))), True),  # fmt: skip
+    }
+    for name, (model, stochastic) in cases.items():
+        run = tmp_path / name
+        run.mkdir()
+        save_modifier(model, str(run / "modifier.pt"), method=name, suppress=["s"])
+        export_modifier(run, tmp_path / "repo", name)
+        meta = json.loads((tmp_path / "repo" / name / "1" / "export.json").read_text())
+        assert meta["stochastic"] is stochastic, name
+        assert meta["modifier"] == {"kind": model.kind, "spec": json.loads(
+            json.dumps(model.spec.to_dict()))}, name  # fmt: skip
