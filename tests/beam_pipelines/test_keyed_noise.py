@@ -90,7 +90,7 @@ def server(data, triton_server_factory):
 
 def _anonymize(data, out, model, *flags, url=None):
     argv = ["--input", data["src"], "--output", str(out), "--model", model, "--repository",
-            str(data["base"] / "repo"), "--max-quarantined", "1", *flags]  # fmt: skip
+            str(data["base"] / "repo"), "--max-quarantined", "1", "--no-audit", *flags]  # fmt: skip
     if url:
         argv += ["--triton-url", url]
     return anonymize.run(argv)
@@ -238,7 +238,7 @@ def test_a_modifier_of_unknown_stochasticity_needs_the_key(data, tmp_path, monke
     for info in ({"name": "np", "dim": DIM},  # says nothing
                  {"name": "np", "dim": DIM, "stochastic": False}):  # an export before `modifier`
         with pytest.raises(ConfigError, match="may be stochastic"):
-            anonymize.run(["--input", data["src"], "--output", str(out), "--model", "np"],
+            anonymize.run(["--input", data["src"], "--output", str(out), "--model", "np", "--no-audit"],
                           model_handler=handler, model_info=info)  # fmt: skip
     assert os.listdir(tmp_path) == []
 
@@ -249,11 +249,11 @@ def test_cli_refuses_without_a_key_and_publishes_nothing(data, tmp_path, monkeyp
     monkeypatch.delenv(NOISE_KEY_ENV, raising=False)
     out = tmp_path / "release"
     rc = main(["anonymize", "--input", data["src"], "--output", str(out), "--model", "gauss",
-               "--repository", str(data["base"] / "repo")])  # fmt: skip
+               "--repository", str(data["base"] / "repo"), "--no-audit"])  # fmt: skip
     assert rc == 2 and "ConfigError" in capsys.readouterr().err
     assert os.listdir(tmp_path) == []
     rc = main(["anonymize", "--input", data["src"], "--output", str(out), "--model", "gauss",
-               "--repository", str(data["base"] / "repo"),
+               "--repository", str(data["base"] / "repo"), "--no-audit",
                "--noise-key-file", str(tmp_path / "missing.key")])  # fmt: skip
     assert rc == 2 and "mass keygen" in capsys.readouterr().err
     assert os.listdir(tmp_path) == []
@@ -268,7 +268,7 @@ def test_a_deterministic_modifier_runs_without_a_key_and_records_none(data, tmp_
                                    keep_input_as=anonymize.INPUT_COPY)  # fmt: skip
     out = tmp_path / "release"
     anonymize.run(["--input", data["src"], "--output", str(out), "--model", "np",
-                   "--max-quarantined", "1"],
+                   "--max-quarantined", "1", "--no-audit"],
                   model_handler=handler,
                   model_info={"name": "np", "dim": DIM, "stochastic": False,
                               "modifier": {"kind": "np", "spec": {}}})  # fmt: skip
@@ -316,7 +316,7 @@ def _in_process(data, out, run: str, sha: str, sigma: float, *flags):
     info = {"name": run, "sha256": sha, "stochastic": True,
             "modifier": {"kind": "gaussian_noise", "spec": spec}}  # fmt: skip
     argv = ["--input", data["src"], "--output", str(out), "--model", run,
-            "--max-quarantined", "1", *flags]  # fmt: skip
+            "--max-quarantined", "1", "--no-audit", *flags]  # fmt: skip
     anonymize.run(argv, model_handler=handler, model_info=info)
 
 
