@@ -37,6 +37,8 @@ def test_export_writes_standard_layout_and_metadata(tmp_path):
     vdir = tmp_path / "repo" / "mod" / "1"
     assert sorted(p.name for p in vdir.iterdir()) == [
         "SHA256SUMS",
+        "SHA256SUMS.sig",
+        "__pycache__",
         "export.json",
         "model.py",
         "modifier.pt",
