@@ -80,8 +80,9 @@ _LOG_TAIL_LINES = 40
 ACCESS_HEADER = "mass-access-token"
 ACCESS_FILE_ENV = "MASS_TRITON_ACCESS_FILE"
 RESTRICTED = "shared-memory,model-repository"
-GRPC_HEADER_PREFIX = "triton-grpc-protocol-"  # Triton expects gRPC restricted headers so
+GRPC_HEADER_PREFIX = "triton-grpc-protocol-"  # Triton prefixes gRPC restricted header keys
 _ACCESS: dict[str, str] = {}  # grpc/http address -> access token of servers started here
+_SIGTERM_USERS = 0  # running servers that rely on the SIGTERM -> SystemExit handler
 
 # The python backend creates its shared-memory regions (raw input embeddings) through boost,
 # which fchmod()s them to 0644 whatever the umask. This LD_PRELOAD shim, built at start with
@@ -337,7 +338,7 @@ class TritonServer:
         self._token = secrets.token_hex(32)
         self.verify_models = verify_models
         self.signing_key_file = os.fspath(signing_key_file) if signing_key_file else None
-        self._previous_sigterm: object = None
+        self._holds_sigterm = False
         self.process: subprocess.Popen | None = None
         self.startup_seconds: float | None = None
 
@@ -408,19 +409,25 @@ class TritonServer:
 
     def _catch_sigterm(self) -> None:
         """SIGTERM unwinds like Ctrl-C (SystemExit), so ``with``/``finally`` blocks clean up;
-        only from the main thread and only when nobody installed a handler of their own."""
-        if not _in_main_thread() or self._previous_sigterm is not None:
+        only from the main thread and only when nobody installed a handler of their own. The
+        handler stays while any server started this way runs."""
+        global _SIGTERM_USERS
+        if not _in_main_thread() or self._holds_sigterm:
             return
         if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
             signal.signal(signal.SIGTERM, _exit_on_sigterm)
-            self._previous_sigterm = signal.SIG_DFL
+        if signal.getsignal(signal.SIGTERM) is _exit_on_sigterm:
+            _SIGTERM_USERS += 1
+            self._holds_sigterm = True
 
     def _release_sigterm(self) -> None:
-        if self._previous_sigterm is None or not _in_main_thread():
+        global _SIGTERM_USERS
+        if not self._holds_sigterm or not _in_main_thread():
             return
-        if signal.getsignal(signal.SIGTERM) is _exit_on_sigterm:
-            signal.signal(signal.SIGTERM, self._previous_sigterm)
-        self._previous_sigterm = None
+        self._holds_sigterm = False
+        _SIGTERM_USERS -= 1
+        if _SIGTERM_USERS == 0 and signal.getsignal(signal.SIGTERM) is _exit_on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
     def _pick_ports(self, *, fresh: bool) -> None:
         g, h, m = self._fixed_ports

@@ -121,10 +121,12 @@ def verify_version_dir(
                 f"{path}: listed in {folder / SHA256SUMS} but missing (or not a regular file); "
                 "re-export this version"
             )
-        if sha256_file(path) != digest:
+        actual = sha256_file(path)
+        if actual != digest:
             raise ChecksumMismatchError(
-                f"{path}: content differs from the signed {folder / SHA256SUMS}; the file was "
-                "modified after export; re-export, do not serve it"
+                f"{path}: content differs from the signed {folder / SHA256SUMS} (sha256 "
+                f"{actual}, signed {digest}); the file was modified after export; re-export, "
+                "do not serve it"
             )
     unlisted = sorted(set(manifest_names(folder)) - set(listed))
     if unlisted:

@@ -157,6 +157,18 @@ def _rehashed_weights(vdir: Path) -> None:
     _resign_sums(vdir)
 
 
+def _crafted_weights(vdir: Path) -> None:
+    """A code-running pickle as the weights, re-hashed everywhere (the key is not at hand)."""
+    from mass.triton_adapters import sha256_file
+
+    weights = vdir / "modifier.pt"
+    _crafted(weights, vdir.parent.parent / "ran", **_modifier_fields())
+    meta = json.loads((vdir / "export.json").read_text())
+    meta["sha256"] = sha256_file(weights)
+    (vdir / "export.json").write_text(json.dumps(meta))
+    _resign_sums(vdir)
+
+
 def _unlisted_file(vdir: Path) -> None:
     (vdir / "shim.py").write_text("from mass.triton_adapters.modifier import *\n")
 
@@ -189,6 +201,7 @@ def _moved_version(vdir: Path) -> None:
 
 TAMPER = {  # case -> (tamper, what the error names)
     "rehashed-weights": (_rehashed_weights, "signature does not match"),
+    "crafted-weights": (_crafted_weights, "signature does not match"),
     "unlisted-file": (_unlisted_file, "shim.py not listed"),
     "shim-via-config": (_shim_via_config, "config.pbtxt: content differs"),
     "edited-config": (_edited_config, "config.pbtxt: content differs"),
@@ -225,6 +238,7 @@ def test_tampered_export_is_refused_by_the_job_before_any_work(case, tmp_path, f
         fc.mass_command(argv)
     assert not out.exists() and fc.leftovers(out) == []
     assert fc.snapshot(tmp_path / "repo") == before
+    assert not (repo / "ran").exists()
 
 
 @pytest.mark.parametrize("case", sorted(TAMPER))
@@ -259,7 +273,7 @@ def test_an_older_version_is_signed_again_over_the_new_config(tmp_path, fc):
 
 
 # -- the served model checks again when the job's checks are bypassed -----------------------------
-SERVED = ("rehashed-weights", "unlisted-file", "edited-config", "other-key")
+SERVED = ("rehashed-weights", "crafted-weights", "unlisted-file", "edited-config", "other-key")
 
 
 @pytest.mark.triton
@@ -285,6 +299,7 @@ def test_the_served_model_refuses_a_tampered_export_when_loaded_directly(tmp_pat
                 client.load_model(case.replace("-", "_"), headers=server.client_headers)
             assert not client.is_model_ready(case.replace("-", "_"))
         client.close()
+    assert not (repo / "ran").exists()  # the crafted weights never reached an unpickler
 
 
 @pytest.mark.triton
