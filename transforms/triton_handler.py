@@ -225,6 +225,8 @@ class TorchModifierFunction:
 
 
 class _TritonConnection:
+    headers: dict[str, str] = {}  # noqa: RUF012 (read-only default; __init__ sets its own)
+
     def __init__(
         self,
         url: str,
@@ -288,7 +290,7 @@ class _TritonConnection:
         slot = getattr(self._local, "slot", None)
         if slot is None or slot.in_size < in_bytes or slot.out_size < out_bytes:
             if slot is not None:
-                slot.close(self.client)
+                slot.close(self.client, self.headers)
             slot = _ShmSlot(self.client, _pow2(in_bytes), _pow2(out_bytes), self.headers)
             self._local.slot = slot
             with self._lock:
