@@ -438,6 +438,43 @@ def test_sigterm_removes_the_work_directory(how, tiny_repo, tmp_path):
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
+@pytest.mark.triton
+@pytest.mark.slow
+def test_sigterm_during_a_job_leaves_no_work_directory_and_no_release(tmp_path, fc):
+    import time
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    fc.write_broken_model(repo, "slow")  # 2 s per request: the job is still running
+    src = tmp_path / "in.parquet"
+    fc.write_input(src, rows=20_000, row_group=5_000, image=None, note=None)
+    scratch, out = tmp_path / "scratch", tmp_path / "release"
+    scratch.mkdir()
+    log = open(tmp_path / "job.log", "w+")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mass.cli", "anonymize", "--input", str(src), "--output",
+         str(out), "--model", "slow", "--repository", str(repo), "--batch-rows", "500"],
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "TMPDIR": str(scratch)},
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        started = "Started GRPCInferenceService"  # the job's server is up, requests flow
+        while not any(started in p.read_text(errors="replace")
+                      for p in scratch.glob("mass-triton-*/tritonserver.log")):  # fmt: skip
+            assert proc.poll() is None and time.monotonic() < deadline, log.read()
+            time.sleep(0.5)
+        time.sleep(5)
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code != 0
+    assert not list(scratch.glob("mass-triton-*"))
+    assert not out.exists() and fc.leftovers(out) == []
+
+
 # -- export names ---------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "name", ['m"x', "m\nbackend: \"x\"", ".hidden", "a/b", "-flag", "m x", "é", "m" * 65, ""]
