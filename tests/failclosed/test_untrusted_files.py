@@ -341,7 +341,7 @@ def _mode(path: str | Path) -> int:
 
 
 @pytest.mark.triton
-def test_restricted_apis_and_private_shared_memory(tiny_repo):
+def test_restricted_apis_and_private_shared_memory(tiny_repo, monkeypatch):
     import tritonclient.grpc as grpcclient
     import tritonclient.http as httpclient
     from tritonclient.utils import InferenceServerException
@@ -385,8 +385,30 @@ def test_restricted_apis_and_private_shared_memory(tiny_repo):
         regions = list(Path("/dev/shm").glob(f"{server._shm_prefix}*"))
         assert regions and all(_mode(r) == 0o600 for r in regions)
         assert str(os.getpid()) not in server._shm_prefix
+        # a job's connection: with the header it uses shared memory; without, "auto" falls
+        # back to gRPC payloads and "on" is a clear error
+        from mass.serving import client_headers, write_access_file
+        from transforms.triton_handler import _TritonConnection
+
+        assert client_headers(server.grpc_url) == h  # what TritonModelHandler picks up
+        conns = [_TritonConnection(server.grpc_url, "double", "", shared_memory=m, headers=hd)
+                 for m, hd in (("auto", h), ("auto", {}))]  # fmt: skip
+        assert [c.shm for c in conns] == [True, False]
+        with pytest.raises(E.ServingError, match="shared memory refused.*MASS_TRITON_ACCESS_FILE"):
+            _TritonConnection(server.grpc_url, "double", "", shared_memory=True, headers={})
+        for c in conns:
+            c.close()
         stranger.close()
         job.close()
+        # another process of this user (`mass serve` + --triton-url): the access file
+        access = tiny_repo.parent / "access"
+        write_access_file(access, server._token)
+        assert _mode(access) == 0o600
+        monkeypatch.setenv("MASS_TRITON_ACCESS_FILE", str(access))
+        assert client_headers(f"127.0.0.1:{free_port()}") == h
+        os.chmod(access, 0o644)
+        with pytest.raises(E.ServingError, match="chmod 600"):
+            client_headers(f"127.0.0.1:{free_port()}")
 
 
 @pytest.mark.triton
