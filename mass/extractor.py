@@ -22,6 +22,7 @@ from torch import nn
 from mass.augment import AugmentConfig, augment
 from mass.datasets.coloured_mnist import DEFAULT_EPOCHS
 from mass.errors import ConfigError, InputError, UnreadableInputError
+from mass.safe_load import plain
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +230,7 @@ def save_extractor(model: ImageEncoder, path: str, *, meta: dict | None = None) 
         "kind": KIND,
         "config": asdict(model.config),
         "state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
-        "meta": dict(meta or {}),
+        "meta": plain(dict(meta or {}), where="extractor metadata"),
     }
     torch.save(payload, path)
     return file_sha256(path)
@@ -237,12 +238,10 @@ def save_extractor(model: ImageEncoder, path: str, *, meta: dict | None = None) 
 
 def load_extractor(path: str) -> ImageEncoder:
     """Rebuild the extractor saved by :func:`save_extractor`, in eval mode."""
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError as e:
-        raise InputError(f"{path}: no extractor checkpoint; run `mass train-extractor`") from e
-    except Exception as e:  # torch raises many types for a corrupt or foreign file
-        raise UnreadableInputError(f"{path}: not an extractor checkpoint ({e})") from e
+    from mass.safe_load import load_checkpoint
+
+    remedy = "write a fresh one with `mass train-extractor`"
+    payload = load_checkpoint(path, what="extractor checkpoint", remedy=remedy)
     if not isinstance(payload, dict) or payload.get("kind") != KIND:
         raise UnreadableInputError(f"{path}: checkpoint kind is not {KIND!r}; wrong file?")
     cfg = payload["config"]

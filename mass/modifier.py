@@ -11,7 +11,9 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from mass.errors import UnreadableInputError
 from mass.noise import row_noise
+from mass.safe_load import load_checkpoint, plain
 
 
 def l2_normalize(v: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
@@ -126,15 +128,16 @@ def save_modifier(model: nn.Module, path: str, **extra: object) -> None:
     kind = getattr(model, "kind", None)
     if kind not in MODIFIER_KINDS:
         raise ValueError(f"{type(model).__name__} is not a registered modifier kind")
-    blob = {"kind": kind, "spec": model.spec.to_dict(), "state_dict": model.state_dict()}
-    torch.save({**blob, "meta": dict(extra)}, path)
+    spec = plain(model.spec.to_dict(), where=f"{kind} spec")
+    blob = {"kind": kind, "spec": spec, "state_dict": model.state_dict()}
+    torch.save({**blob, "meta": plain(dict(extra), where="modifier metadata")}, path)
 
 
 def load_modifier(path: str) -> nn.Module:
     """Rebuild a modifier saved by :func:`save_modifier` (RUN_DIR/modifier.pt), in eval mode."""
     import mass.methods  # noqa: F401  (registers every method's modifier kinds)
 
-    blob = torch.load(path, map_location="cpu", weights_only=False)
+    blob = _read(path)
     kind = blob.get("kind", "mass")
     if kind not in MODIFIER_KINDS:
         raise ValueError(f"{path}: unknown modifier kind {kind!r}; known: {sorted(MODIFIER_KINDS)}")
@@ -146,7 +149,16 @@ def load_modifier(path: str) -> nn.Module:
 
 def modifier_meta(path: str) -> dict:
     """The ``extra`` metadata stored by :func:`save_modifier` (method, suppress, preserve, ...)."""
-    return dict(torch.load(path, map_location="cpu", weights_only=False).get("meta", {}))
+    return dict(_read(path).get("meta") or {})
+
+
+def _read(path: str) -> dict:
+    """The saved dict, loaded without pickle (:mod:`mass.safe_load`)."""
+    remedy = "re-train the run (`mass train`) to write a fresh modifier.pt"
+    blob = load_checkpoint(path, what="modifier", remedy=remedy)
+    if not isinstance(blob, dict) or "state_dict" not in blob or "spec" not in blob:
+        raise UnreadableInputError(f"{path}: not a modifier saved by `mass train`; {remedy}")
+    return blob
 
 
 @dataclass(frozen=True)

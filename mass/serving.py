@@ -21,10 +21,29 @@ What the wheel's server needs to run python-backend models here (found by experi
   Without it ``import torch`` fails inside Triton (the base interpreter's site-packages is used).
 * No GPU/driver here: the "CUDA driver version is insufficient", "CudaDriverHelper has not been
   initialized" and "DCGM unable to start" log lines are harmless; models use ``KIND_CPU``.
-* ``--backend-config=python,shm-region-prefix-name=<unique>`` names this server's shared-memory
-  regions in ``/dev/shm`` so :meth:`TritonServer.stop` removes any that a killed stub left behind.
-  The default 1 MiB per-stub shm (``shm-default-byte-size``) grows on demand
-  (``shm-growth-byte-size``); no flag is needed for batches of a few thousand 128-d rows.
+* ``--backend-config=python,shm-region-prefix-name=<random>`` names this server's shared-memory
+  regions in ``/dev/shm`` (``mass_<24 random hex>_``, unpredictable) so :meth:`TritonServer.stop`
+  removes any that a killed stub left behind. The server starts with umask 077, so those
+  regions (which hold raw input embeddings) are mode 0600, not 0644. The default 1 MiB per-stub
+  shm (``shm-default-byte-size``) grows on demand (``shm-growth-byte-size``).
+
+Hardening (docs/failure-modes.md, "Untrusted files and the local server"):
+
+* ``--grpc-restricted-protocol=shared-memory,model-repository:<header>=<token>`` and
+  ``--http-restricted-api=...`` (same value): registering/unregistering/listing shared memory
+  and loading/unloading models need the header :data:`ACCESS_HEADER` with a random token that
+  only the process that started the server holds (:attr:`TritonServer.client_headers`,
+  :func:`client_headers`). Inference, health and metadata stay open. The token is on the
+  server's command line, readable in ``/proc`` by other local users unless ``/proc`` is
+  mounted ``hidepid=2`` (Triton has no other way to take it).
+* Before launching, every model of the repository that ``mass export`` wrote (has an
+  ``export.json``) is verified (:func:`mass.triton_adapters.verify_version_dir`: signed
+  manifest, no unlisted file, config.pbtxt unchanged), so a foreign ``model.py`` or a config
+  pointing at one is never imported; the served adapters verify again in ``initialize``.
+  The owner key reaches the stubs through ``MASS_SIGNING_KEY_FILE`` in their environment.
+* The work directory (``/tmp/mass-triton-*``) is removed on every exit path: a failed start,
+  an exception, SIGINT, and SIGTERM (a handler that raises :class:`SystemExit` is installed
+  while a server runs, when the main thread has none of its own).
 * ``--exit-timeout-secs`` is lowered from 30 s so SIGTERM shutdowns are quick.
 * The server runs in its own session (``killpg`` reaches the stubs) and, when started from the
   main thread, gets ``PR_SET_PDEATHSIG`` so a crashed caller leaves no orphan server.
@@ -40,6 +59,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -49,7 +69,6 @@ import sysconfig
 import tempfile
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +77,84 @@ from mass.errors import ChecksumMismatchError, ServingError
 LOG = logging.getLogger(__name__)
 SHA256_PARAMETER = "mass_sha256"
 _LOG_TAIL_LINES = 40
+ACCESS_HEADER = "mass-access-token"
+ACCESS_FILE_ENV = "MASS_TRITON_ACCESS_FILE"
+RESTRICTED = "shared-memory,model-repository"
+GRPC_HEADER_PREFIX = "triton-grpc-protocol-"  # Triton prefixes gRPC restricted header keys
+_ACCESS: dict[str, str] = {}  # grpc/http address -> access token of servers started here
+_SIGTERM_USERS = 0  # running servers that rely on the SIGTERM -> SystemExit handler
+
+# The python backend creates its shared-memory regions (raw input embeddings) through boost,
+# which fchmod()s them to 0644 whatever the umask. This LD_PRELOAD shim, built at start with
+# the system C compiler, drops the group/other bits of every fchmod() in tritonserver and its
+# stubs, so the regions are 0600 from the moment they exist.
+_SHM_SHIM_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+int fchmod(int fd, mode_t mode) {
+    static int (*real)(int, mode_t) = 0;
+    if (!real) real = (int (*)(int, mode_t))dlsym(RTLD_NEXT, "fchmod");
+    return real(fd, mode & ~(mode_t)(S_IRWXG | S_IRWXO));
+}
+"""
+
+
+def client_headers(url: str | None, *, protocol: str = "grpc") -> dict[str, str]:
+    """The gRPC (or ``protocol="http"``) header that opens the restricted APIs of the server
+    at ``url``: the token of the server this process started there, else the one in the file
+    named by ``MASS_TRITON_ACCESS_FILE`` (written by ``mass serve``), else ``{}`` (shared
+    memory and model loading are then refused by the server)."""
+    token = _ACCESS.get(_strip_scheme(url)) if url else None
+    if token is None:
+        token = _access_file_token()
+    if token is None:
+        return {}
+    return {(GRPC_HEADER_PREFIX if protocol == "grpc" else "") + ACCESS_HEADER: token}
+
+
+def write_access_file(path: str | os.PathLike[str], token: str) -> None:
+    """``mass serve``: the token for other processes of this user (mode 0600, new file)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{ACCESS_HEADER}={token}\n")
+
+
+def _access_file_token() -> str | None:
+    path = os.environ.get(ACCESS_FILE_ENV)
+    if not path:
+        return None
+    try:
+        st = os.stat(path)
+        text = Path(path).read_text().strip()
+    except OSError as e:
+        raise ServingError(f"{ACCESS_FILE_ENV}={path}: unreadable ({e}); unset it or fix it") from e
+    if st.st_mode & 0o077:
+        raise ServingError(f"{path}: readable by others; run `chmod 600 {path}`")
+    key, sep, value = text.partition("=")
+    if not sep or key != ACCESS_HEADER or not value:
+        raise ServingError(f"{path}: not an access file of `mass serve` ({ACCESS_HEADER}=...)")
+    return value
+
+
+def _build_shm_shim(workdir: Path) -> Path | None:
+    """Compile the fchmod shim (see ``_SHM_SHIM_C``) into ``workdir``; None without a compiler."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        LOG.warning(
+            "no C compiler: the python backend's shared-memory regions will be 0644 (readable "
+            "by other local users); install cc or run the server as its own user"
+        )
+        return None
+    src, lib = workdir / "shm0600.c", workdir / "libmass_shm0600.so"
+    src.write_text(_SHM_SHIM_C)
+    res = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(lib), str(src), "-ldl"],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    if res.returncode != 0:
+        LOG.warning("could not build the shm shim (%s); regions will be 0644", res.stderr[-300:])
+        return None
+    return lib
 
 
 @dataclass(frozen=True)
@@ -115,9 +212,18 @@ def python_path_for_models() -> list[str]:
     return out
 
 
-def server_env(install: TritonInstall) -> dict[str, str]:
-    """The environment ``tritonserver`` and its python stubs need (see the module docstring)."""
+def server_env(install: TritonInstall, signing_key_file: str | None = None) -> dict[str, str]:
+    """The environment ``tritonserver`` and its python stubs need (see the module docstring).
+
+    ``MASS_SIGNING_KEY_FILE`` (``signing_key_file``, else inherited) is passed as an absolute
+    path: the served adapters verify the export's signature with it before loading anything.
+    """
+    from mass.keys import SIGNING_KEY_ENV
+
     env = dict(os.environ)
+    key_file = signing_key_file or env.get(SIGNING_KEY_ENV)
+    if key_file:
+        env[SIGNING_KEY_ENV] = os.path.abspath(key_file)
     lib_dirs = [os.path.join(sys.base_prefix, "lib"), str(install.libs)]
     if env.get("LD_LIBRARY_PATH"):
         lib_dirs.append(env["LD_LIBRARY_PATH"])
@@ -129,6 +235,31 @@ def server_env(install: TritonInstall) -> dict[str, str]:
     # One thread per stub: the stubs share the machine with the caller (Beam workers).
     env.setdefault("OMP_NUM_THREADS", "1")
     return env
+
+
+def verify_repository(
+    repository: str | os.PathLike[str], *, signing_key_file: str | os.PathLike[str] | None = None
+) -> list[Path]:
+    """Verify every version folder that ``mass export`` wrote (export.json, SHA256SUMS or its
+    signature present) under ``repository``; returns them. Raises
+    :class:`ChecksumMismatchError` naming the first that fails (nothing is launched)."""
+    from mass.keys import SIGNING_KEY_ENV, resolve_key
+    from mass.triton_adapters import EXPORT_JSON, SHA256SUMS, SIGNATURE, verify_version_dir
+
+    marks = (EXPORT_JSON, SHA256SUMS, SIGNATURE)
+    ours = sorted(
+        v
+        for m in Path(repository).iterdir()
+        if m.is_dir() and not m.name.startswith(".")
+        for v in m.iterdir()
+        if v.name.isdigit() and v.is_dir() and any((v / n).exists() for n in marks)
+    )
+    if ours:
+        key = resolve_key(os.fspath(signing_key_file) if signing_key_file else None,
+                          SIGNING_KEY_ENV)  # fmt: skip
+        for version_dir in ours:
+            verify_version_dir(version_dir, key=key)
+    return ours
 
 
 def _prepare_backends(workdir: Path, install: TritonInstall) -> Path:
@@ -162,7 +293,10 @@ class TritonServer:
     Ports default to free ones; everything binds to 127.0.0.1. ``model_control`` is Triton's
     ``--model-control-mode`` (``none``, ``explicit`` or ``poll``); in ``explicit`` mode the
     models named in ``load_models`` (default: all, ``--load-model=*``) load at startup and a
-    client loads others later (``InferenceServerClient.load_model``).
+    client loads others later (``InferenceServerClient.load_model``, with
+    :attr:`client_headers`). ``verify_models`` checks every exported model's signed manifest
+    before launching (``signing_key_file`` or ``MASS_SIGNING_KEY_FILE``); turn it off only to
+    test the served models' own check.
     """
 
     def __init__(
@@ -178,6 +312,8 @@ class TritonServer:
         exit_timeout: int = 5,
         load_models: tuple[str, ...] | None = None,
         extra_args: tuple[str, ...] = (),
+        verify_models: bool = True,
+        signing_key_file: str | os.PathLike[str] | None = None,
     ) -> None:
         self.repository = Path(repository).resolve()
         if not self.repository.is_dir():
@@ -198,7 +334,11 @@ class TritonServer:
         self._install = find_tritonserver()
         self._workdir: Path | None = None
         self._user_log = Path(log_path) if log_path is not None else None
-        self._shm_prefix = f"mass{os.getpid()}_{uuid.uuid4().hex[:8]}_"
+        self._shm_prefix = f"mass_{secrets.token_hex(12)}_"
+        self._token = secrets.token_hex(32)
+        self.verify_models = verify_models
+        self.signing_key_file = os.fspath(signing_key_file) if signing_key_file else None
+        self._holds_sigterm = False
         self.process: subprocess.Popen | None = None
         self.startup_seconds: float | None = None
 
@@ -216,6 +356,16 @@ class TritonServer:
         return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     @property
+    def client_headers(self) -> dict[str, str]:
+        """The gRPC header a client sends to use shared memory or load/unload models here."""
+        return {GRPC_HEADER_PREFIX + ACCESS_HEADER: self._token}
+
+    @property
+    def http_headers(self) -> dict[str, str]:
+        """The same for the HTTP endpoint."""
+        return {ACCESS_HEADER: self._token}
+
+    @property
     def log_path(self) -> Path:
         if self._user_log is not None:
             return self._user_log
@@ -231,23 +381,53 @@ class TritonServer:
         self.stop()
 
     def start(self) -> TritonServer:
-        """Start the server and block until it (and every model) is ready."""
+        """Verify the repository's exports, start the server and block until it (and every
+        model) is ready; on any failure nothing is left running and the work dir is gone."""
         if self.process is not None and self.process.poll() is None:
             raise ServingError(f"tritonserver (pid {self.process.pid}) is already running")
-        if self._workdir is None:
-            self._workdir = Path(tempfile.mkdtemp(prefix="mass-triton-"))
-        attempts = 1 if all(self._fixed_ports) else 3
-        for attempt in range(attempts):
-            self._pick_ports(fresh=attempt > 0)
-            try:
-                self._launch_and_wait()
-                return self
-            except ServingError as e:
-                self.stop(_keep_workdir=True)
-                if attempt + 1 < attempts and "already in use" in str(e).lower():
-                    continue  # another process grabbed a free port between pick and bind
-                raise
+        if self.verify_models:
+            verify_repository(self.repository, signing_key_file=self.signing_key_file)
+        self._catch_sigterm()
+        try:
+            if self._workdir is None:
+                self._workdir = Path(tempfile.mkdtemp(prefix="mass-triton-"))
+            attempts = 1 if all(self._fixed_ports) else 3
+            for attempt in range(attempts):
+                self._pick_ports(fresh=attempt > 0)
+                try:
+                    self._launch_and_wait()
+                    return self
+                except ServingError as e:
+                    self.stop(_keep_workdir=True)
+                    if attempt + 1 < attempts and "already in use" in str(e).lower():
+                        continue  # another process grabbed a free port between pick and bind
+                    raise
+        except BaseException:
+            self.stop()  # a failed start (or SIGTERM/Ctrl-C while starting) leaves nothing
+            raise
         return self
+
+    def _catch_sigterm(self) -> None:
+        """SIGTERM unwinds like Ctrl-C (SystemExit), so ``with``/``finally`` blocks clean up;
+        only from the main thread and only when nobody installed a handler of their own. The
+        handler stays while any server started this way runs."""
+        global _SIGTERM_USERS
+        if not _in_main_thread() or self._holds_sigterm:
+            return
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        if signal.getsignal(signal.SIGTERM) is _exit_on_sigterm:
+            _SIGTERM_USERS += 1
+            self._holds_sigterm = True
+
+    def _release_sigterm(self) -> None:
+        global _SIGTERM_USERS
+        if not self._holds_sigterm or not _in_main_thread():
+            return
+        self._holds_sigterm = False
+        _SIGTERM_USERS -= 1
+        if _SIGTERM_USERS == 0 and signal.getsignal(signal.SIGTERM) is _exit_on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
     def _pick_ports(self, *, fresh: bool) -> None:
         g, h, m = self._fixed_ports
@@ -274,12 +454,22 @@ class TritonServer:
             f"--model-control-mode={self.model_control}",
             f"--exit-timeout-secs={self.exit_timeout}",
             f"--backend-config=python,shm-region-prefix-name={self._shm_prefix}",
+            f"--grpc-restricted-protocol={RESTRICTED}:{ACCESS_HEADER}={self._token}",
+            f"--http-restricted-api={RESTRICTED}:{ACCESS_HEADER}={self._token}",
         ]
         if self.model_control == "explicit":
             cmd += [f"--load-model={m}" for m in self.load_models]
         if self.model_control == "poll":
             cmd.append("--repository-poll-secs=2")
         return cmd + list(self.extra_args)
+
+    def _env(self) -> dict[str, str]:
+        env = server_env(self._install, self.signing_key_file)
+        assert self._workdir is not None
+        shim = _build_shm_shim(self._workdir)
+        if shim is not None:
+            env["LD_PRELOAD"] = os.pathsep.join(p for p in (str(shim), env.get("LD_PRELOAD")) if p)
+        return env
 
     def _launch_and_wait(self) -> None:
         cmd = self.command()
@@ -291,11 +481,13 @@ class TritonServer:
                 cmd,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=server_env(self._install),
+                env=self._env(),
                 cwd=self._workdir,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if _in_main_thread() else None,
+                preexec_fn=_child_setup_main if _in_main_thread() else _child_setup,
             )
+        for address in (self.grpc_url, self.http_url):
+            _ACCESS[address] = self._token
         LOG.info(
             "tritonserver pid %d on grpc %s, http %s; log %s",
             self.process.pid,
@@ -303,8 +495,14 @@ class TritonServer:
             self.http_url,
             self.log_path,
         )
-        deadline = started + self.startup_timeout
         client = _grpc_client(self.grpc_url)
+        try:
+            self._wait(client, started)
+        finally:
+            client.close()
+
+    def _wait(self, client, started: float) -> None:
+        deadline = started + self.startup_timeout
         while True:
             code = self.process.poll()
             if code is not None:
@@ -344,12 +542,14 @@ class TritonServer:
                     pass
         for leftover in Path("/dev/shm").glob(f"{self._shm_prefix}*"):
             leftover.unlink(missing_ok=True)
-        if not _keep_workdir and self._workdir is not None:
-            if self._user_log is None:
-                shutil.rmtree(self._workdir, ignore_errors=True)
+        for address in (self.grpc_url, self.http_url):
+            if _ACCESS.get(address) == self._token:
+                del _ACCESS[address]
+        if not _keep_workdir:
+            if self._workdir is not None:
+                shutil.rmtree(self._workdir, ignore_errors=True)  # a user --log lives elsewhere
                 self._workdir = None
-            else:
-                shutil.rmtree(self._workdir / "backends", ignore_errors=True)
+            self._release_sigterm()
 
     def restart(self) -> TritonServer:
         """Stop and start again on the same ports (fault-injection tests use this)."""
@@ -369,6 +569,15 @@ class TritonServer:
                 except (ProcessLookupError, PermissionError):
                     pass
 
+    def write_access_file(self) -> Path:
+        """``<workdir>/access`` (0600): the token other processes of this user need for shared
+        memory (``MASS_TRITON_ACCESS_FILE``); removed with the work dir when the server stops."""
+        assert self._workdir is not None, "server not started"
+        path = self._workdir / "access"
+        path.unlink(missing_ok=True)
+        write_access_file(path, self._token)
+        return path
+
     def log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
         return _log_tail(self.log_path, lines)
 
@@ -377,6 +586,21 @@ def _in_main_thread() -> bool:
     # PR_SET_PDEATHSIG fires when the starting *thread* exits, so only tie the server's life
     # to the main thread's (a crashed test run or CLI then leaves no orphan server behind).
     return threading.current_thread() is threading.main_thread()
+
+
+def _exit_on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _child_setup() -> None:
+    # The python stubs create their shared-memory regions (raw embeddings) with the default
+    # 0666 & ~umask: 077 makes them 0600, readable by this user only.
+    os.umask(0o077)
+
+
+def _child_setup_main() -> None:
+    _child_setup()
+    _die_with_parent()
 
 
 def _die_with_parent() -> None:
@@ -483,7 +707,7 @@ def check_server(
     else:
         detail = ""
     if not ready:
-        available = _model_versions(client, model)
+        available = _model_versions(client, model, url)
         if available and wanted:
             raise ServingError(
                 f"Triton at {url}: model {model!r} version {wanted} is not loaded (loaded "
@@ -517,11 +741,11 @@ def check_server(
     return {"name": model, "version": served_version, "versions": versions, "sha256": served}
 
 
-def _model_versions(client, model: str) -> list[str]:
+def _model_versions(client, model: str, url: str) -> list[str]:
     from tritonclient.utils import InferenceServerException
 
     try:
-        index = client.get_model_repository_index(as_json=True)
+        index = client.get_model_repository_index(as_json=True, headers=client_headers(url))
     except InferenceServerException:
         return []
     return sorted(

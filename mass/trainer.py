@@ -27,6 +27,7 @@ from mass import losses
 from mass.branches import AgnosticModel, AttributeClassifier
 from mass.config import MassConfig
 from mass.modifier import DataModifier, ModifierSpec, mlp
+from mass.safe_load import plain
 
 
 @dataclass
@@ -296,7 +297,7 @@ class ModifierTrainer:
         blob = {
             "epoch": epoch, "config_hash": self.cfg.config_hash(),
             "modifier": self.modifier.state_dict(), "opt": self.opt.state_dict(),
-            "sched": sched.state_dict(), "history": self.history,
+            "sched": sched.state_dict(), "history": plain(self.history, where="history"),
             "adversaries": None if self.adversaries is None else {
                 "models": self.adversaries.models.state_dict(),
                 "opt": self.adversaries.opt.state_dict()},
@@ -307,8 +308,12 @@ class ModifierTrainer:
 
     def _load(self, path: str, sched) -> None:
         from mass.errors import ConfigError
+        from mass.safe_load import load_checkpoint
 
-        blob = torch.load(path, map_location="cpu", weights_only=False)
+        remedy = "delete it and train again without --resume"
+        blob = load_checkpoint(path, what="training checkpoint", remedy=remedy)
+        if not isinstance(blob, dict) or "config_hash" not in blob:
+            raise ConfigError(f"{path}: not a training checkpoint of `mass train`; {remedy}")
         if blob["config_hash"] != self.cfg.config_hash():
             raise ConfigError(
                 f"{path}: checkpoint was written with another config "

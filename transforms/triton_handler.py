@@ -15,8 +15,9 @@ from __future__ import annotations
 import atexit
 import copy
 import glob
-import itertools
+import logging
 import os
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from mass.errors import ResponseShapeError, ServingError
 from mass.io import embedding_array
 from mass.noise import KeyedSeeds
 
+log = logging.getLogger(__name__)
 Tensors = dict[str, np.ndarray]
 RETRYABLE = ("StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED")
 NAMESPACE = "mass"
@@ -251,10 +253,22 @@ class TorchModifierFunction:
 
 
 class _TritonConnection:
-    def __init__(self, url: str, model: str, version: str, *, shared_memory: bool = False) -> None:
+    headers: dict[str, str] = {}  # noqa: RUF012 (read-only default; __init__ sets its own)
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        version: str,
+        *,
+        shared_memory: bool | str = False,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         import tritonclient.grpc as grpcclient
 
         self.url, self.model, self.version = url, model, version
+        # the server's shared-memory API is restricted (mass.serving): every call carries this
+        self.headers = dict(headers or {})
         self._slots: list[_ShmSlot] = []
         self.client = grpcclient.InferenceServerClient(url=url)
         # Workers keep the client until exit; close and drop it before gRPC's module teardown
@@ -277,19 +291,35 @@ class _TritonConnection:
         self.inputs = {i["name"]: i["data_type"].removeprefix("TYPE_") for i in cfg["input"]}
         self.output_dims = {o["name"]: [int(d) for d in o.get("dims", [])] for o in cfg["output"]}
         self._pool = None
-        self.shm = shared_memory
         self._local = threading.local()
         self._lock = threading.Lock()
-        if shared_memory:
-            _clear_stale_regions(self.client)
+        self.shm = bool(shared_memory) and self._shm_allowed(forced=shared_memory is True)
+        if self.shm:
+            _clear_stale_regions(self.client, self.headers)
+
+    def _shm_allowed(self, *, forced: bool) -> bool:
+        """Whether the server lets us use its shared-memory API (needs its access header)."""
+        try:
+            self.client.get_system_shared_memory_status(headers=self.headers)
+            return True
+        except Exception as e:  # restricted without our header, or no shm support
+            if forced:
+                raise ServingError(
+                    f"Triton at {self.url}: shared memory refused ({e}); the server restricts "
+                    "it to the process that started it: set MASS_TRITON_ACCESS_FILE to the "
+                    "access file `mass serve` printed, or use --triton-shm off"
+                ) from e
+            log.warning("Triton at %s: shared memory not available (%s); sending tensors over "
+                        "gRPC instead", self.url, str(e).splitlines()[0])  # fmt: skip
+            return False
 
     def slot(self, in_bytes: int, out_bytes: int) -> _ShmSlot:
         """This thread's pair of registered regions, grown (powers of two) to fit."""
         slot = getattr(self._local, "slot", None)
         if slot is None or slot.in_size < in_bytes or slot.out_size < out_bytes:
             if slot is not None:
-                slot.close(self.client)
-            slot = _ShmSlot(self.client, _pow2(in_bytes), _pow2(out_bytes))
+                slot.close(self.client, self.headers)
+            slot = _ShmSlot(self.client, _pow2(in_bytes), _pow2(out_bytes), self.headers)
             self._local.slot = slot
             with self._lock:
                 self._slots = [s for s in self._slots if s.open] + [slot]
@@ -300,7 +330,7 @@ class _TritonConnection:
         with self._lock:
             for s in self._slots:
                 if s.open:
-                    s.register(self.client)
+                    s.register(self.client, self.headers)
 
     def pool(self, workers: int):
         from concurrent.futures import ThreadPoolExecutor
@@ -312,7 +342,7 @@ class _TritonConnection:
     def close(self) -> None:
         client, self.client = self.client, None
         for s in self._slots:
-            s.close(client)
+            s.close(client, self.headers)
         self._slots = []
         if client is not None:
             client.close()
@@ -328,41 +358,43 @@ def _pow2(n: int) -> int:
 class _ShmSlot:
     """Two system shared-memory regions (all inputs, the output) registered with the server.
 
-    Names carry the pid, so a later client can drop what a killed one left behind.
+    Regions are created new (never an existing one: ``create_only``), mode 0600 (Python's
+    ``SharedMemory``), named ``mass-shm-<pid>-<16 random hex>-in|out``: unpredictable, while
+    the pid lets a later client drop what a killed one left behind.
     """
 
-    _count = itertools.count()
-
-    def __init__(self, client, in_size: int, out_size: int) -> None:
+    def __init__(self, client, in_size: int, out_size: int, headers=None) -> None:
         import tritonclient.utils.shared_memory as shm
 
-        tag = f"{SHM_PREFIX}-{os.getpid()}-{next(self._count)}"
+        tag = f"{SHM_PREFIX}-{os.getpid()}-{secrets.token_hex(8)}"
         self.in_name, self.out_name = f"{tag}-in", f"{tag}-out"
         self.in_size, self.out_size = in_size, out_size
-        self.in_h = shm.create_shared_memory_region(self.in_name, f"/{self.in_name}", in_size)
+        self.in_h = shm.create_shared_memory_region(
+            self.in_name, f"/{self.in_name}", in_size, create_only=True
+        )
         try:
             self.out_h = shm.create_shared_memory_region(
-                self.out_name, f"/{self.out_name}", out_size
+                self.out_name, f"/{self.out_name}", out_size, create_only=True
             )
         except Exception:
             shm.destroy_shared_memory_region(self.in_h)
             raise
         self.open = True
         try:
-            self.register(client)
+            self.register(client, headers)
         except Exception:
             self.close(None)  # never leave an unregistered region behind
             raise
 
-    def register(self, client) -> None:
+    def register(self, client, headers=None) -> None:
         for name, size in ((self.in_name, self.in_size), (self.out_name, self.out_size)):
             try:
-                client.unregister_system_shared_memory(name)
+                client.unregister_system_shared_memory(name, headers=headers)
             except Exception:  # not registered (new region, or a restarted server)
                 pass
-            client.register_system_shared_memory(name, f"/{name}", size)
+            client.register_system_shared_memory(name, f"/{name}", size, headers=headers)
 
-    def close(self, client) -> None:
+    def close(self, client, headers=None) -> None:
         import tritonclient.utils.shared_memory as shm
 
         if not self.open:
@@ -371,13 +403,13 @@ class _ShmSlot:
         for name, h in ((self.in_name, self.in_h), (self.out_name, self.out_h)):
             if client is not None:
                 try:
-                    client.unregister_system_shared_memory(name)
+                    client.unregister_system_shared_memory(name, headers=headers)
                 except Exception:  # the server may be gone; the region is ours to remove
                     pass
             shm.destroy_shared_memory_region(h)
 
 
-def _clear_stale_regions(client) -> None:
+def _clear_stale_regions(client, headers=None) -> None:
     """Unregister and unlink regions of dead processes (a killed job cannot clean up)."""
     from transforms.release import pid_alive
 
@@ -387,14 +419,15 @@ def _clear_stale_regions(client) -> None:
         if pid.isdigit() and not pid_alive(int(pid)):
             dead.add(os.path.basename(path))
     try:
-        status = client.get_system_shared_memory_status(as_json=True).get("regions", {})
+        status = client.get_system_shared_memory_status(as_json=True, headers=headers)
+        status = status.get("regions", {})
         dead |= {n for n in status if n.startswith(SHM_PREFIX)
                  and not pid_alive(int(n.split("-")[2]))}  # fmt: skip
     except Exception:
         pass
     for name in dead:
         try:
-            client.unregister_system_shared_memory(name)
+            client.unregister_system_shared_memory(name, headers=headers)
         except Exception:
             pass
         try:
@@ -431,14 +464,21 @@ class TritonModelHandler(_ArrowBatchInference, RemoteModelHandler):
         request_rows: int | None = 2048,
         in_flight: int = 2,
         shared_memory: str | bool = "auto",
+        headers: dict[str, str] | None = None,
     ) -> None:
         # Retries happen in request() (configurable backoff, counted), not in the base class.
         RemoteModelHandler.__init__(self, namespace=NAMESPACE, num_retries=0)
         self._request_rows, self._in_flight = request_rows, in_flight
+        forced = shared_memory is True  # --triton-shm on: an error if the server refuses
         if shared_memory == "auto":  # only a server on this host can map our regions
             host = url.rsplit(":", 1)[0].strip("[]")
             shared_memory = host in ("127.0.0.1", "localhost", "::1")
-        self._shm = bool(shared_memory)
+        self._shm: bool | str = True if forced else ("auto" if shared_memory else False)
+        if headers is None:  # the job that started the server knows its token (mass.serving)
+            from mass.serving import client_headers
+
+            headers = client_headers(url) if self._shm else {}
+        self._headers = dict(headers)
         self._url, self._version = url, str(version or "")
         self._timeout_s, self._max_retries, self._backoff_s = timeout_s, max_retries, backoff_s
         self._retries = Metrics.counter(NAMESPACE, "retries")
@@ -453,7 +493,13 @@ class TritonModelHandler(_ArrowBatchInference, RemoteModelHandler):
         )
 
     def create_client(self) -> _TritonConnection:
-        return _TritonConnection(self._url, self.model_name, self._version, shared_memory=self._shm)
+        return _TritonConnection(
+            self._url,
+            self.model_name,
+            self._version,
+            shared_memory=self._shm,
+            headers=self._headers,
+        )
 
     def request(self, batch, model: _TritonConnection, inference_args=None):
         return self._each(batch, lambda tensors: self._infer(model, tensors))

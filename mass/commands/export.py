@@ -1,8 +1,11 @@
 """Export a trained run (RUN_DIR/modifier.pt) into a Triton model repository.
 
 Writes DIR/NAME/config.pbtxt and a new version folder DIR/NAME/<N>/ with model.py, a copy of
-the weights, export.json and SHA256SUMS. The served model refuses to load weights whose sha256
-differs from the recorded one. ``--kind`` exports the other models of the repository. Examples:
+the weights, export.json, SHA256SUMS (every file of the version and the config) and its
+signature SHA256SUMS.sig (HMAC under the owner key: --signing-key-file or MASS_SIGNING_KEY_FILE;
+required). The job and the served model refuse a version whose signature, files or config
+differ, or that holds a file the manifest does not list. ``--kind`` exports the other models
+of the repository. NAME is letters, digits, '_' and '-'. Examples:
 
     mass export runs/mass_colour --repository triton_models --name mass_colour
     mass export runs/extractor --kind extractor --repository triton_models --name mnist_cnn
@@ -17,7 +20,7 @@ import json
 
 from mass.errors import ConfigError
 
-HELP = "export a trained run into a Triton model repository (checksummed)"
+HELP = "export a trained run into a Triton model repository (signed with the owner key)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +37,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="Triton model repository (created if missing)",
     )
-    parser.add_argument("--name", required=True, help="model name (folder under DIR)")
+    parser.add_argument(
+        "--name", required=True, help="model name (folder under DIR): letters, digits, '_', '-'"
+    )
+    parser.add_argument(
+        "--signing-key-file",
+        default=None,
+        metavar="FILE",
+        help="owner key that signs the export (default: $MASS_SIGNING_KEY_FILE; `mass keygen`)",
+    )
     parser.add_argument(
         "--kind",
         choices=["modifier", "extractor", "ensemble", "minilm"],
@@ -62,8 +73,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mass import export
+    from mass.keys import SIGNING_KEY_ENV, resolve_key
 
+    export.check_model_name(args.name)
     common = {"version": args.version, "instances": args.instances, "gpu_variant": args.gpu_variant}
+    if args.kind != "ensemble":
+        key = resolve_key(args.signing_key_file, SIGNING_KEY_ENV)
+        common["key"] = export.signing_key(key, purpose="sign")
     if args.max_batch_size is not None:
         common["max_batch_size"] = args.max_batch_size
     if args.kind in ("modifier", "extractor") and args.run_dir is None:

@@ -1,7 +1,11 @@
 """Start the local Triton Inference Server on a model repository and wait until Ctrl-C/SIGTERM.
 
 Binds HTTP, gRPC and metrics to 127.0.0.1 only; prints the URLs as one JSON line once every
-model is loaded. Example:
+model is loaded. Every exported model is verified first (signed manifest; owner key from
+--signing-key-file or MASS_SIGNING_KEY_FILE). The shared-memory and model-control APIs need a
+random token: the line's ``access_file`` (0600) holds it; jobs of the same user that pass
+``--triton-url`` use shared memory only with ``MASS_TRITON_ACCESS_FILE`` set to that file
+(without it they send tensors over gRPC). Example:
 
     mass serve --repository triton_models --grpc-port 8001
 """
@@ -34,6 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--log", default=None, metavar="FILE", help="server log file")
     parser.add_argument("--startup-timeout", type=float, default=300.0)
+    parser.add_argument(
+        "--signing-key-file",
+        default=None,
+        metavar="FILE",
+        help="owner key the exports were signed with (default: $MASS_SIGNING_KEY_FILE)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
             log_path=args.log,
             startup_timeout=args.startup_timeout,
             model_control=args.model_control,
+            signing_key_file=args.signing_key_file,
         ) as server:
             proc = server.process
             assert proc is not None  # start() succeeded
@@ -61,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
                         "metrics_url": server.metrics_url,
                         "log": str(server.log_path),
                         "pid": proc.pid,
+                        "access_file": str(server.write_access_file()),
                     }
                 ),
                 flush=True,

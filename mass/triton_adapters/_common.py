@@ -23,8 +23,10 @@ warnings.filterwarnings("ignore", message="The given NumPy array is not writable
 def setup(args: dict) -> tuple[dict, Path, dict, torch.device]:
     """(config, version folder, verified export.json, device) from Triton's initialize args.
 
-    The checksum is verified before torch is even imported: tampered weights are refused in
-    about a second and never reach the unpickler.
+    The signed manifest (every file of the version, config.pbtxt included; owner key from
+    ``MASS_SIGNING_KEY_FILE``, passed on by :mod:`mass.serving`) is verified before torch is
+    even imported: a tampered or unlisted file is refused in about a second, the model never
+    loads, and nothing reaches the (weights-only) loader.
     """
     config = json.loads(args["model_config"])
     version_dir = Path(args["model_repository"]) / str(args["model_version"])

@@ -206,7 +206,9 @@ def test_shared_memory_and_grpc_payloads_give_byte_identical_releases(
     mine = f"{SHM_PREFIX}-{os.getpid()}-"
 
     def registered() -> set[str]:
-        status = client.get_system_shared_memory_status(as_json=True).get("regions", {})
+        status = client.get_system_shared_memory_status(as_json=True,
+                                                        headers=server.client_headers)  # fmt: skip
+        status = status.get("regions", {})
         return {n for n in status if n.startswith(mine)}
 
     # other jobs of this process (extract's RunInference keeps its client for the process

@@ -63,7 +63,13 @@ BROKEN = {  # fault -> (output data type, output dims) declared in config.pbtxt
 
 def write_broken_model(repo: Path, fault: str) -> None:
     """``repo/<fault>/1/model.py`` + config + export.json, checksummed like a real export."""
-    from mass.triton_adapters import SHA256_PARAMETER, sha256_file, version_parameter
+    from mass.triton_adapters import (
+        SHA256_PARAMETER,
+        sha256_file,
+        sign_version_dir,
+        signing_key,
+        version_parameter,
+    )
 
     dtype, dims = BROKEN[fault]
     version = repo / fault / "1"
@@ -85,6 +91,8 @@ instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 parameters {{ key: "{SHA256_PARAMETER}" value: {{ string_value: "{sha}" }} }}
 parameters {{ key: "{version_parameter(1)}" value: {{ string_value: "{sha}" }} }}
 ''')
+    (version / "__pycache__").write_bytes(b"")  # as `mass export` does: no .pyc cache
+    sign_version_dir(version, signing_key())  # signed like a real export (the session key)
 
 
 def export_mod(run: Path, repo: Path, *, seed: int, name: str = "mod") -> None:

@@ -37,6 +37,8 @@ def test_export_writes_standard_layout_and_metadata(tmp_path):
     vdir = tmp_path / "repo" / "mod" / "1"
     assert sorted(p.name for p in vdir.iterdir()) == [
         "SHA256SUMS",
+        "SHA256SUMS.sig",
+        "__pycache__",
         "export.json",
         "model.py",
         "modifier.pt",
@@ -46,6 +48,12 @@ def test_export_writes_standard_layout_and_metadata(tmp_path):
     assert (meta["name"], meta["version"], meta["dim"]) == ("mod", 1, 8)
     assert (meta["method"], meta["suppress"], meta["preserve"]) == ("mass", ["colour"], ["digit"])
     assert meta["config_hash"] == "abc123" and meta["exported_at"]
+    assert meta["stochastic"] is False
+    assert meta["modifier"] == {"kind": "mass", "spec": DataModifier(ModifierSpec(8, hidden=(16,)))
+                                .spec.to_dict()}  # fmt: skip
+    listed = (vdir / "SHA256SUMS").read_text()
+    for name in ("../config.pbtxt", "__pycache__", "export.json", "model.py", "modifier.pt"):
+        assert f"  {name}\n" in listed
     config = (tmp_path / "repo" / "mod" / "config.pbtxt").read_text()
     for needle in [
         'backend: "python"',

