@@ -48,7 +48,7 @@ from transforms.release import (
     staging_dir,
 )
 from transforms.triton_handler import ModifierInputs, TritonModelHandler
-from transforms.validate import CheckedInput, check_dim, check_input
+from transforms.validate import CheckedInput, check_dim, check_input, release_schema
 
 log = logging.getLogger("mass.anonymize")
 INPUT_COPY = "__mass_input"  # the model's input, carried to the writer for the bypass check
@@ -188,14 +188,8 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
         force=args.force_allow,
     )
     meta = release_metadata(info, forced_columns=forced)
-    out_schema = pa.schema(
-        [
-            schema.field(args.id_col),
-            pa.field(args.emb_col, pa.list_(pa.float32(), dim)),
-            *[schema.field(c) for c in args.allow_columns],
-        ],
-        metadata=meta,
-    )
+    out_schema = release_schema(schema, id_col=args.id_col, emb_col=args.emb_col, dim=dim,
+                                columns=args.allow_columns, metadata=meta)  # fmt: skip
     q_out = args.quarantine or f"{os.path.normpath(args.output)}_quarantine"
     q_schema = quarantine_schema(schema.field(args.id_col).type, args.id_col)
     stage, q_stage = args._stage, args._q_stage
@@ -215,7 +209,7 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
     )
     tagged = (
         p
-        | "RowGroups" >> beam.Create(plan_row_groups(args.input))
+        | "RowGroups" >> beam.Create(plan_row_groups(checked.files))
         | "ReadModifySpill" >> beam.ParDo(modify)
     )
     quarantined = (

@@ -63,6 +63,8 @@ def build_id_index(files: list[str], id_col: str, num_shards: int, directory: st
             pf = pq.ParquetFile(path)
             for rg in range(pf.metadata.num_row_groups):
                 ids = pf.read_row_group(rg, columns=[id_col]).column(0).combine_chunks()
+                if pa.types.is_dictionary(ids.type):  # a pandas category: its values key
+                    ids = ids.dictionary_decode()
                 if ids.null_count:
                     row = offset + int(
                         np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))[0]
