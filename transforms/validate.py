@@ -22,9 +22,9 @@ is checked here, before a server is started or a pipeline built:
 and schema metadata are dropped (they may hold anything: notes, pandas index, lineage), only
 ``mass.*`` keys written by the job are kept.
 
-Row-level value faults (NaN/Inf, all-zero, ragged or null embeddings) need every value read,
-which is the job itself: they are quarantined by :mod:`transforms.quarantine` and fail the job
-at the end (``--max-quarantined``, default 0) with nothing published.
+Row-level value faults (NaN/Inf, degenerate norms, ragged or null embeddings) need every
+value read, which is the job itself: they are quarantined by :mod:`transforms.quarantine` and
+fail the job at the end (``--max-quarantined``, default 0) with nothing published.
 """
 
 from __future__ import annotations
