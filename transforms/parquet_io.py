@@ -158,7 +158,16 @@ class _ReadRowGroupFn(beam.DoFn):
         self._batch_rows = batch_rows
 
     def process(self, spec: RowGroupSpec):
-        yield from read_row_group(spec, self._columns, self._batch_rows)
+        for batch in read_row_group(spec, self._columns, self._batch_rows):
+            yield decode_dictionaries(batch)
+
+
+def decode_dictionaries(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Dictionary-encoded columns (a pandas ``category``) -> plain columns of their values."""
+    for i, field in enumerate(batch.schema):
+        if pa.types.is_dictionary(field.type):
+            batch = batch.set_column(i, field.name, batch.column(i).dictionary_decode())
+    return batch
 
 
 def read_row_group(spec: RowGroupSpec, columns: list[str] | None, batch_rows: int):

@@ -38,7 +38,12 @@ import pyarrow.parquet as pq
 
 from mass.errors import SchemaError
 from mass.io import embedding_array
-from transforms.parquet_io import fill_empty_shards, remove_sidecars, shard_path
+from transforms.parquet_io import (
+    decode_dictionaries,
+    fill_empty_shards,
+    remove_sidecars,
+    shard_path,
+)
 
 REASONS = ("ok", "null", "wrong-dimension", "non-finite", "zero-vector", "tiny-norm",
            "huge-norm")  # fmt: skip
@@ -69,15 +74,6 @@ def norm_codes(mat: np.ndarray, finite: np.ndarray) -> np.ndarray:
     return codes
 
 
-def _plain_ids(batch: pa.RecordBatch, id_col: str) -> pa.RecordBatch:
-    """Dictionary-encoded ids (pandas ``category``) -> their values: ids key the release."""
-    ids = batch.column(id_col)
-    if not pa.types.is_dictionary(ids.type):
-        return batch
-    idx = batch.schema.get_field_index(id_col)
-    return batch.set_column(idx, id_col, ids.dictionary_decode())
-
-
 def validate_batch(
     batch: pa.RecordBatch, *, id_col: str, emb_col: str, dim: int
 ) -> tuple[pa.RecordBatch, pa.RecordBatch]:
@@ -86,7 +82,7 @@ def validate_batch(
     Bad rows keep only the id and a ``reason`` column: the quarantine is not anonymized, so
     it must not copy the raw embedding or labels.
     """
-    batch = _plain_ids(batch, id_col)
+    batch = decode_dictionaries(batch)  # a pandas category id/column is its values
     arr = batch.column(emb_col)
     n = batch.num_rows
     typ = arr.type

@@ -97,7 +97,8 @@ def release_schema(
     metadata: dict[bytes, bytes] | None = None,
 ) -> pa.Schema:
     """The release's schema: id, float32 ``[dim]`` embedding, allow-listed ``columns``, and
-    only ``mass.*`` schema metadata; the input's field and schema metadata are dropped."""
+    only ``mass.*`` schema metadata; the input's field and schema metadata are dropped and
+    dictionary-encoded columns are released as their values."""
     ours = {
         k: v for k, v in (metadata or {}).items()
         if (k if isinstance(k, bytes) else k.encode()).startswith(b"mass.")
@@ -106,7 +107,7 @@ def release_schema(
         [
             plain_field(schema.field(id_col)),
             pa.field(emb_col, pa.list_(pa.float32(), dim)),
-            *[schema.field(c).remove_metadata() for c in columns],
+            *[plain_field(schema.field(c)) for c in columns],
         ],
         metadata=ours,
     )

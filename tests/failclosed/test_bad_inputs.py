@@ -586,14 +586,18 @@ def test_the_input_field_and_schema_metadata_stay_out_of_the_release(tmp_path, f
         assert schema.metadata[b"mass.model"] == b"mod"  # ours, never the input's
 
 
-def test_dictionary_encoded_string_ids_are_released_as_strings(tmp_path, fc):
+def test_dictionary_encoded_ids_and_columns_are_released_as_their_values(tmp_path, fc):
     src = tmp_path / "in.parquet"
     ids = pa.array([f"u{i}" for i in range(600)])
-    fc.write_input(src, id=ids.dictionary_encode())
-    summary = _anonymize_in_process(str(src), tmp_path / "release", "--shards", "2")
+    notes = pa.array([f"n{i % 7}" for i in range(600)])
+    fc.write_input(src, id=ids.dictionary_encode(), note=notes.dictionary_encode(), row_group=50)
+    summary = _anonymize_in_process(str(src), tmp_path / "release", "--shards", "2",
+                                    "--allow-columns", "note")  # fmt: skip
     assert summary["rows_out"] == 600
     released = pq.read_table(tmp_path / "release")
-    assert released.schema.field("id").type == pa.string()
+    assert released.schema.field("id").type == released.schema.field("note").type == pa.string()
+    assert dict(zip(released.column("id").to_pylist(), released.column("note").to_pylist(),
+                    strict=True)) == dict(zip(ids.to_pylist(), notes.to_pylist(), strict=True))
     assert sorted(released.column("id").to_pylist()) == sorted(ids.to_pylist())
     q = pq.read_schema(next((tmp_path / "release_quarantine").glob("*.parquet")))
     assert q.field("id").type == pa.string()

@@ -199,3 +199,14 @@ def test_merge_counts_unmodified_and_nonfinite_rows_with_the_smallest_ids(tmp_pa
     assert (s["unmodified"], s["first_unmodified_id"]) == (2, 9)
     assert (s["nonfinite"], s["first_nonfinite_id"]) == (1, 4)
     assert "src" not in pq.read_schema(os.path.join(out, "part-00000-of-00001.parquet")).names
+
+
+def test_read_arrow_batches_decodes_dictionary_columns(tmp_path, beam_pipeline):
+    import pyarrow as pa
+
+    pq.write_table(pa.table({"id": pa.array(["a", "b", "a2"]).dictionary_encode(),
+                             "x": pa.array([1, 2, 3])}), str(tmp_path / "a.parquet"))  # fmt: skip
+    with beam_pipeline() as p:
+        batches = p | ReadArrowBatches(str(tmp_path), batch_rows=2)
+        assert_that(batches | beam.Map(lambda b: str(b.schema.field("id").type)) | beam.Distinct(),
+                    equal_to(["string"]))  # fmt: skip
