@@ -39,6 +39,7 @@ def test_tiny_row_groups_are_planned_together_and_read_across_boundaries(tmp_pat
 
 def test_a_footer_is_parsed_once_per_process_and_reread_when_the_file_changes(tmp_path):
     import transforms.parquet_io as pio
+    from transforms.validate import check_input
 
     path = str(tmp_path / "a.parquet")
     write_embeddings(path, rows=100, dim=4, row_group=10)
@@ -46,9 +47,10 @@ def test_a_footer_is_parsed_once_per_process_and_reread_when_the_file_changes(tm
     real = pq.read_metadata
     pio.pq.read_metadata = lambda p, *a, **k: parsed.append(p) or real(p, *a, **k)
     try:
+        check_input(path, id_col="id", emb_col="emb", dim=4, index_dir=str(tmp_path / "ids"))
         specs = plan_row_groups(path, min_rows=1)
         rows = sum(b.num_rows for s in specs for b in read_row_group(s, None, 64))
-        assert (len(specs), rows, parsed) == (10, 100, [path])
+        assert (len(specs), rows, parsed) == (10, 100, [path])  # validate, index, plan, read
         os.utime(path, ns=(1, 1))  # a rewritten file (new mtime) is parsed again
         plan_row_groups(path)
         assert parsed == [path, path]
