@@ -613,3 +613,23 @@ def test_dictionary_encoded_ids_and_columns_are_released_as_their_values(tmp_pat
     assert sorted(released.column("id").to_pylist()) == sorted(ids.to_pylist())
     q = pq.read_schema(next((tmp_path / "release_quarantine").glob("*.parquet")))
     assert q.field("id").type == pa.string()
+
+
+def test_new_input_errors_reach_the_user_as_named_cli_errors(tmp_path, fc, capsys):
+    from mass.cli import main
+
+    src = tmp_path / "in.parquet"
+    fc.write_input(src)
+    (tmp_path / "run.txt").write_text("notes")
+    rc = main(["train", "--data", str(src), "--out", str(tmp_path / "run.txt"),
+               "--suppress", "digit", "--epochs", "1", "--no-progress"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and "mass train: error: ConfigError: --out" in err and "Traceback" not in err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    fc.write_input(empty / "a.parquet", rows=0)
+    rc = main(["anonymize", "--input", str(empty), "--output", str(tmp_path / "out"),
+               "--model", "mod", "--repository", str(tmp_path)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and "mass anonymize: error: MissingInputError:" in err and "holds no rows" in err
+    assert (tmp_path / "run.txt").read_text() == "notes" and not (tmp_path / "out").exists()
