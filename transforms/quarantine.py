@@ -16,8 +16,8 @@ Why these bounds (docs/failure-modes.md, 'Degenerate rows'): the modifier starts
 n(x) = x / ||x|| in float32 (eq. 1). n(0) = 0, so G maps every zero row to one constant
 vector G(0) = n(n(MLP(0))): not a privatized version of real data, and zeros usually mean a
 failed extraction. Denormal rows and rows with an overflowing norm end the same way: float32
-squares of values below ~4e-23 underflow to 0 (1e-40 has ||x||_float32 = 0) and squares
-above ~1.8e19 overflow to inf (x / inf = 0), so both are released as the same G(0); a row
+squares of values below ~4e-23 underflow to 0 (1e-40 has ||x||_float32 = 0) and a norm
+above ~1.8e19 overflows to inf (x / inf = 0), so both are released as the same G(0); a row
 just above the underflow is normalised to a direction of rounding residue, not data. The
 lower bound is about 8x the float32 rounding residue of unit-scale components (eps * sqrt(d),
 eps = 1.2e-7) and at least four orders of magnitude below a unit-norm embedding for any
