@@ -68,9 +68,25 @@ def is_id_type(typ: pa.DataType) -> bool:
 
 
 def plain_field(field: pa.Field) -> pa.Field:
-    """``field`` without its metadata, a dictionary type replaced by its value type."""
-    typ = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
-    return pa.field(field.name, typ, field.nullable)
+    """``field`` without its metadata (nested fields' too), dictionaries replaced by their
+    value type."""
+    return pa.field(field.name, _plain_type(field.type), field.nullable)
+
+
+def _plain_type(typ: pa.DataType) -> pa.DataType:
+    if pa.types.is_dictionary(typ):
+        return _plain_type(typ.value_type)
+    if pa.types.is_fixed_size_list(typ):
+        return pa.list_(plain_field(typ.value_field), typ.list_size)
+    if pa.types.is_large_list(typ):
+        return pa.large_list(plain_field(typ.value_field))
+    if pa.types.is_list(typ):
+        return pa.list_(plain_field(typ.value_field))
+    if pa.types.is_map(typ):
+        return pa.map_(plain_field(typ.key_field), plain_field(typ.item_field))
+    if pa.types.is_struct(typ):
+        return pa.struct([plain_field(typ.field(i)) for i in range(typ.num_fields)])
+    return typ
 
 
 def check_column_names(path: str, *, id_col: str, emb_col: str, columns=()) -> None:

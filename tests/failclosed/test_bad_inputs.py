@@ -586,14 +586,16 @@ def test_rows_under_underscore_and_dot_names_are_never_released(tmp_path, fc):
 
 def test_the_input_field_and_schema_metadata_stay_out_of_the_release(tmp_path, fc):
     src = tmp_path / "in.parquet"
-    table = fc.write_input(src)
+    item = pa.field("item", pa.string(), metadata={"source": "ward 3 notes"})
+    table = fc.write_input(src, tags=pa.array([["a", "b"]] * 600, pa.list_(item)))
     fields = [f.with_metadata({"note": "patients of ward 3"}) for f in table.schema]
     table = table.cast(pa.schema(fields, metadata={"owner": "alice", "mass.model": "forged"}))
     pq.write_table(table, src)
-    _anonymize_in_process(str(src), tmp_path / "release", "--allow-columns", "note")
+    _anonymize_in_process(str(src), tmp_path / "release", "--allow-columns", "note,tags")
     for part in (tmp_path / "release").glob("*.parquet"):
         schema = pq.read_schema(part)
-        assert [f.metadata for f in schema] == [None, None, None]
+        assert [f.metadata for f in schema] == [None, None, None, None]
+        assert schema.field("tags").type.value_field.metadata is None  # nested fields too
         assert all(k.startswith(b"mass.") for k in schema.metadata)
         assert schema.metadata[b"mass.model"] == b"mod"  # ours, never the input's
 
