@@ -73,7 +73,7 @@ from transforms.release import (
     staging_dir,
 )
 from transforms.triton_handler import ModifierInputs, TritonModelHandler
-from transforms.validate import CheckedInput, check_dim, check_input
+from transforms.validate import CheckedInput, check_dim, check_input, release_schema
 
 log = logging.getLogger("mass.anonymize")
 INPUT_COPY = "__mass_input"  # the model's input, carried to the writer for the bypass check
@@ -372,14 +372,8 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
     meta = release_metadata(
         info, forced_columns=forced, audited=plan is not None, noise_key_fingerprint=fingerprint
     )
-    out_schema = pa.schema(
-        [
-            schema.field(args.id_col),
-            pa.field(args.emb_col, pa.list_(pa.float32(), dim)),
-            *[schema.field(c) for c in args.allow_columns],
-        ],
-        metadata=meta,
-    )
+    out_schema = release_schema(schema, id_col=args.id_col, emb_col=args.emb_col, dim=dim,
+                                columns=args.allow_columns, metadata=meta)  # fmt: skip
     q_out = quarantine_path(args)
     q_schema = quarantine_schema(schema.field(args.id_col).type, args.id_col)
     stage, q_stage = args._stage, args._q_stage
@@ -399,7 +393,7 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
     )
     tagged = (
         p
-        | "RowGroups" >> beam.Create(plan_row_groups(args.input))
+        | "RowGroups" >> beam.Create(plan_row_groups(checked.files))
         | "ReadModifySpill" >> beam.ParDo(modify)
     )
     quarantined = (

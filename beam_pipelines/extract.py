@@ -17,7 +17,6 @@ import shutil
 import time
 
 import apache_beam as beam
-import pyarrow as pa
 import tritonclient.grpc as grpcclient
 from apache_beam.ml.inference.base import RunInference
 
@@ -31,11 +30,12 @@ from beam_pipelines.options import (
     shm_mode,
     triton_endpoint,
 )
-from mass.errors import SchemaError, ServingError
+from mass.errors import MissingInputError, SchemaError, ServingError
 from mass.io import check_ids, read_table
 from transforms.parquet_io import ReadArrowBatches, WriteShardedParquet, input_schema
 from transforms.release import publish_release, staging_dir
 from transforms.triton_handler import ImageInputs, TextInputs, TritonModelHandler
+from transforms.validate import check_column_names, release_schema
 
 log = logging.getLogger("mass.extract")
 
@@ -91,7 +91,11 @@ def run_job(args, extra, *, test_pipeline=None) -> dict:
                 f"{args.input}: no column '{col}' (columns: {schema.names}); "
                 "check --id-col/--raw-col/--keep-columns"
             )
+    check_column_names(args.input, id_col=args.id_col, emb_col=args.emb_col,
+                       columns=[args.raw_col, *args.keep_columns])  # fmt: skip
     ids = check_ids(read_table(args.input, columns=[args.id_col]), args.id_col, source=args.input)
+    if not len(ids):
+        raise MissingInputError(f"{args.input}: holds no rows (every file is empty)")
     stage = staging_dir(args.output)
     with triton_endpoint(args, model=args.model) as url:
         in_name, in_type, out_name, dim = model_io(url, args.model, args.model_version)
@@ -116,14 +120,8 @@ def run_job(args, extra, *, test_pipeline=None) -> dict:
             b"mass.extractor": args.model.encode(),
             b"mass.extractor_version": (args.model_version or "latest").encode(),
         }
-        out_schema = pa.schema(
-            [
-                schema.field(args.id_col),
-                pa.field(args.emb_col, pa.list_(pa.float32(), dim)),
-                *[schema.field(c) for c in args.keep_columns],
-            ],
-            metadata=meta,
-        )
+        out_schema = release_schema(schema, id_col=args.id_col, emb_col=args.emb_col, dim=dim,
+                                    columns=args.keep_columns, metadata=meta)  # fmt: skip
         p = pipeline_for(extra, test_pipeline)
         _ = (
             p

@@ -69,9 +69,16 @@ def shm_mode(args: argparse.Namespace) -> str | bool:
 
 
 def check_common(args: argparse.Namespace) -> None:
+    from transforms.parquet_io import MAX_SHARDS
+
     for name in ("batch_rows", "shards"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.shards > MAX_SHARDS:
+        raise ConfigError(
+            f"--shards must be <= {MAX_SHARDS}, got {args.shards}: every shard is a file, a "
+            "merge and an id-index file; pick fewer, larger shards"
+        )
 
 
 def pipeline_for(extra: list[str], test_pipeline: beam.Pipeline | None) -> beam.Pipeline:

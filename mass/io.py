@@ -7,6 +7,7 @@ every error names the file, the column and, where it applies, the first offendin
 from __future__ import annotations
 
 import glob
+import logging
 import os
 from dataclasses import dataclass, field
 
@@ -23,21 +24,100 @@ from mass.errors import (
     UnreadableInputError,
 )
 
+GLOB_CHARS = "*?["
+log = logging.getLogger("mass.io")
+_logged_skips: set[tuple[str, int, int]] = set()  # (spec, hidden, other): log each once
+
+
+def _hidden(name: str) -> bool:
+    """Spark/Hadoop/pyarrow convention: ``_``- and ``.``-prefixed names are not data
+    (``_SUCCESS``, ``_temporary/``, ``_metadata``, ``.part-0.crc``, ``.hidden.parquet``)."""
+    return name.startswith(("_", "."))
+
+
+def _walk(root: str) -> tuple[list[str], int, int]:
+    """``*.parquet`` files under directory ``root`` -> (files, hidden skipped, others skipped).
+
+    Directories and files whose name starts with ``_`` or ``.`` are skipped (a skipped
+    directory counts every file under it), as are files not named ``*.parquet``.
+    """
+    files, hidden, other = [], 0, 0
+    for here, dirs, names in os.walk(root):
+        keep = sorted(d for d in dirs if not _hidden(d))
+        for d in dirs:
+            if _hidden(d):
+                hidden += sum(len(n) for _, _, n in os.walk(os.path.join(here, d)))
+        dirs[:] = keep
+        for name in names:
+            if _hidden(name):
+                hidden += 1
+            elif name.endswith(".parquet"):
+                files.append(os.path.join(here, name))
+            else:
+                other += 1
+    return sorted(files), hidden, other
+
+
+def _glob_root(spec: str) -> str:
+    """The literal directory prefix of a glob (``data/2024/*/x.parquet`` -> ``data/2024``)."""
+    parts = spec.split(os.sep)
+    for i, part in enumerate(parts):
+        if any(ch in part for ch in GLOB_CHARS):
+            return os.sep.join(parts[:i])
+    return os.path.dirname(spec)
+
 
 def expand_paths(spec: str) -> list[str]:
-    """A file, a directory of ``*.parquet`` or a glob -> sorted file list (never empty)."""
+    """A file, a directory or a glob -> sorted file list (never empty).
+
+    Rules (docs/contracts.md, 'Input paths'):
+
+    * a ``spec`` that exists is literal, whatever characters its name holds: a file named
+      ``scores[1].parquet`` is that file, never a glob;
+    * a directory contributes its ``*.parquet`` files, recursively; names starting with ``_``
+      or ``.`` (files and directories: Spark's ``_temporary/`` and ``_SUCCESS``, hidden files)
+      are skipped as Spark, Hadoop and pyarrow skip them, and the number of skipped files is
+      logged once (INFO);
+    * only a ``spec`` that does not exist and holds ``*``, ``?`` or ``[`` is a glob
+      (``**`` recursive); matches under a ``_``/``.``-prefixed name below the glob's literal
+      prefix are skipped the same way, a matched directory is expanded as above.
+    """
     if "://" in spec:  # remote filesystems are resolved by pyarrow / Beam, not here
         return [spec]
+    hidden = other = 0
     if os.path.isdir(spec):
-        files = sorted(glob.glob(os.path.join(spec, "**", "*.parquet"), recursive=True))
-    elif any(ch in spec for ch in "*?["):
-        files = sorted(glob.glob(spec, recursive=True))
+        files, hidden, other = _walk(spec)
     elif os.path.exists(spec):
         files = [spec]
+    elif any(ch in spec for ch in GLOB_CHARS):
+        root = _glob_root(spec)
+        files = []
+        for match in sorted(glob.glob(spec, recursive=True)):
+            below = os.path.relpath(match, root or ".").split(os.sep)
+            if any(_hidden(part) for part in below if part not in (".", "..")):
+                hidden += 1
+            elif os.path.isdir(match):
+                found, h, o = _walk(match)
+                files += found
+                hidden, other = hidden + h, other + o
+            else:
+                files.append(match)
+        files = sorted(dict.fromkeys(files))
     else:
         raise MissingInputError(f"{spec}: no such file or directory; check the --input/--data path")
+    if (hidden or other) and (spec, hidden, other) not in _logged_skips:
+        _logged_skips.add((spec, hidden, other))
+        log.info(
+            "%s: skipped %d file(s) under '_'/'.'-prefixed names and %d not named *.parquet",
+            spec,
+            hidden,
+            other,
+        )
     if not files:
-        raise MissingInputError(f"{spec}: matches no Parquet file; check the path or glob")
+        raise MissingInputError(
+            f"{spec}: matches no Parquet file ({hidden} skipped under '_'/'.'-prefixed names, "
+            f"{other} not named *.parquet); check the path or glob"
+        )
     return files
 
 
@@ -122,12 +202,20 @@ def embedding_matrix(
 
 
 def check_ids(table: pa.Table, column: str, *, source: str) -> pa.Array:
-    """The id column must exist, hold no nulls and no duplicates."""
+    """The id column must exist, hold no nulls and no duplicates; returns the ids, decoded
+    when dictionary-encoded (a pandas ``category`` of strings is strings)."""
     if column not in table.column_names:
         raise SchemaError(
             f"{source}: no id column '{column}' (columns: {table.column_names}); pass --id-col"
         )
     ids = table.column(column).combine_chunks()
+    if pa.types.is_dictionary(ids.type):
+        ids = ids.dictionary_decode()
+    typ = ids.type
+    if not (pa.types.is_integer(typ) or pa.types.is_string(typ) or pa.types.is_large_string(typ)):
+        raise SchemaError(
+            f"{source}: id column '{column}' has type {typ}; ids must be integers or strings"
+        )
     if ids.null_count:
         row = int(np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))[0])
         raise InvalidValueError(f"{source}: id column '{column}' row {row} is null")
@@ -196,6 +284,8 @@ def load_embeddings(
     error. Without it, classes are sorted and a label with a single class is an error.
     """
     table = read_table(spec)
+    if not table.num_rows:
+        raise MissingInputError(f"{spec}: holds no rows (every file is empty); check the input")
     ids = check_ids(table, id_col, source=spec)
     x = embedding_matrix(table, emb_col, source=spec, expected_dim=expected_dim)
     labels: dict[str, np.ndarray] = {}

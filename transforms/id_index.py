@@ -29,6 +29,7 @@ from transforms.parquet_io import (
     _chunk_rows,
     _reduce_runs,
     merge_sorted_runs,
+    open_parquet,
     shard_path,
 )
 
@@ -60,9 +61,11 @@ def build_id_index(files: list[str], id_col: str, num_shards: int, directory: st
     for fi, path in enumerate(files):
         offset = 0
         try:
-            pf = pq.ParquetFile(path)
+            pf = open_parquet(path)  # the footer cached by the input check
             for rg in range(pf.metadata.num_row_groups):
                 ids = pf.read_row_group(rg, columns=[id_col]).column(0).combine_chunks()
+                if pa.types.is_dictionary(ids.type):  # a pandas category: its values key
+                    ids = ids.dictionary_decode()
                 if ids.null_count:
                     row = offset + int(
                         np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))[0]

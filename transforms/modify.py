@@ -1,5 +1,6 @@
-"""The anonymize job's hot path as one DoFn per input row group: read -> quarantine -> modify
--> spill sorted runs.
+"""The anonymize job's hot path as one DoFn per work item (an input row group, or consecutive
+tiny row groups planned together, :func:`transforms.parquet_io.plan_row_groups`): read ->
+quarantine -> modify -> spill sorted runs.
 
 Beam encodes every element of every PCollection it samples for size estimates, and pickles
 RecordBatches between stages; a chain of ParDos over RecordBatches (read, validate, split,

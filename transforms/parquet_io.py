@@ -13,10 +13,13 @@ per open run, so memory stays bounded whatever the number of rows (an external s
 
 from __future__ import annotations
 
+import contextlib
 import copyreg
+import errno
 import json
 import os
 import shutil
+import threading
 import uuid
 from dataclasses import dataclass
 
@@ -26,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mass.errors import UnreadableInputError
+from mass.errors import ReleaseError, UnreadableInputError
 from mass.io import expand_paths
 from mass.noise import row_seeds
 
@@ -59,32 +62,94 @@ WRITE_OPTIONS = dict(
 
 @dataclass(frozen=True)
 class RowGroupSpec:
-    """One unit of read work: a row group of one file (picklable, runner-independent)."""
+    """One unit of read work: ``count`` consecutive row groups of one file, from
+    ``row_group`` (picklable, runner-independent)."""
 
     path: str
     row_group: int
     num_rows: int
+    count: int = 1
+
+    @property
+    def row_groups(self) -> list[int]:
+        return list(range(self.row_group, self.row_group + self.count))
 
 
-def plan_row_groups(spec: str) -> list[RowGroupSpec]:
-    """Read only the footers of ``spec``'s files -> one work item per row group."""
+MAX_SHARDS = 1024  # --shards cap: one open writer, sidecar and id-index file per shard
+MIN_ITEM_ROWS = 65536  # tiny row groups are planned together up to this many rows per item
+_FOOTER_CACHE: dict[tuple[str, int, int], pq.FileMetaData] = {}
+_FOOTER_LOCK = threading.Lock()
+_FOOTER_CACHE_SIZE = 256
+
+
+def footer(path: str) -> pq.FileMetaData:
+    """``path``'s parsed Parquet footer, read once per process (keyed by path, size, mtime).
+
+    A file with thousands of row groups has a footer of hundreds of KB; parsing it again for
+    every row group made reading quadratic (26 rows/s, issue 11). Readers pass the cached
+    metadata to ``pq.ParquetFile(path, metadata=...)``, which then skips the footer.
+    """
+    try:
+        st = os.stat(path)
+        key = (path, st.st_size, st.st_mtime_ns)
+        with _FOOTER_LOCK:
+            meta = _FOOTER_CACHE.get(key)
+        if meta is None:
+            meta = pq.read_metadata(path)
+            with _FOOTER_LOCK:
+                if len(_FOOTER_CACHE) >= _FOOTER_CACHE_SIZE:
+                    _FOOTER_CACHE.pop(next(iter(_FOOTER_CACHE)))
+                _FOOTER_CACHE[key] = meta
+        return meta
+    except (pa.ArrowInvalid, OSError) as e:
+        raise UnreadableInputError(
+            f"{path}: not readable as Parquet ({e}); the file is truncated or not Parquet: "
+            "re-export it or remove it from the input"
+        ) from e
+
+
+def open_parquet(path: str) -> pq.ParquetFile:
+    """``pq.ParquetFile`` over the cached footer (see :func:`footer`)."""
+    meta = footer(path)
+    try:
+        return pq.ParquetFile(path, metadata=meta)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise UnreadableInputError(
+            f"{path}: not readable as Parquet ({e}); re-export the file or remove it"
+        ) from e
+
+
+def plan_row_groups(
+    spec: str | list[str] | tuple[str, ...], *, min_rows: int = MIN_ITEM_ROWS
+) -> list[RowGroupSpec]:
+    """Read only the footers of ``spec``'s files (a spec or the expanded file list) -> work
+    items of consecutive row groups of at least ``min_rows`` rows (a file's last item may
+    be smaller); a row group of ``min_rows`` or more is an item alone.
+
+    Planning tiny row groups together keeps the per-item costs (a model call, a spill run
+    per shard, a merge input) from dominating a file written with thousands of small row
+    groups; the output does not depend on the plan (rows are sorted by id per shard).
+    """
+    files = expand_paths(spec) if isinstance(spec, str) else list(spec)
     out: list[RowGroupSpec] = []
-    for path in expand_paths(spec):
-        try:
-            meta = pq.ParquetFile(path).metadata
-        except (pa.ArrowInvalid, OSError) as e:
-            raise UnreadableInputError(
-                f"{path}: not readable as Parquet ({e}); re-export the file or remove it"
-            ) from e
-        out.extend(
-            RowGroupSpec(path, i, meta.row_group(i).num_rows) for i in range(meta.num_row_groups)
-        )
+    for path in files:
+        meta = footer(path)
+        start, rows = 0, 0
+        for i in range(meta.num_row_groups):
+            rows += meta.row_group(i).num_rows
+            if rows >= min_rows or i == meta.num_row_groups - 1:
+                out.append(RowGroupSpec(path, start, rows, i + 1 - start))
+                start, rows = i + 1, 0
     return out
 
 
 def input_schema(spec: str) -> pa.Schema:
     """Schema of the first file of ``spec`` (files must agree; the reader checks each)."""
-    return pq.read_schema(expand_paths(spec)[0])
+    pf = open_parquet(expand_paths(spec)[0])
+    try:
+        return pf.schema_arrow
+    finally:
+        pf.close()
 
 
 class _ReadRowGroupFn(beam.DoFn):
@@ -93,21 +158,44 @@ class _ReadRowGroupFn(beam.DoFn):
         self._batch_rows = batch_rows
 
     def process(self, spec: RowGroupSpec):
-        yield from read_row_group(spec, self._columns, self._batch_rows)
+        for batch in read_row_group(spec, self._columns, self._batch_rows):
+            yield decode_dictionaries(batch)
+
+
+def decode_dictionaries(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Dictionary-encoded columns (a pandas ``category``) -> plain columns of their values."""
+    for i, field in enumerate(batch.schema):
+        if pa.types.is_dictionary(field.type):
+            batch = batch.set_column(i, field.name, batch.column(i).dictionary_decode())
+    return batch
 
 
 def read_row_group(spec: RowGroupSpec, columns: list[str] | None, batch_rows: int):
-    """Stream one row group as RecordBatches of at most ``batch_rows`` rows."""
+    """Stream the item's row groups as RecordBatches of at most ``batch_rows`` rows (batches
+    span row-group boundaries); an unreadable page names its row group."""
+    pf = open_parquet(spec.path)
     try:
-        with pq.ParquetFile(spec.path) as f:
-            for batch in f.iter_batches(batch_size=batch_rows, row_groups=[spec.row_group],
-                                        columns=columns, use_threads=False):  # fmt: skip
-                if batch.num_rows:
-                    yield batch
+        for batch in pf.iter_batches(batch_size=batch_rows, row_groups=spec.row_groups,
+                                     columns=columns, use_threads=False):  # fmt: skip
+            if batch.num_rows:
+                yield batch
     except (pa.ArrowInvalid, OSError) as e:
         raise UnreadableInputError(
-            f"{spec.path}: row group {spec.row_group} unreadable ({e})"
+            f"{spec.path}: row group {_bad_row_group(pf, spec, columns)} unreadable ({e}); "
+            "re-export the file or remove it from the input"
         ) from e
+    finally:
+        pf.close()
+
+
+def _bad_row_group(pf: pq.ParquetFile, spec: RowGroupSpec, columns) -> int | str:
+    """The first row group of ``spec`` that fails to read alone (for the error message)."""
+    for rg in spec.row_groups:
+        try:
+            pf.read_row_group(rg, columns=columns, use_threads=False)
+        except (pa.ArrowInvalid, OSError):
+            return rg
+    return f"{spec.row_group}..{spec.row_group + spec.count - 1}"
 
 
 class ReadArrowBatches(beam.PTransform):
@@ -127,6 +215,26 @@ class ReadArrowBatches(beam.PTransform):
             | "RowGroups" >> beam.Create(self._specs)
             | "ReadRowGroup" >> beam.ParDo(_ReadRowGroupFn(self._columns, self._batch_rows))
         )
+
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+@contextlib.contextmanager
+def disk_full(path: str, what: str):
+    """Turn ``ENOSPC``/``EDQUOT`` while writing under ``path`` into a :class:`ReleaseError`
+    naming the path (the callers' staging is removed by the job; nothing is published)."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in DISK_FULL and not any(
+            f"[errno {n}]" in str(e) for n in DISK_FULL
+        ):  # pyarrow's IOError carries the errno in its text
+            raise
+        raise ReleaseError(
+            f"{path}: no space left on the device while writing {what} ({e}); free space "
+            "there or point --output at another filesystem; nothing published"
+        ) from e
 
 
 def shard_path(directory: str, shard: int, num_shards: int) -> str:
@@ -157,10 +265,11 @@ def _chunk_rows(table: pa.Table) -> int:
 def write_run(directory: str, table: pa.Table, id_col: str) -> str:
     """Sort ``table`` by id and write it as one Arrow IPC run file; return its path."""
     table = _sorted(table.combine_chunks(), id_col)
-    os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, f"run-{uuid.uuid4().hex}.arrow")
-    with pa.OSFile(path + ".part", "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
-        w.write_table(table, max_chunksize=_chunk_rows(table))
+    with disk_full(directory, "a sorted spill run"):
+        os.makedirs(directory, exist_ok=True)
+        with pa.OSFile(path + ".part", "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+            w.write_table(table, max_chunksize=_chunk_rows(table))
     os.replace(path + ".part", path)  # a run is referenced only once complete
     return path
 
@@ -341,6 +450,10 @@ class _MergeShardFn(beam.DoFn):
         self._verify_col = verify_col
 
     def process(self, element):
+        with disk_full(self._dir, f"shard {int(element[0])}"):
+            yield from self._merge(element)
+
+    def _merge(self, element):
         shard, runs = element
         shard = int(shard)
         paths = _reduce_runs(sorted(runs), os.path.join(self._dir, RUNS_DIR), self._id_col)
@@ -488,11 +601,12 @@ class WriteShardedParquet(beam.PTransform):
 
 def fill_empty_shards(directory: str, schema: pa.Schema, num_shards: int) -> None:
     """Write the shards that got no row as empty files, so the file set is always complete."""
-    os.makedirs(directory, exist_ok=True)
-    for s in range(num_shards):
-        path = shard_path(directory, s, num_shards)
-        if not os.path.exists(path):
-            pq.write_table(schema.empty_table(), path, **WRITE_OPTIONS)
+    with disk_full(directory, "an empty shard"):
+        os.makedirs(directory, exist_ok=True)
+        for s in range(num_shards):
+            path = shard_path(directory, s, num_shards)
+            if not os.path.exists(path):
+                pq.write_table(schema.empty_table(), path, **WRITE_OPTIONS)
 
 
 def read_sidecars(directory: str) -> list[dict]:

@@ -9,12 +9,22 @@ is checked here, before a server is started or a pipeline built:
   and column);
 * the embedding column is a list of floats whose length matches the model's dimension
   (fixed-size lists: the type; variable lists: row 0 of each file);
-* ids are integers or strings, never null, never repeated, across all files
-  (:class:`InvalidValueError` naming file, row and id).
+* ids are integers or strings (dictionary-encoded ones are decoded: a pandas ``category``
+  or Spark dictionary page of strings is strings), never null, never repeated, across all
+  files (:class:`InvalidValueError` naming file, row and id);
+* the input holds at least one row (:class:`MissingInputError`: only empty files);
+* no column the job reads is named like a column the job adds (:data:`RESERVED_COLUMNS`,
+  :class:`SchemaError` naming file and column);
+* a full disk while the id index is staged is a :class:`ReleaseError` naming the path
+  (:func:`disk_full`), never a raw ``OSError``.
 
-Row-level value faults (NaN/Inf, all-zero, ragged or null embeddings) need every value read,
-which is the job itself: they are quarantined by :mod:`transforms.quarantine` and fail the job
-at the end (``--max-quarantined``, default 0) with nothing published.
+:func:`release_schema` builds the release's schema from the checked input: the user's field
+and schema metadata are dropped (they may hold anything: notes, pandas index, lineage), only
+``mass.*`` keys written by the job are kept.
+
+Row-level value faults (NaN/Inf, degenerate norms, ragged or null embeddings) need every
+value read, which is the job itself: they are quarantined by :mod:`transforms.quarantine` and
+fail the job at the end (``--max-quarantined``, default 0) with nothing published.
 """
 
 from __future__ import annotations
@@ -25,9 +35,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mass.errors import SchemaError, UnreadableInputError
+from mass.errors import MissingInputError, SchemaError
 from mass.io import expand_paths
-from transforms.id_index import IdIndex, build_id_index
+from transforms.id_index import FILE, ROW, IdIndex, build_id_index
+from transforms.parquet_io import disk_full, open_parquet
+
+# Columns the job adds next to the user's: the model input carried to the writer for the
+# bypass check (beam_pipelines.anonymize.INPUT_COPY, and any other "__mass" name), the id
+# index's file/row columns, and the quarantine's reason. A column the job reads may not
+# carry one of these names (it would be overwritten or duplicated).
+RESERVED_PREFIX = "__mass"
+RESERVED_COLUMNS = (FILE, ROW)
+QUARANTINE_COLUMNS = ("reason",)
 
 
 @dataclass(frozen=True)
@@ -41,14 +60,73 @@ class CheckedInput:
     index: IdIndex  # every id, external-sorted per release shard on disk
 
 
-def _footer(path: str) -> pq.ParquetFile:
-    try:
-        return pq.ParquetFile(path)
-    except (pa.ArrowInvalid, OSError) as e:
-        raise UnreadableInputError(
-            f"{path}: not readable as Parquet ({e}); the file is truncated or not Parquet: "
-            "re-export it or remove it from the input"
-        ) from e
+def is_id_type(typ: pa.DataType) -> bool:
+    """Integers or strings, plain or dictionary-encoded."""
+    if pa.types.is_dictionary(typ):
+        typ = typ.value_type
+    return pa.types.is_integer(typ) or pa.types.is_string(typ) or pa.types.is_large_string(typ)
+
+
+def plain_field(field: pa.Field) -> pa.Field:
+    """``field`` without its metadata (nested fields' too), dictionaries replaced by their
+    value type."""
+    return pa.field(field.name, _plain_type(field.type), field.nullable)
+
+
+def _plain_type(typ: pa.DataType) -> pa.DataType:
+    if pa.types.is_dictionary(typ):
+        return _plain_type(typ.value_type)
+    if pa.types.is_fixed_size_list(typ):
+        return pa.list_(plain_field(typ.value_field), typ.list_size)
+    if pa.types.is_large_list(typ):
+        return pa.large_list(plain_field(typ.value_field))
+    if pa.types.is_list(typ):
+        return pa.list_(plain_field(typ.value_field))
+    if pa.types.is_map(typ):
+        return pa.map_(plain_field(typ.key_field), plain_field(typ.item_field))
+    if pa.types.is_struct(typ):
+        return pa.struct([plain_field(typ.field(i)) for i in range(typ.num_fields)])
+    return typ
+
+
+def check_column_names(path: str, *, id_col: str, emb_col: str, columns=()) -> None:
+    """No column the job reads is named like one it adds (see :data:`RESERVED_COLUMNS`)."""
+    for col in dict.fromkeys([id_col, emb_col, *columns]):
+        clash = col.startswith(RESERVED_PREFIX) or col in RESERVED_COLUMNS
+        if clash or (col == id_col and col in QUARANTINE_COLUMNS):
+            raise SchemaError(
+                f"{path}: column '{col}' collides with a column the job adds "
+                f"('{RESERVED_PREFIX}*', {', '.join(map(repr, RESERVED_COLUMNS))}, and "
+                "'reason' next to the id in the quarantine); rename it in the input"
+            )
+    if id_col == emb_col:
+        raise SchemaError(f"{path}: --id-col and --emb-col both name '{id_col}'; pass two columns")
+
+
+def release_schema(
+    schema: pa.Schema,
+    *,
+    id_col: str,
+    emb_col: str,
+    dim: int,
+    columns=(),
+    metadata: dict[bytes, bytes] | None = None,
+) -> pa.Schema:
+    """The release's schema: id, float32 ``[dim]`` embedding, allow-listed ``columns``, and
+    only ``mass.*`` schema metadata; the input's field and schema metadata are dropped and
+    dictionary-encoded columns are released as their values."""
+    ours = {
+        k: v for k, v in (metadata or {}).items()
+        if (k if isinstance(k, bytes) else k.encode()).startswith(b"mass.")
+    }  # fmt: skip
+    return pa.schema(
+        [
+            plain_field(schema.field(id_col)),
+            pa.field(emb_col, pa.list_(pa.float32(), dim)),
+            *[plain_field(schema.field(c)) for c in columns],
+        ],
+        metadata=ours,
+    )
 
 
 def _check_embedding_type(path: str, col: str, typ: pa.DataType) -> None:
@@ -97,9 +175,16 @@ def check_input(
     ``index_dir`` (:mod:`transforms.id_index`), which the publisher checks the release with.
     """
     files = expand_paths(spec)
-    footers = [_footer(p) for p in files]
+    check_column_names(spec, id_col=id_col, emb_col=emb_col, columns=columns)
+    footers = [open_parquet(p) for p in files]
     first = footers[0].schema_arrow
     needed = list(dict.fromkeys([id_col, emb_col, *columns]))
+    if not sum(pf.metadata.num_rows for pf in footers):
+        raise MissingInputError(
+            f"{spec}: holds no rows ({len(files)} file(s), every one empty: "
+            f"{', '.join(files[:3])}{', ...' if len(files) > 3 else ''}); check the input "
+            "or the step that wrote it"
+        )
     for path, pf in zip(files, footers, strict=True):
         schema = pf.schema_arrow
         for col in needed:
@@ -114,11 +199,7 @@ def check_input(
                     f"{files[0]} has {first.field(col).type}; every input file needs one schema"
                 )
         id_type = schema.field(id_col).type
-        if not (
-            pa.types.is_integer(id_type)
-            or pa.types.is_string(id_type)
-            or pa.types.is_large_string(id_type)
-        ):
+        if not is_id_type(id_type):
             raise SchemaError(
                 f"{path}: id column '{id_col}' has type {id_type}; ids must be integers or "
                 "strings (they seed the per-row noise and key the release)"
@@ -126,11 +207,19 @@ def check_input(
         _check_embedding_type(path, emb_col, schema.field(emb_col).type)
         if dim is not None:
             _check_dim(pf, path, emb_col, dim)
-    index = build_id_index(files, id_col, num_shards, index_dir)
-    return CheckedInput(spec, tuple(files), first, index.rows, index)
+    for pf in footers:
+        pf.close()
+    with disk_full(index_dir, "the input's id index"):
+        index = build_id_index(files, id_col, num_shards, index_dir)
+    schema = first.set(first.get_field_index(id_col), plain_field(first.field(id_col)))
+    return CheckedInput(spec, tuple(files), schema, index.rows, index)
 
 
 def check_dim(checked: CheckedInput, *, emb_col: str, dim: int) -> None:
     """The dimension check alone, once the model's dimension is known (server-only info)."""
     for path in checked.files:
-        _check_dim(pq.ParquetFile(path), path, emb_col, dim)
+        pf = open_parquet(path)
+        try:
+            _check_dim(pf, path, emb_col, dim)
+        finally:
+            pf.close()

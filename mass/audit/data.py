@@ -127,6 +127,15 @@ def read_labels(
                 f"{pc.unique(values).to_pylist()}; the audit cannot measure it: use a held-out "
                 "split with every class, or drop it from --suppress/--preserve"
             )
+        counts = np.bincount(labels[attr], minlength=len(enc.classes))
+        if (rare := np.flatnonzero((counts > 0) & (counts < 2))).size:
+            # Stratified splits need two rows per class: name it instead of sklearn's ValueError.
+            row = int(np.flatnonzero(labels[attr] == rare[0])[0])
+            raise LabelError(
+                f"{spec}: label column '{attr}' class {enc.classes[rare[0]]!r} has a single row "
+                f"(row {row}); the audit's stratified splits need >= 2 per class: add rows of "
+                "that class or drop them"
+            )
         encs[attr] = enc
     x = embedding_matrix(table, emb_col, source=spec) if emb_col in table.column_names else None
     columns = [c for c in table.column_names if c not in (id_col, emb_col)]

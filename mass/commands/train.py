@@ -112,6 +112,21 @@ def _check_columns(spec: str, suppress: list[str], preserve: list[str]) -> None:
                 )
 
 
+def _check_out(out: str) -> None:
+    """``--out`` is a run directory: a path that exists as anything else is refused up front."""
+    if os.path.lexists(out) and not os.path.isdir(out):
+        kind = "a symlink to nothing" if os.path.islink(out) else "a file"
+        raise ConfigError(
+            f"--out {out}: is {kind}, not a run directory; pass a new or existing directory "
+            "(nothing was written)"
+        )
+    parent = os.path.dirname(os.path.abspath(out))
+    while not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ConfigError(f"--out {out}: {parent} is a file, not a directory; pass another --out")
+
+
 def modify(model: torch.nn.Module, x: np.ndarray, seeds: np.ndarray, *, batch: int = 4096):
     """Apply a fitted modifier to numpy rows in batches (eval mode, no grad)."""
     model.eval()
@@ -130,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
     from mass.modifier import save_modifier
 
     method_name, suppress, preserve, params = resolve(args)
+    _check_out(args.out)
     if not suppress:
         raise ConfigError("suppress: empty; pass --suppress or set train.suppress in --config")
     _check_columns(args.data, suppress, preserve)

@@ -179,6 +179,60 @@ def _audit_single_class(c: Ctx) -> list[str]:
             "--preserve", "parity", "--report", str(c.out), "--no-chart"]  # fmt: skip
 
 
+def _literal_bracket(c: Ctx) -> str:
+    """``in[1].parquet`` (no id column) exists; the glob it reads as would match in1.parquet
+    (a good file): the named file is the one read."""
+    c.fc.write_input(c.tmp / "in1.parquet")
+    return c.input("in[1].parquet", id=None)
+
+
+def _only_empty_files(c: Ctx) -> str:
+    d = c.tmp / "parts"
+    d.mkdir()
+    for name in ("a.parquet", "b.parquet"):
+        c.fc.write_input(d / name, rows=0)
+    return str(d)
+
+
+def _spark_dir_with_only_temporary(c: Ctx) -> str:
+    """Spark mid-write: the rows are still under ``_temporary/``, which is never read."""
+    d = c.tmp / "spark"
+    (d / "_temporary" / "0").mkdir(parents=True)
+    c.fc.write_input(d / "_temporary" / "0" / "part-0.parquet")
+    (d / "_SUCCESS").write_text("")
+    return str(d)
+
+
+def _dict_ids_dup():
+    ids = [f"u{i}" for i in range(600)]
+    ids[9] = "u3"
+    return pa.array(ids).dictionary_encode()
+
+
+def _fsl_null_cell():
+    flat = pa.array(_emb_rows().ravel())
+    mask = np.zeros(len(flat), bool)
+    mask[13 * DIM + 2] = True
+    return pa.FixedSizeListArray.from_arrays(pa.array(flat.to_numpy(), mask=mask), DIM)
+
+
+def _train_out_file(c: Ctx) -> list[str]:
+    argv = _train(c, c.input(), "--suppress", "digit")
+    (c.tmp / "run.txt").write_text("notes")
+    argv[argv.index("--out") + 1] = str(c.tmp / "run.txt")
+    return argv
+
+
+def _audit_one_member_class(c: Ctx) -> list[str]:
+    rel = c.tmp / "rel.parquet"
+    c.fc.write_input(rel, digit=None, parity=None, image=None, note=None)
+    digit = np.arange(600) % 3
+    digit[5] = 9  # a class with one row: sklearn's stratified split would raise ValueError
+    labels = c.input("labels.parquet", digit=pa.array(digit), image=None)
+    return ["audit", "--release", str(rel), "--labels", labels, "--suppress", "digit",
+            "--preserve", "parity", "--report", str(c.out), "--no-chart"]  # fmt: skip
+
+
 A = Ctx.anonymize
 CASES = [
     # -- files -----------------------------------------------------------------------------
@@ -197,6 +251,12 @@ CASES = [
          E.UnreadableInputError, ("b.parquet",)),
     Case("corrupt-data-page", lambda c: A(c, _corrupt_page(c)),
          E.UnreadableInputError, ("in.parquet", "row group 1"), server=True),
+    Case("literal-name-with-brackets", lambda c: A(c, _literal_bracket(c)),
+         E.SchemaError, ("in[1].parquet", "'id'")),
+    Case("only-empty-files", lambda c: A(c, _only_empty_files(c)),
+         E.MissingInputError, ("parts", "holds no rows", "a.parquet")),
+    Case("only-spark-temporary-files", lambda c: A(c, _spark_dir_with_only_temporary(c)),
+         E.MissingInputError, ("spark", "matches no Parquet", "2 skipped")),
     # -- columns and types -----------------------------------------------------------------
     Case("missing-id-column", lambda c: A(c, c.input(id=None)),
          E.SchemaError, ("in.parquet", "'id'", "--id-col")),
@@ -222,7 +282,15 @@ CASES = [
          E.SchemaError, ("b.parquet", "'emb'", "a.parquet")),
     Case("float-ids", lambda c: A(c, c.input(id=pa.array(np.arange(600, dtype=float)))),
          E.SchemaError, ("'id'", "double")),
+    Case("internal-column-name", lambda c: A(c, c.input(__mass_input=pa.array(np.arange(600))),
+                                             "--allow-columns", "__mass_input"),
+         E.SchemaError, ("in.parquet", "'__mass_input'", "collides", "rename")),
+    Case("id-column-named-reason", lambda c: A(c, c.input(reason=pa.array(np.arange(600))),
+                                               "--id-col", "reason"),
+         E.SchemaError, ("'reason'", "collides")),
     # -- ids -------------------------------------------------------------------------------
+    Case("duplicate-dictionary-id", lambda c: A(c, c.input(id=_dict_ids_dup())),
+         E.InvalidValueError, ("duplicate id 'u3'", "in.parquet row 3", "row 9")),
     Case("duplicate-id", lambda c: A(c, c.input(id=_dup_ids())),
          E.InvalidValueError, ("duplicate id 3", "in.parquet row 3", "row 9")),
     Case("duplicate-id-across-files", lambda c: A(c, _dir_with(
@@ -245,6 +313,8 @@ CASES = [
          E.ConfigError, ("--shards",)),
     Case("zero-batch-rows", lambda c: A(c, c.input(), "--batch-rows", "0"),
          E.ConfigError, ("--batch-rows",)),
+    Case("too-many-shards", lambda c: A(c, c.input(), "--shards", "1025"),
+         E.ConfigError, ("--shards", "<= 1024", "1025")),
     Case("negative-threshold", lambda c: A(c, c.input(), "--max-quarantined", "-1"),
          E.ConfigError, ("--max-quarantined",)),
     # -- model files (checked before any server is contacted) ------------------------------
@@ -263,10 +333,14 @@ CASES = [
     Case("train-suppress-and-preserve", lambda c: _train(
         c, c.input(), "--suppress", "digit", "--preserve", "digit"),
          E.ConfigError, ("suppress/preserve", "digit")),
+    Case("train-out-is-a-file", _train_out_file, E.ConfigError, ("--out", "run.txt",
+                                                                  "is a file")),
     Case("audit-unseen-class", _audit_unseen, E.LabelError, ("labels.parquet", "'digit'",
                                                               "row 4", "11")),
     Case("audit-single-class-label", _audit_single_class, E.LabelError,
          ("labels.parquet", "'digit'", "single class")),
+    Case("audit-class-with-one-row", _audit_one_member_class, E.LabelError,
+         ("labels.parquet", "'digit'", "class 9", "row 5")),
     # -- row-level faults: quarantined, default threshold 0 fails the job ------------------
     Case("nan-row", lambda c: A(c, c.input(emb=_with_row(lambda x: x.__setitem__((7, 3),
                                                                                 np.nan)))),
@@ -284,6 +358,17 @@ CASES = [
          E.QuarantineThresholdError, ("id 12 (null)",), server=True, quarantine=True),
     Case("null-inside-embedding", lambda c: A(c, c.input(emb=_null_value())),
          E.QuarantineThresholdError, ("id 13 (non-finite)",), server=True, quarantine=True),
+    Case("null-cell-in-fixed-size-list", lambda c: A(c, c.input(emb=_fsl_null_cell())),
+         E.QuarantineThresholdError, ("id 13 (non-finite)",), server=True, quarantine=True),
+    Case("denormal-row", lambda c: A(c, c.input(emb=_with_row(
+        lambda x: x.__setitem__(9, 1e-40)))),
+         E.QuarantineThresholdError, ("id 9 (tiny-norm)",), server=True, quarantine=True),
+    Case("near-zero-row", lambda c: A(c, c.input(emb=_with_row(
+        lambda x: x.__setitem__(9, x[9] * 1e-9)))),
+         E.QuarantineThresholdError, ("id 9 (tiny-norm)",), server=True, quarantine=True),
+    Case("overflowing-norm-row", lambda c: A(c, c.input(emb=_with_row(
+        lambda x: x.__setitem__((9, 0), 3e38)))),
+         E.QuarantineThresholdError, ("id 9 (huge-norm)",), server=True, quarantine=True),
     # -- server faults ---------------------------------------------------------------------
     Case("model-not-served", lambda c: A(c, c.input(), model="ghost"),
          E.ServingError, ("'ghost'", "not loaded"), server=True),
@@ -330,6 +415,7 @@ def test_the_table_has_at_least_25_distinct_cases():
 def test_fails_closed_and_keeps_the_previous_release(case, tmp_path, request, fc, fc_repo):
     ctx = _context(tmp_path, request, fc, fc_repo, case)
     argv = case.build(ctx)
+    users = _users_files(fc, tmp_path)
     before = fc.fake_previous_release(ctx.out)
     with pytest.raises(E.MassError) as info:
         fc.mass_command(argv)
@@ -339,10 +425,17 @@ def test_fails_closed_and_keeps_the_previous_release(case, tmp_path, request, fc
         assert part in str(err), f"{part!r} not named in: {err}"
     assert fc.snapshot(ctx.out) == before  # the previous release, byte for byte
     assert fc.leftovers(ctx.out) == []  # nothing staged is left behind
+    assert _users_files(fc, tmp_path) == users  # inputs (and their neighbours) untouched
     quarantine = Path(f"{ctx.out}_quarantine")
     assert quarantine.exists() == case.quarantine
     if case.quarantine:  # the bad rows, with their reason, are there to inspect
         assert pq.read_table(quarantine).column_names == ["id", "reason"]
+
+
+def _users_files(fc, tmp: Path) -> dict[str, bytes]:
+    """Every file under ``tmp`` but the release and its quarantine (ours to write)."""
+    return {k: v for k, v in fc.snapshot(tmp).items()
+            if not any(part.startswith("release") for part in Path(k).parts)}  # fmt: skip
 
 
 ONE_PER_CLASS = {}
@@ -409,3 +502,137 @@ def test_quarantined_rows_under_the_threshold_are_counted_and_never_released(
     q = pq.read_table(f"{out}_quarantine").sort_by("id")
     assert q.column("reason").to_pylist() == ["non-finite", "zero-vector", "non-finite"]
     shutil.rmtree(out)
+
+
+# -- input reading and full disks, with the in-process stand-in model (no server) -------------
+INFO = {"name": "mod", "version": 1, "sha256": "0" * 64, "method": "test",
+        "suppress": ["digit"], "preserve": [], "config_hash": "h", "dim": DIM}  # fmt: skip
+
+
+def _anonymize_in_process(src: str, out: Path, *flags: str) -> dict:
+    from beam_pipelines import anonymize
+    from transforms.testing import NumpyModifier
+    from transforms.triton_handler import FunctionModelHandler
+
+    handler = FunctionModelHandler(NumpyModifier(), output_dim=DIM,
+                                   keep_input_as=anonymize.INPUT_COPY)  # fmt: skip
+    argv = ["--input", src, "--output", str(out), "--model", "mod", *flags]
+    return anonymize.run(argv, model_handler=handler, model_info=INFO)
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 512 KiB tmpfs (root only): a real ENOSPC from the kernel."""
+    import subprocess
+
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    rc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mnt)],
+                        capture_output=True).returncode  # fmt: skip
+    if rc != 0:
+        pytest.skip("cannot mount a tmpfs here (not root); the injected case covers ENOSPC")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)  # lazy: the job's fds may linger
+
+
+def _inject_enospc(monkeypatch):
+    """pa.OSFile raises ENOSPC for the release's spill runs (the id index still fits)."""
+    import errno
+
+    real = pa.OSFile
+
+    def full(path, mode="r", **kw):
+        if "w" in mode and "/_runs/" in str(path) and "/_ids/" not in str(path):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, mode, **kw)
+
+    monkeypatch.setattr(pa, "OSFile", full)
+
+
+@pytest.mark.parametrize("how", ["tmpfs", "injected"])
+def test_a_full_disk_is_a_named_error_and_nothing_leaks(how, tmp_path, request, monkeypatch, fc):
+    src = tmp_path / "in.parquet"
+    fc.write_input(src, rows=5000, row_group=1000)
+    if how == "tmpfs":
+        out = request.getfixturevalue("small_tmpfs") / "release"
+    else:
+        out = tmp_path / "release"
+        _inject_enospc(monkeypatch)
+    users = _users_files(fc, tmp_path)
+    before = fc.fake_previous_release(out)
+    with pytest.raises(E.ReleaseError) as info:
+        _anonymize_in_process(str(src), out)
+    msg = str(info.value)
+    assert "no space left on the device" in msg and f"{out}.tmp-" in msg, msg
+    assert fc.snapshot(out) == before
+    assert fc.leftovers(out) == [] and not Path(f"{out}_quarantine").exists()
+    assert _users_files(fc, tmp_path) == users
+
+
+def test_rows_under_underscore_and_dot_names_are_never_released(tmp_path, fc):
+    d = tmp_path / "spark"
+    (d / "_temporary" / "0").mkdir(parents=True)
+    fc.write_input(d / "part-0.parquet", rows=300)
+    fc.write_input(d / "_temporary" / "0" / "part-1.parquet", rows=300, id_offset=300)
+    fc.write_input(d / ".part-2.parquet", rows=300, id_offset=600)
+    (d / "_SUCCESS").write_text("")
+    users = _users_files(fc, tmp_path)
+    summary = _anonymize_in_process(str(d), tmp_path / "release")
+    assert summary["rows_in"] == summary["rows_out"] == 300
+    assert sorted(pq.read_table(tmp_path / "release").column("id").to_pylist()) == list(range(300))
+    assert _users_files(fc, tmp_path) == users
+
+
+def test_the_input_field_and_schema_metadata_stay_out_of_the_release(tmp_path, fc):
+    src = tmp_path / "in.parquet"
+    item = pa.field("item", pa.string(), metadata={"source": "ward 3 notes"})
+    table = fc.write_input(src, tags=pa.array([["a", "b"]] * 600, pa.list_(item)))
+    fields = [f.with_metadata({"note": "patients of ward 3"}) for f in table.schema]
+    table = table.cast(pa.schema(fields, metadata={"owner": "alice", "mass.model": "forged"}))
+    pq.write_table(table, src)
+    _anonymize_in_process(str(src), tmp_path / "release", "--allow-columns", "note,tags")
+    for part in (tmp_path / "release").glob("*.parquet"):
+        schema = pq.read_schema(part)
+        assert [f.metadata for f in schema] == [None, None, None, None]
+        assert schema.field("tags").type.value_field.metadata is None  # nested fields too
+        assert all(k.startswith(b"mass.") for k in schema.metadata)
+        assert schema.metadata[b"mass.model"] == b"mod"  # ours, never the input's
+
+
+def test_dictionary_encoded_ids_and_columns_are_released_as_their_values(tmp_path, fc):
+    src = tmp_path / "in.parquet"
+    ids = pa.array([f"u{i}" for i in range(600)])
+    notes = pa.array([f"n{i % 7}" for i in range(600)])
+    fc.write_input(src, id=ids.dictionary_encode(), note=notes.dictionary_encode(), row_group=50)
+    summary = _anonymize_in_process(str(src), tmp_path / "release", "--shards", "2",
+                                    "--allow-columns", "note")  # fmt: skip
+    assert summary["rows_out"] == 600
+    released = pq.read_table(tmp_path / "release")
+    assert released.schema.field("id").type == released.schema.field("note").type == pa.string()
+    assert dict(zip(released.column("id").to_pylist(), released.column("note").to_pylist(),
+                    strict=True)) == dict(zip(ids.to_pylist(), notes.to_pylist(), strict=True))
+    assert sorted(released.column("id").to_pylist()) == sorted(ids.to_pylist())
+    q = pq.read_schema(next((tmp_path / "release_quarantine").glob("*.parquet")))
+    assert q.field("id").type == pa.string()
+
+
+def test_new_input_errors_reach_the_user_as_named_cli_errors(tmp_path, fc, capsys):
+    from mass.cli import main
+
+    src = tmp_path / "in.parquet"
+    fc.write_input(src)
+    (tmp_path / "run.txt").write_text("notes")
+    rc = main(["train", "--data", str(src), "--out", str(tmp_path / "run.txt"),
+               "--suppress", "digit", "--epochs", "1", "--no-progress"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and "mass train: error: ConfigError: --out" in err and "Traceback" not in err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    fc.write_input(empty / "a.parquet", rows=0)
+    rc = main(["anonymize", "--input", str(empty), "--output", str(tmp_path / "out"),
+               "--model", "mod", "--repository", str(tmp_path)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and "mass anonymize: error: MissingInputError:" in err and "holds no rows" in err
+    assert (tmp_path / "run.txt").read_text() == "notes" and not (tmp_path / "out").exists()

@@ -6,16 +6,69 @@ import os
 import apache_beam as beam
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms.parquet_io import ReadArrowBatches, WriteShardedParquet, plan_row_groups
+from mass.errors import UnreadableInputError
+from transforms.parquet_io import (
+    ReadArrowBatches,
+    WriteShardedParquet,
+    plan_row_groups,
+    read_row_group,
+)
 from transforms.testing import write_embeddings
 
 
 def test_plan_row_groups_lists_every_row_group(tmp_path):
     write_embeddings(str(tmp_path / "a.parquet"), rows=1200, dim=4, row_group=500)
-    specs = plan_row_groups(str(tmp_path))
-    assert [(s.row_group, s.num_rows) for s in specs] == [(0, 500), (1, 500), (2, 200)]
+    specs = plan_row_groups(str(tmp_path), min_rows=1)
+    assert [(s.row_group, s.num_rows, s.count) for s in specs] == [(0, 500, 1), (1, 500, 1),
+                                                                   (2, 200, 1)]  # fmt: skip
+
+
+def test_tiny_row_groups_are_planned_together_and_read_across_boundaries(tmp_path):
+    write_embeddings(str(tmp_path / "a.parquet"), rows=1000, dim=4, row_group=10)
+    specs = plan_row_groups(str(tmp_path), min_rows=300)
+    assert [(s.row_group, s.count, s.num_rows) for s in specs] == [
+        (0, 30, 300), (30, 30, 300), (60, 30, 300), (90, 10, 100)]  # fmt: skip
+    batches = [b for s in specs for b in read_row_group(s, ["id"], 128)]
+    assert [b.num_rows for b in batches[:3]] == [128, 128, 44]  # batches span row groups
+    ids = [i for b in batches for i in b.column("id").to_pylist()]
+    assert ids == list(range(1000))
+
+
+def test_a_footer_is_parsed_once_per_process_and_reread_when_the_file_changes(tmp_path):
+    import transforms.parquet_io as pio
+    from transforms.validate import check_input
+
+    path = str(tmp_path / "a.parquet")
+    write_embeddings(path, rows=100, dim=4, row_group=10)
+    parsed = []
+    real = pq.read_metadata
+    pio.pq.read_metadata = lambda p, *a, **k: parsed.append(p) or real(p, *a, **k)
+    try:
+        check_input(path, id_col="id", emb_col="emb", dim=4, index_dir=str(tmp_path / "ids"))
+        specs = plan_row_groups(path, min_rows=1)
+        rows = sum(b.num_rows for s in specs for b in read_row_group(s, None, 64))
+        assert (len(specs), rows, parsed) == (10, 100, [path])  # validate, index, plan, read
+        os.utime(path, ns=(1, 1))  # a rewritten file (new mtime) is parsed again
+        plan_row_groups(path)
+        assert parsed == [path, path]
+    finally:
+        pio.pq.read_metadata = real
+
+
+def test_an_unreadable_page_names_its_row_group_inside_a_planned_run(tmp_path):
+    path = tmp_path / "a.parquet"
+    write_embeddings(str(path), rows=100, dim=4, row_group=10)
+    meta = pq.ParquetFile(path).metadata
+    col = meta.row_group(7).column(1)  # emb
+    data = bytearray(path.read_bytes())
+    data[col.data_page_offset : col.data_page_offset + 32] = b"\xff" * 32
+    path.write_bytes(bytes(data))
+    (spec,) = plan_row_groups(str(path))
+    with pytest.raises(UnreadableInputError, match="row group 7 unreadable"):
+        list(read_row_group(spec, None, 1000))
 
 
 def test_read_yields_bounded_batches_covering_every_row(tmp_path, beam_pipeline):
@@ -148,3 +201,14 @@ def test_merge_counts_unmodified_and_nonfinite_rows_with_the_smallest_ids(tmp_pa
     assert (s["unmodified"], s["first_unmodified_id"]) == (2, 9)
     assert (s["nonfinite"], s["first_nonfinite_id"]) == (1, 4)
     assert "src" not in pq.read_schema(os.path.join(out, "part-00000-of-00001.parquet")).names
+
+
+def test_read_arrow_batches_decodes_dictionary_columns(tmp_path, beam_pipeline):
+    import pyarrow as pa
+
+    pq.write_table(pa.table({"id": pa.array(["a", "b", "a2"]).dictionary_encode(),
+                             "x": pa.array([1, 2, 3])}), str(tmp_path / "a.parquet"))  # fmt: skip
+    with beam_pipeline() as p:
+        batches = p | ReadArrowBatches(str(tmp_path), batch_rows=2)
+        assert_that(batches | beam.Map(lambda b: str(b.schema.field("id").type)) | beam.Distinct(),
+                    equal_to(["string"]))  # fmt: skip
