@@ -35,6 +35,46 @@ def _session_owner_key() -> None:
 _session_owner_key()
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "extra(name, *modules): needs the optional extra `name` (those importable modules); "
+        "skipped without it, except under CI (env CI set), where a missing extra fails",
+    )
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def pytest_runtest_setup(item):
+    import importlib.util
+
+    for mark in item.iter_markers("extra"):
+        name, *modules = mark.args
+        missing = [m for m in modules if importlib.util.find_spec(m) is None]
+        if missing:
+            msg = (
+                f"needs the `{name}` extra (pip install -e '.[{name}]'); "
+                f"not importable: {', '.join(missing)}"
+            )
+            if _in_ci():
+                pytest.fail(f"CI is set: {msg}", pytrace=False)
+            pytest.skip(msg)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under CI a test skipped for a missing module (pytest.importorskip) is a failure."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and _in_ci() and call.excinfo is not None:
+        reason = str(call.excinfo.value)
+        if "could not import" in reason or "needs the `" in reason:
+            report.outcome = "failed"
+            report.longrepr = f"CI is set and an optional dependency is missing: {reason}"
+
+
 @pytest.fixture(scope="session")
 def triton_server_factory():
     """``start(repository, **kwargs) -> TritonServer``: a started real tritonserver.
