@@ -35,6 +35,28 @@ def _session_owner_key() -> None:
 _session_owner_key()
 
 
+def _apply_mutant() -> None:
+    """Env MASS_MUTANT=<name>: run this session against one hand-made mutant
+    (tests/mutation/mutants.py; driven by tests/mutation/run.py, never set in CI)."""
+    name = os.environ.get("MASS_MUTANT")
+    if not name:
+        return
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "mass_test_mutants", Path(__file__).parent / "mutation" / "mutants.py"
+    )
+    mutants = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mutants  # dataclasses look their module up there
+    spec.loader.exec_module(mutants)
+    mutants.apply(name)
+
+
+_apply_mutant()
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",

@@ -8,7 +8,7 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
-PROBE = '''
+PROBE = """
 import pytest
 
 @pytest.mark.extra("nothing", "no_such_module_for_mass_tests")
@@ -21,7 +21,7 @@ def test_importorskip():
 @pytest.mark.extra("stdlib", "json")
 def test_present_extra_runs():
     pass
-'''
+"""
 
 
 @pytest.mark.parametrize("ci, outcome", [("", dict(passed=1, skipped=2)),

@@ -69,3 +69,20 @@ def test_keyed_row_seeds_equal_the_reference_construction():
     got = keyed_row_seeds(pa.array(ids, pa.int64()), key)
     assert got.dtype == np.int64 and got.tolist() == want
     assert keyed_row_seeds(np.array(ids, dtype=np.int64), key).tolist() == want
+
+
+def test_row_noise_uses_every_seed_bit_and_is_standard_normal():
+    import torch
+
+    from mass.noise import row_noise
+
+    base = 12345
+    seeds = torch.tensor([base, base + 2**32, base + 2**40, base + 2**61, base + 1])
+    z = row_noise(seeds, 8)
+    for i in range(len(seeds)):  # seeds differing only in their high bits: other noise
+        for j in range(i):
+            assert not torch.allclose(z[i], z[j]), (i, j)
+    many = row_noise(torch.as_tensor(keyed_row_seeds(np.arange(20_000), OwnerKey(b"k" * 32))), 6)
+    assert abs(float(many.mean())) < 0.02 and abs(float(many.std()) - 1.0) < 0.02
+    corr = np.corrcoef(many.numpy().T)  # coordinates independent of each other
+    assert np.abs(corr - np.eye(6)).max() < 0.05
