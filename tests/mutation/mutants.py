@@ -24,6 +24,7 @@ ENV = "MASS_MUTANT"
 
 QUARANTINE = ("tests/transforms/test_quarantine.py", "tests/failclosed/test_properties.py")
 RELEASE = (
+    "tests/transforms/test_release_guards.py",
     "tests/transforms/test_release.py",
     "tests/transforms/test_id_index.py",
     "tests/failclosed/test_atomic_publish.py",
