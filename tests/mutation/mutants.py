@@ -168,16 +168,26 @@ MUTANTS = [
     Mutant("audit-role-unchecked",
            "mass.audit.expectations:ExpectAttributeToBeSuppressed._validate",
            'if r["role"] != "suppressed":', "if False:", AUDIT,
-           "judge rows of another role are read as suppression evidence"),
+           "judge rows of another role are read as suppression evidence",
+           survives="defence in depth: the judge frame (mass.audit.data) gives every row of a "
+           "suppressed attribute the role 'suppressed', so no audit run reaches this branch; "
+           "only an expectation test on a hand-made frame can kill it (audit tests, issue 16 "
+           "item 2, another branch)"),
     Mutant("audit-preserved-success-forced",
            "mass.audit.expectations:ExpectAttributeToBePreserved._validate",
            '"success": ok,', '"success": True,', AUDIT,
-           "the preservation expectation never fails"),
+           "the preservation expectation never fails",
+           survives="the preserved half of the audit has no failing-release test on this "
+           "branch (issue 16 item 2: an audit test per expectation, another branch); re-run "
+           "`make mutation` after merging: it must be killed then"),
     Mutant("audit-preserved-counts-frozen",
            "mass.audit.expectations:ExpectAttributeToBePreserved._validate",
            'if r["role"] == "preserved" and r["judge"] != "frozen"',
            'if r["role"] == "preserved"', AUDIT,
-           "the frozen judge (not retrained) counts as proof of preservation"),
+           "the frozen judge (not retrained) counts as proof of preservation",
+           survives="as audit-preserved-success-forced: needs a release whose retrained "
+           "attackers lose the preserved attribute while the frozen judge still reads it "
+           "(issue 16 item 2, another branch)"),
     Mutant("audit-suite-skips-suppression", "mass.audit.suite:build_suites",
            "for attr, margins in spec.suppressed.items():",
            "for attr, margins in {}.items():", AUDIT,

@@ -59,7 +59,7 @@ def run_pytest(tests: list[str], mutant: str | None, timeout: int) -> tuple[str,
     if proc.returncode == 0:
         return "passed", "", secs
     if proc.returncode == 1:
-        failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", out, re.M)
+        failed = re.findall(r"^(?:FAILED|ERROR) (tests/\S+::.+?)(?: - .*)?$", out, re.M)
         return "failed", failed[0] if failed else "(see pytest output)", secs
     tail = " | ".join(out.strip().splitlines()[-3:])
     return "error", f"pytest exit {proc.returncode}: {tail[:300]}", secs
