@@ -214,9 +214,10 @@ def test_shared_memory_and_grpc_payloads_give_byte_identical_releases(
     for mode in ("on", "off"):
         outs[mode] = str(tmp_path / mode)
         start = dict(TritonModelHandler.shm_sent)
-        summary = anonymize.run(["--input", emb_input, "--output", outs[mode], "--model", "mod",
-                       "--repository", str(repo / "repo"), "--triton-url", server.grpc_url,
-                       "--triton-shm", mode, "--batch-rows", "300", "--max-quarantined", "1"])  # fmt: skip
+        summary = anonymize.run(["--input", emb_input, "--output", outs[mode], "--model",
+                                 "mod", "--repository", str(repo / "repo"), "--triton-url",
+                                 server.grpc_url, "--triton-shm", mode, "--batch-rows", "300",
+                                 "--max-quarantined", "1"])  # fmt: skip
         sent[mode] = {k: TritonModelHandler.shm_sent[k] - start[k] for k in start}
     assert _bytes(outs["on"]) == _bytes(outs["off"])
     rows = summary["rows_out"]
