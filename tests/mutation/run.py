@@ -128,6 +128,12 @@ def write_report(path: Path, results, *, partial: bool) -> None:
         "`python tests/mutation/run.py` (on demand; not part of the default test run; see",
         "tests/mutation/mutants.py for how a mutant is applied and its limits).",
         "",
+        "Limits: a mutant is swapped into the pytest process only (Beam's in-process runners",
+        "included), not into subprocesses (CLI subprocess tests, the SIGKILL publication test,",
+        "Triton's python backend); a mutant whose target was rewritten is reported *stale*",
+        "and must be re-aimed. Killed = at least one test of its subset failed (`-x`, the",
+        "first failure is named); each subset first passes unmutated (baseline).",
+        "",
         f"Run: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
         + (" (a subset of the mutants)" if partial else ""),
         "",
