@@ -12,7 +12,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 # The demo's owner key (keyed release noise, export signatures): outside git and DVC outputs.
 OWNER_KEY ?= $(CURDIR)/.mass/owner.key
 
-.PHONY: venv chromium demo test test-fast lint clean-demo
+.PHONY: venv chromium demo test test-fast mutation lint clean-demo
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,10 @@ test: venv chromium
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "not slow" tests
+
+# on demand (not in `make test`): hand-made mutants of the critical code -> docs/mutation.md
+mutation: venv
+	PYTHONPATH=$(CURDIR) $(BIN)/python tests/mutation/run.py
 
 lint: venv
 	$(BIN)/ruff check mass transforms beam_pipelines tests bench

@@ -5,6 +5,11 @@ copied from s (mod its class count), otherwise it is drawn independently, so ``r
 controls the s/u correlation. The embedding is ``sep_s * e_s + sep_u * e_u + noise`` with
 random unit class directions e_s, e_u, then L2-normalised, so both labels are linearly
 decodable and a modifier can remove one while keeping the other.
+
+``spread_s`` > 0 adds a second-order signal: rows of sensitive class c get extra noise of
+scale ``spread_s`` in the class's own ``spread_dims``-dim subspace (orthogonal across classes),
+so the classes differ in covariance, not in mean or norm: s stays recoverable by a non-linear
+attacker after every class mean has been equalised.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ def make_synthetic(
     seed: int = 0,
     s_name: str = "s",
     u_name: str = "u",
+    spread_s: float = 0.0,
+    spread_dims: int = 4,
 ) -> EmbeddingDataset:
     """N rows of dimension ``dim`` with labels ``s_name`` and ``u_name`` (ints from 0)."""
     rng = np.random.default_rng(seed)
@@ -40,6 +47,13 @@ def make_synthetic(
     dirs_s /= np.linalg.norm(dirs_s, axis=1, keepdims=True)
     dirs_u /= np.linalg.norm(dirs_u, axis=1, keepdims=True)
     x = sep_s * dirs_s[s] + sep_u * dirs_u[u] + noise * rng.standard_normal((n, dim))
+    if spread_s > 0:  # drawn after everything else: spread_s=0 leaves the data unchanged
+        if s_classes * spread_dims > dim:
+            raise ValueError(f"spread_dims={spread_dims} x {s_classes} classes > dim={dim}")
+        basis = np.linalg.qr(rng.standard_normal((dim, dim)))[0]
+        sub = basis[:, : s_classes * spread_dims].T.reshape(s_classes, spread_dims, dim)
+        z = rng.standard_normal((n, spread_dims))
+        x += spread_s * np.einsum("nk,nkd->nd", z, sub[s])
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     labels = {s_name: s.astype(np.int64), u_name: u.astype(np.int64)}
     encodings = {

@@ -35,6 +35,68 @@ def _session_owner_key() -> None:
 _session_owner_key()
 
 
+def _apply_mutant() -> None:
+    """Env MASS_MUTANT=<name>: run this session against one hand-made mutant
+    (tests/mutation/mutants.py; driven by tests/mutation/run.py, never set in CI)."""
+    name = os.environ.get("MASS_MUTANT")
+    if not name:
+        return
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "mass_test_mutants", Path(__file__).parent / "mutation" / "mutants.py"
+    )
+    mutants = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mutants  # dataclasses look their module up there
+    spec.loader.exec_module(mutants)
+    mutants.apply(name)
+
+
+_apply_mutant()
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "extra(name, *modules): needs the optional extra `name` (those importable modules); "
+        "skipped without it, except under CI (env CI set), where a missing extra fails",
+    )
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def pytest_runtest_setup(item):
+    import importlib.util
+
+    for mark in item.iter_markers("extra"):
+        name, *modules = mark.args
+        missing = [m for m in modules if importlib.util.find_spec(m) is None]
+        if missing:
+            msg = (
+                f"needs the `{name}` extra (pip install -e '.[{name}]'); "
+                f"not importable: {', '.join(missing)}"
+            )
+            if _in_ci():
+                pytest.fail(f"CI is set: {msg}", pytrace=False)
+            pytest.skip(msg)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under CI a test skipped for a missing module (pytest.importorskip) is a failure."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and _in_ci() and call.excinfo is not None:
+        reason = str(call.excinfo.value)
+        if "could not import" in reason or "needs the `" in reason:
+            report.outcome = "failed"
+            report.longrepr = f"CI is set and an optional dependency is missing: {reason}"
+
+
 @pytest.fixture(scope="session")
 def triton_server_factory():
     """``start(repository, **kwargs) -> TritonServer``: a started real tritonserver.

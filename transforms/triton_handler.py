@@ -512,6 +512,11 @@ class TritonModelHandler(_ArrowBatchInference, RemoteModelHandler):
         d = self._output_dim or (dims[-1] if dims and dims[-1] > 0 else None)
         return [n, int(d)] if d else None
 
+    # Process-wide: requests whose tensors went both ways through shared memory, and their
+    # input + output bytes (what tests read to prove --triton-shm carried the tensors).
+    shm_sent = {"requests": 0, "bytes": 0}
+    _shm_sent_lock = threading.Lock()
+
     def _infer_shm(self, conn, req, out, shape: list[int]) -> np.ndarray:
         """Inputs copied once into this thread's region, output read back from its region."""
         import tritonclient.utils.shared_memory as shm
@@ -533,7 +538,11 @@ class TritonModelHandler(_ArrowBatchInference, RemoteModelHandler):
                 f"model '{self.model_name}' returned {got} for {shape[0]} rows; expected "
                 f"FP32 {shape}; check the model's config.pbtxt output dims"
             )
-        return shm.get_contents_as_numpy(slot.out_h, np.float32, shape).copy()
+        result = shm.get_contents_as_numpy(slot.out_h, np.float32, shape).copy()
+        with TritonModelHandler._shm_sent_lock:
+            TritonModelHandler.shm_sent["requests"] += 1
+            TritonModelHandler.shm_sent["bytes"] += in_bytes + out_bytes
+        return result
 
     def _call(self, conn, req, out):
         return conn.client.infer(

@@ -196,11 +196,13 @@ def test_dask_runner_output_is_byte_identical_to_fnapi(repo, server, emb_input, 
 def test_shared_memory_and_grpc_payloads_give_byte_identical_releases(
     repo, server, emb_input, tmp_path
 ):
-    """--triton-shm on (regions registered per request thread) == off (gRPC payloads); no
-    region outlives the job, on the client (/dev/shm) or in the server's registry."""
+    """--triton-shm on (regions registered per request thread) == off (gRPC payloads); with
+    it on, every released row's tensors went through shared memory (the handler's count of
+    shm bytes is exactly the rows' input + output bytes), with it off none did; no region
+    outlives the job, on the client (/dev/shm) or in the server's registry."""
     import tritonclient.grpc as grpcclient
 
-    from transforms.triton_handler import SHM_PREFIX
+    from transforms.triton_handler import SHM_PREFIX, TritonModelHandler
 
     client = grpcclient.InferenceServerClient(server.grpc_url)
     mine = f"{SHM_PREFIX}-{os.getpid()}-"
@@ -215,13 +217,21 @@ def test_shared_memory_and_grpc_payloads_give_byte_identical_releases(
     # lifetime) may hold regions; the anonymize jobs below must add none that outlive them
     before = registered()
     before_files = {f for f in os.listdir("/dev/shm") if f.startswith(mine)}
-    outs = {}
+    outs, sent = {}, {}
     for mode in ("on", "off"):
         outs[mode] = str(tmp_path / mode)
-        anonymize.run(["--input", emb_input, "--output", outs[mode], "--model", "mod",
-                       "--repository", str(repo / "repo"), "--triton-url", server.grpc_url,
-                       "--triton-shm", mode, "--batch-rows", "300", "--max-quarantined", "1",
-                       "--no-audit"])  # fmt: skip
+        start = dict(TritonModelHandler.shm_sent)
+        summary = anonymize.run(["--input", emb_input, "--output", outs[mode], "--model",
+                                 "mod", "--repository", str(repo / "repo"), "--triton-url",
+                                 server.grpc_url, "--triton-shm", mode, "--batch-rows", "300",
+                                 "--max-quarantined", "1", "--no-audit"])  # fmt: skip
+        sent[mode] = {k: TritonModelHandler.shm_sent[k] - start[k] for k in start}
     assert _bytes(outs["on"]) == _bytes(outs["off"])
+    rows = summary["rows_out"]
+    assert rows == 1999
+    # per row: float32 embedding + int64 seed in, float32 embedding out
+    assert sent["on"]["bytes"] == rows * (4 * DIM + 8 + 4 * DIM), sent
+    assert sent["on"]["requests"] >= 2000 // 300, sent  # several batches, all through shm
+    assert sent["off"] == {"requests": 0, "bytes": 0}, sent
     assert registered() <= before
     assert {f for f in os.listdir("/dev/shm") if f.startswith(mine)} <= before_files

