@@ -16,7 +16,7 @@ from mass.cli import main
 from mass.errors import ConfigError
 from mass.io import embedding_array
 
-N, D = 400, 24
+N, D = 1000, 24
 S_BLOCK, R_BLOCK = slice(0, 8), slice(8, 16)
 FAST = {"families": ["logreg", "knn"], "folds": 3}
 
@@ -122,6 +122,8 @@ def test_label_or_unlisted_column_in_release_fails(tmp_path, data):
     assert _failed(result) == {
         ("release_columns", "expect_column_values_to_be_in_set"),
         ("release_columns", "expect_column_values_to_not_be_in_set"),
+        # the attackers see every released column: the label column itself leaks s
+        ("attribute_privacy", "expect_attribute_to_be_suppressed"),
     }
 
 
@@ -226,12 +228,14 @@ def test_suppression_expectation_fails_when_a_required_judge_is_unmeasured():
     rep = AttributeReport(name="s", role="suppressed", n=10, majority=0.5, floor=0.5,
                           original=0.9, original_by_family={}, frozen_x=None,
                           frozen_xprime=None, attackers={"logreg": 0.52},
-                          margins={"logreg": 0.05})  # fmt: skip
+                          margins={"logreg": 0.05}, chance=0.5, balanced_floor=0.5,
+                          balanced={"logreg": 0.52}, ci_high={"logreg": 0.52},
+                          balanced_ci_high={"logreg": 0.52})  # fmt: skip
     frames = {
         "release_columns": pd.DataFrame({"column": ["id", "emb"], "arrow_type": ["", ""]}),
         "release_metadata": pd.DataFrame({"key": list(REQUIRED_METADATA), "value": ""}),
         "release_rows": pd.DataFrame(
-            {"id": [1], "in_labels": [True], "finite": [True], "norm": [1.0]}
+            {"id": [1], "in_labels": [True], "finite": [True], "norm": [1.0], "cosine": [0.5]}
         ),  # fmt: skip
         "attribute_privacy": judge_frame([rep]),
     }

@@ -158,4 +158,5 @@ def test_attribute_report_measures_identity_as_leaky():
                            frozen=frozen, margins=0.05)  # fmt: skip
     assert rep.attackers["logreg"] > 0.95 and rep.original > 0.95
     assert rep.frozen_x == rep.frozen_xprime > 0.95
-    assert set(rep.margins) == {"frozen", "logreg"} and not rep.passed
+    assert set(rep.margins) == {"frozen", "logreg", "frozen_remap", "logreg_remap"}
+    assert not rep.passed
