@@ -22,10 +22,9 @@ from mass.audit.data import (
     read_original,
     read_release,
 )
-from mass.audit.expectations import JUDGE_COLUMNS
 from mass.audit.keyed import is_stochastic, keyless_view, modifier_parts
 from mass.audit.policy import AuditPolicy
-from mass.audit.suite import AuditOutcome, SuiteSpec, run_suites
+from mass.audit.suite import JUDGE_COLUMNS, AuditOutcome, SuiteSpec, run_suites
 from mass.errors import ConfigError, InputError, MissingInputError
 from mass.keys import NOISE_KEY_ENV, OwnerKey, resolve_key
 from mass.metrics import KEYED, AttributeReport, attribute_report
