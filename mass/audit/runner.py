@@ -27,7 +27,7 @@ from mass.audit.policy import AuditPolicy
 from mass.audit.suite import JUDGE_COLUMNS, AuditOutcome, SuiteSpec, run_suites
 from mass.errors import ConfigError, InputError, MissingInputError
 from mass.keys import NOISE_KEY_ENV, OwnerKey, resolve_key
-from mass.metrics import KEYED, AttributeReport, attribute_report
+from mass.metrics import KEYED, AttributeReport, attribute_report, z_value
 
 log = logging.getLogger(__name__)
 MIN_AUDIT_ROWS = 10  # fewer joined rows cannot support k-fold attackers; the suite then fails
@@ -207,6 +207,13 @@ def measure(req: AuditRequest) -> tuple[Release, Labels, dict[str, pd.DataFrame]
     return release, labels, frames, spec, reports, counts
 
 
+def min_rows(chance: float, margin: float, confidence: float) -> int:
+    """Rows from which a judge at ``chance`` keeps its upper bound 2 standard errors below
+    chance + margin: ((z + 2) / margin)^2 p (1 - p)."""
+    z = z_value(confidence)
+    return int(np.ceil(((z + 2.0) / max(margin, 1e-6)) ** 2 * chance * (1 - chance)))
+
+
 def _keyless(req: AuditRequest, release: Release, use: np.ndarray, extra: np.ndarray):
     """(features of the audited rows with the release noise removed, or None; status)."""
     parts = modifier_parts(release.metadata)
@@ -262,6 +269,14 @@ def run_audit(req: AuditRequest) -> AuditResult:
             warnings.append(
                 f"{r.name}: learning curve still climbing at 100% of the attack training set "
                 f"({steps}): an attacker with more labelled rows may do better than measured"
+            )
+    for r in reports:
+        need = min_rows(r.baseline, min(r.margins.values(), default=0.05), req.policy.confidence)
+        if r.role == "suppressed" and r.n < need:
+            warnings.append(
+                f"{r.name}: {r.n} audited rows; a judge at chance has a 95% upper bound only "
+                f"~2 standard errors below the limit from {need} rows on: with fewer, a clean "
+                "release can fail by chance (audit more rows, not a wider margin)"
             )
     for w in warnings:
         log.warning("%s", w)
