@@ -215,6 +215,11 @@ def test_balanced_leakage_floor_covers_a_rare_attribute_read_from_preserved_labe
     s = (r == 0).astype(int)  # 2 % prevalence, a function of r
     assert leakage_floor(s, {"r": r}) == 1.0
     assert leakage_floor(s, {"r": r}, balanced=True) == 1.0
+    # s = 1 in 30 % of r == 0 rows, 0.5 % elsewhere: never the majority of any r, so the
+    # accuracy table always says 0 (balanced 0.5); the balanced table says 1 where r == 0
+    hint = (rng.random(4000) < np.where(r == 0, 0.3, 0.005)).astype(int)
+    assert leakage_floor(hint, {"r": r}) == pytest.approx(majority_rate(hint), abs=0.01)
+    assert leakage_floor(hint, {"r": r}, balanced=True) > 0.7
     indep = (rng.random(4000) < 0.02).astype(int)
     assert leakage_floor(indep, {}, balanced=True) == 0.5
     assert leakage_floor(indep, {"r": r}, balanced=True) < 0.6
