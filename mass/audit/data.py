@@ -143,7 +143,8 @@ def encode_columns(
         if (pa.types.is_list(typ) or pa.types.is_large_list(typ)
                 or pa.types.is_fixed_size_list(typ)) and (
                 pa.types.is_floating(typ.value_type) or pa.types.is_integer(typ.value_type)):  # fmt: skip
-            m = release_matrix(pa.table({name: arr}), name, source=name).astype(np.float64)
+            m = release_matrix(pa.table({name: arr}), name, source=f"release column '{name}'")
+            m = m.astype(np.float64)
             block = _standardise(m.reshape(n, -1))
         elif pa.types.is_floating(typ) or pa.types.is_integer(typ) or pa.types.is_temporal(typ):
             vals = arr.cast(pa.float64()) if not pa.types.is_temporal(typ) else \

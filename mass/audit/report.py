@@ -87,7 +87,7 @@ def audit_metrics(result: AuditResult) -> dict:
         },  # fmt: skip
         "seconds": round(result.seconds, 2),
         "policy": result.policy.to_dict() if result.policy is not None else None,
-        "key_compromised": result.key_status,
+        "key_compromised_status": result.key_status,
         "warnings": list(result.warnings),
         "lineage": lineage(result),
     }
@@ -104,6 +104,7 @@ def lineage(result: AuditResult) -> dict:
         except json.JSONDecodeError:
             pass
     out.update({
+        **{k: v for k, v in result.sources.items() if v},
         "runner": "mass audit",
         "time": datetime.now(UTC).isoformat(timespec="seconds"),
         "rows": result.counts.get("release"),

@@ -62,6 +62,7 @@ class AuditResult:
     policy: AuditPolicy | None = None
     key_status: str = ""  # how the key-compromised figure was (or was not) computed
     warnings: list[str] = field(default_factory=list)
+    sources: dict[str, str | None] = field(default_factory=dict)  # release/labels/input paths
 
     @property
     def success(self) -> bool:
@@ -284,4 +285,6 @@ def run_audit(req: AuditRequest) -> AuditResult:
                        release_meta=release.metadata,
                        released_columns=[c for c, _ in release.columns],
                        seconds=time.perf_counter() - t0, policy=req.policy,
-                       key_status=key_status, warnings=warnings)  # fmt: skip
+                       key_status=key_status, warnings=warnings,
+                       sources={"release_path": req.release, "labels_path": req.labels,
+                                "input_path": req.input})  # fmt: skip

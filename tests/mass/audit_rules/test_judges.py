@@ -244,6 +244,7 @@ def test_audit_json_carries_the_contract_keys(tmp_path, data):
     assert all(s["ci_high"][j] > s[j] for j in ("logreg", "knn"))
     assert [p[0] for p in s["learning_curve"]["logreg"]] == [0.25, 0.5, 1.0]
     assert s["learning_curve"]["logreg"][-1][1] == pytest.approx(s["logreg"], abs=1e-6)
-    assert s["key_compromised"] is None and "not computed" in m["key_compromised"]
+    assert s["key_compromised"] is None and "not computed" in m["key_compromised_status"]
     assert m["policy"]["folds"] == 3 and m["policy"]["confidence"] == 0.95
     assert m["lineage"]["method"] == "test" and m["lineage"]["rows"] == N
+    assert m["lineage"]["release_path"] == release and m["lineage"]["time"]

@@ -183,5 +183,5 @@ def test_cli_reads_the_key_file_and_a_wrong_key_strips_nothing(keyed_release, ke
                "--no-chart", "--noise-key-file", str(path)])  # fmt: skip
     metrics = json.loads((report / "audit.json").read_text())
     assert rc == 0 and metrics["attributes"]["s"]["key_compromised"] is None
-    assert "is not the release's" in metrics["key_compromised"]
+    assert "is not the release's" in metrics["key_compromised_status"]
     assert key.secret.hex() not in (report / "audit.json").read_text()
