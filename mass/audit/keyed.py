@@ -29,7 +29,7 @@ import pyarrow as pa
 import torch
 
 from mass.keys import OwnerKey
-from mass.noise import keyed_row_seeds, row_noise
+from mass.noise import keyed_row_seeds, row_noise, row_seeds
 
 log = logging.getLogger(__name__)
 OUTPUT_NOISE_OFFSET = 0x5EED  # mass.modifier.DataModifier: output noise uses seed + 0x5EED
@@ -130,10 +130,15 @@ def strip_unit_noise(x_prime: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def keyless_view(
-    x_prime: np.ndarray, ids: pa.Array, parts: list[tuple[str, dict]], key: OwnerKey
+    x_prime: np.ndarray, ids: pa.Array, parts: list[tuple[str, dict]], key: OwnerKey | None
 ) -> KeylessView:
-    """The release as an attacker holding ``key`` sees it (see the module docstring)."""
-    seeds = torch.from_numpy(np.ascontiguousarray(keyed_row_seeds(ids, key)))
+    """The release as an attacker holding ``key`` sees it (see the module docstring).
+
+    ``key=None``: the noise of a release made before release noise was keyed, drawn from the
+    public ``mass.noise.row_seeds(id)``: any attacker removes it.
+    """
+    raw = keyed_row_seeds(ids, key) if key is not None else row_seeds(ids)
+    seeds = torch.from_numpy(np.ascontiguousarray(raw))
     y = np.asarray(x_prime, dtype=np.float64)
     dim = y.shape[1]
     stripped: list[str] = []

@@ -148,7 +148,9 @@ def measure(req: AuditRequest) -> tuple[Release, Labels, dict[str, pd.DataFrame]
     x, xp = x_orig[use], release.x[use]
     y = {a: labels.labels[a][pos[use]] for a in attrs}
     extra = encode_columns(release.extra, len(release), max_levels=pol.max_levels)[use]
-    key_x, key_status = _keyless(req, release, use, extra)
+    key_x, key_status, public_noise = _keyless(req, release, use, extra)
+    # noise anyone can recompute protects nothing: its judges are then always required
+    gate_key = pol.gate_key_compromised or public_noise
     kw: dict[str, Any] = dict(
         families=pol.families, folds=pol.folds, seed=pol.seed, max_rows=pol.max_rows,
         confidence=pol.confidence, curve=pol.curve, curve_tol=pol.curve_tol,
@@ -171,7 +173,7 @@ def measure(req: AuditRequest) -> tuple[Release, Labels, dict[str, pd.DataFrame]
                     margins=pol.margins(a),
                     extra=extra,
                     key_x=key_x,
-                    gate_key=pol.gate_key_compromised,
+                    gate_key=gate_key,
                     **kw,
                 )
             )
@@ -185,7 +187,7 @@ def measure(req: AuditRequest) -> tuple[Release, Labels, dict[str, pd.DataFrame]
     )
     judged = {r.name: r.margins for r in reports if r.role == "suppressed"}
     suppressed = {a: dict(judged.get(a) or pol.margins(a)) for a in req.suppress}
-    if pol.gate_key_compromised:  # required even when no key figure could be computed
+    if gate_key:  # required even when no key figure could be computed
         for a, m in suppressed.items():
             m.update({f + KEYED: pol.margins(a)[f] for f in pol.families})
     spec = SuiteSpec(
@@ -216,27 +218,43 @@ def min_rows(chance: float, margin: float, confidence: float) -> int:
 
 
 def _keyless(req: AuditRequest, release: Release, use: np.ndarray, extra: np.ndarray):
-    """(features of the audited rows with the release noise removed, or None; status)."""
+    """(features of the audited rows with the release noise removed, or None; status;
+    whether the noise was public).
+
+    A stochastic release whose metadata names no noise key (``mass.noise_key_fingerprint``
+    absent or empty) drew its noise from the public ``row_seeds(id)``: it is removed without
+    any key, and that view is judged whatever the policy says.
+    """
     parts = modifier_parts(release.metadata)
     if parts is None:
-        return None, "no mass.modifier metadata: not computed"
+        return None, "no mass.modifier metadata: not computed", False
     stochastic = is_stochastic(parts)
     if stochastic is None:
-        return None, f"unknown modifier kind in {[k for k, _ in parts]}: not computed"
+        return None, f"unknown modifier kind in {[k for k, _ in parts]}: not computed", False
     if not stochastic:
-        return None, "deterministic modifier: no noise, nothing rests on the key"
+        return None, "deterministic modifier: no noise, nothing rests on the key", False
+    released = release.metadata.get("mass.noise_key_fingerprint", "")
+    ids = release.ids.filter(pa.array(use))
+    if not released:
+        view = keyless_view(release.x[use], ids, parts, None)
+        status = (f"release noise is not keyed (no mass.noise_key_fingerprint): anyone removes "
+                  f"it from the public ids; stripped {list(view.stripped)}, judged")  # fmt: skip
+        x = np.hstack([view.x, extra]) if extra.shape[1] else view.x
+        return x, status, True
     key = req.noise_key or resolve_key(req.noise_key_file, NOISE_KEY_ENV)
     if key is None:
-        return None, f"no noise key (--noise-key-file or ${NOISE_KEY_ENV}): not computed"
-    released = release.metadata.get("mass.noise_key_fingerprint", "")
-    if released and released != key.fingerprint:
+        return None, f"no noise key (--noise-key-file or ${NOISE_KEY_ENV}): not computed", False
+    if released != key.fingerprint:
         log.warning("%s: release noise key %s is not the given key %s; no key-compromised "
                     "figure", req.release, released, key.fingerprint)  # fmt: skip
-        return None, f"key {key.fingerprint} is not the release's ({released}): not computed"
-    view = keyless_view(release.x[use], release.ids.filter(pa.array(use)), parts, key)
+        status = f"key {key.fingerprint} is not the release's ({released}): not computed"
+        return None, status, False
+    view = keyless_view(release.x[use], ids, parts, key)
     x = np.hstack([view.x, extra]) if extra.shape[1] else view.x
     status = f"key {key.fingerprint}: stripped {list(view.stripped)}"
-    return x, status + (f", noise as features {list(view.appended)}" if view.appended else "")
+    if view.appended:
+        status += f", noise as features {list(view.appended)}"
+    return x, status, False
 
 
 def judge_frame(reports: list[AttributeReport]) -> pd.DataFrame:

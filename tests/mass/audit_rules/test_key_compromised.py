@@ -20,7 +20,7 @@ from mass.keys import NOISE_KEY_ENV, OwnerKey, write_key
 from mass.methods._common import AffineModifier, AffineSpec, GaussianNoiseModifier, NoiseSpec
 from mass.metrics import majority_rate, retrained_attackers
 from mass.modifier import ChainModifier, DataModifier, ModifierSpec
-from mass.noise import keyed_row_seeds
+from mass.noise import keyed_row_seeds, row_seeds
 
 N, D = 2000, 24
 FAST = {"families": ["logreg", "knn"], "folds": 3}
@@ -95,11 +95,10 @@ def test_malformed_or_unknown_modifier_metadata_gives_no_figure():
     assert is_stochastic(modifier_parts({"mass.modifier": '{"kind": "new", "spec": {}}'})) is None
 
 
-@pytest.fixture(scope="module")
-def keyed_release(tmp_path_factory, key):
+def _release(tmp, key: OwnerKey | None):
     """s survives as a 0.003 residue in its own dims, drowned by MaSS output noise 0.5 drawn
-    under ``key``: invisible in the release, read perfectly once the noise is removed."""
-    tmp = tmp_path_factory.mktemp("keyed")
+    under ``key`` (None: from the public row_seeds, as releases were before keyed noise):
+    invisible in the release, read perfectly once the noise is removed."""
     rng = np.random.default_rng(0)
     s, r = rng.integers(0, 3, N), rng.integers(0, 2, N)
     x = rng.normal(scale=0.15, size=(N, D))
@@ -116,16 +115,28 @@ def keyed_release(tmp_path_factory, key):
     with torch.no_grad():  # G(x) = x: the last layer outputs 0, n(0) = 0
         model.mlp[-1].weight.zero_()
         model.mlp[-1].bias.zero_()
-    xp = _run(model, _unit(y), ids, key)
+    if key is None:
+        seeds = torch.from_numpy(row_seeds(ids))
+        with torch.no_grad():
+            xp = model(torch.from_numpy(_unit(y)), seeds).numpy()
+    else:
+        xp = _run(model, _unit(y), ids, key)
     meta = {k: "x" for k in REQUIRED_METADATA}
     meta.update({"mass.suppress": '["s"]', "mass.preserve": '["r"]', "mass.forced_columns": "[]",
-                 "mass.noise_key_fingerprint": key.fingerprint, **_meta(model)})  # fmt: skip
+                 **_meta(model)})  # fmt: skip
+    if key is not None:
+        meta["mass.noise_key_fingerprint"] = key.fingerprint
     (tmp / "release").mkdir()
     table = pa.table({"id": ids, "emb": embedding_array(xp)}).replace_schema_metadata(meta)
     pq.write_table(table, tmp / "release" / "part-00000-of-00001.parquet")
     labels = pa.table({"id": ids, "emb": embedding_array(x), "s": s, "r": r})
     pq.write_table(labels, tmp / "labels.parquet")
     return str(tmp / "release"), str(tmp / "labels.parquet"), xp, s
+
+
+@pytest.fixture(scope="module")
+def keyed_release(tmp_path_factory, key):
+    return _release(tmp_path_factory.mktemp("keyed"), key)
 
 
 def _audit(release, labels, policy=None, **kw):
@@ -185,3 +196,17 @@ def test_cli_reads_the_key_file_and_a_wrong_key_strips_nothing(keyed_release, ke
     assert rc == 0 and metrics["attributes"]["s"]["key_compromised"] is None
     assert "is not the release's" in metrics["key_compromised_status"]
     assert key.secret.hex() not in (report / "audit.json").read_text()
+
+
+def test_noise_from_public_ids_is_removed_without_a_key_and_judged(tmp_path, monkeypatch):
+    """A release whose noise is not keyed (no mass.noise_key_fingerprint) protects nothing:
+    the audit strips it from the public ids, with no key at hand, and fails the release
+    though gate_key_compromised is off (the issue's denoising attack)."""
+    release, labels, _, _ = _release(tmp_path, None)
+    monkeypatch.delenv(NOISE_KEY_ENV, raising=False)
+    result = _audit(release, labels)
+    assert "not keyed" in result.key_status
+    assert {(e.suite, e.expectation) for e in result.outcome.failed} == {SUPPRESSED}
+    s = next(r for r in result.reports if r.name == "s")
+    assert s.key_compromised["logreg"] > 0.95 and s.attackers["logreg"] < 0.4
+    assert not s.judge_ok("logreg_key") and s.judge_ok("logreg")
