@@ -238,7 +238,9 @@ def _keyless(req: AuditRequest, release: Release, use: np.ndarray, extra: np.nda
     if not released:
         view = keyless_view(release.x[use], ids, parts, None)
         status = (f"release noise is not keyed (no mass.noise_key_fingerprint): anyone removes "
-                  f"it from the public ids; stripped {list(view.stripped)}, judged")  # fmt: skip
+                  f"it from the public ids; stripped {list(view.stripped)}"
+                  + (f", noise as features {list(view.appended)}" if view.appended else "")
+                  + "; judged")  # fmt: skip
         x = np.hstack([view.x, extra]) if extra.shape[1] else view.x
         return x, status, True
     key = req.noise_key or resolve_key(req.noise_key_file, NOISE_KEY_ENV)
