@@ -8,7 +8,8 @@ from mass.audit.runner import AuditResult
 
 
 def plot_privacy_utility(result: AuditResult, path: str) -> str:
-    """Left: accuracy minus max(majority, floor) per suppressed attribute and judge, with
+    """Left: each judge's 95 % upper bound of accuracy minus max(majority, floor) per
+    suppressed attribute (the number the rule judges), with
     each judge's allowed margin as a tick. Right: retention per preserved attribute, with
     the required minimum fraction as a dashed line."""
     import matplotlib
@@ -23,14 +24,15 @@ def plot_privacy_utility(result: AuditResult, path: str) -> str:
     width = 0.8 / max(len(judges), 1)
     for k, judge in enumerate(judges):
         xs = [i + (k - (len(judges) - 1) / 2) * width for i in range(len(sup))]
-        ys = [r.accuracies.get(judge, float("nan")) - r.baseline for r in sup]
+        ys = [r.ci_high.get(judge, r.accuracies.get(judge, float("nan"))) - r.baseline
+              for r in sup]  # fmt: skip
         ax1.bar(xs, ys, width, label=judge)
         lim = [r.margins.get(judge, float("nan")) for r in sup]
         ax1.scatter(xs, lim, marker="_", s=300, color="red", zorder=3,
                     label="allowed margin" if k == 0 else None)  # fmt: skip
     ax1.axhline(0.0, color="black", linewidth=0.8)
     ax1.set_xticks(range(len(sup)), [r.name for r in sup])
-    ax1.set_ylabel("accuracy on x' - max(majority, floor)")
+    ax1.set_ylabel("95% upper bound on x' - max(majority, floor)")
     ax1.set_title("privacy: suppressed attributes (lower is better)")
     if judges:
         ax1.legend(fontsize=8, ncol=2)

@@ -25,6 +25,7 @@ class Release:
     x: np.ndarray  # float32 [N, d]; NaN rows where the release has a null embedding
     columns: list[tuple[str, str]]  # (name, Arrow type) in file order
     metadata: dict[str, str]
+    extra: dict[str, pa.Array] = field(default_factory=dict)  # every other released column
 
     def __len__(self) -> int:
         return int(self.x.shape[0])
@@ -90,7 +91,81 @@ def read_release(spec: str, *, id_col: str = "id", emb_col: str = "emb") -> Rele
     ids = check_ids(table, id_col, source=spec)
     x = release_matrix(table, emb_col, source=spec)
     columns = [(f.name, str(f.type)) for f in table.schema]
-    return Release(source=spec, ids=ids, x=x, columns=columns, metadata=metadata)
+    extra = {c: table.column(c).combine_chunks() for c in table.column_names
+             if c not in (id_col, emb_col)}  # fmt: skip
+    return Release(source=spec, ids=ids, x=x, columns=columns, metadata=metadata, extra=extra)
+
+
+def _standardise(m: np.ndarray) -> np.ndarray:
+    m = np.where(np.isfinite(m), m, np.nan)
+    missing = np.isnan(m)
+    mean = np.nanmean(np.where(missing.all(0), 0.0, m), axis=0) if m.size else m
+    m = np.where(missing, mean, m)
+    std = m.std(axis=0)
+    out = (m - mean) / np.where(std > 0, std, 1.0)
+    if missing.any():  # where a value is missing is itself released information
+        out = np.hstack([out, missing[:, missing.any(0)].astype(np.float64)])
+    return out
+
+
+def _one_hot(values: np.ndarray, max_levels: int) -> np.ndarray:
+    """One column per value (nulls are a value); beyond ``max_levels`` the rarer values
+    share one "other" column."""
+    uniq, inv, counts = np.unique(values, return_inverse=True, return_counts=True)
+    if uniq.size > max_levels:
+        top = np.argsort(-counts, kind="stable")[: max_levels - 1]
+        remap = np.full(uniq.size, max_levels - 1)
+        remap[top] = np.arange(top.size)
+        inv, width = remap[inv], max_levels
+    else:
+        width = uniq.size
+    return np.eye(width, dtype=np.float64)[inv.reshape(-1)]
+
+
+def encode_columns(
+    columns: dict[str, pa.Array], n_rows: int, *, max_levels: int = 32
+) -> np.ndarray:
+    """The released columns besides id and embedding as attacker features, float32 [N, m].
+
+    Strings, booleans, dictionaries and integers with at most ``max_levels`` distinct values
+    are one-hot encoded (a many-valued string keeps its ``max_levels - 1`` most frequent
+    values); other numbers and lists of numbers (e.g. a copy of an embedding) are
+    standardised per value, with a missing-value indicator where any is null. Anything else is
+    one-hot encoded from its string form. Each column's block is scaled to unit mean squared
+    row norm, so no column drowns the unit-norm embedding for a distance-based attacker.
+    """
+    blocks = []
+    for name, arr in columns.items():
+        typ = arr.type
+        if pa.types.is_dictionary(typ):
+            arr, typ = arr.cast(typ.value_type), typ.value_type
+        n = len(arr)
+        if (pa.types.is_list(typ) or pa.types.is_large_list(typ)
+                or pa.types.is_fixed_size_list(typ)) and (
+                pa.types.is_floating(typ.value_type) or pa.types.is_integer(typ.value_type)):  # fmt: skip
+            m = release_matrix(pa.table({name: arr}), name, source=f"release column '{name}'")
+            m = m.astype(np.float64)
+            block = _standardise(m.reshape(n, -1))
+        elif pa.types.is_floating(typ) or pa.types.is_integer(typ) or pa.types.is_temporal(typ):
+            vals = arr.cast(pa.float64()) if not pa.types.is_temporal(typ) else \
+                arr.cast(pa.int64()).cast(pa.float64())  # fmt: skip
+            v = vals.to_numpy(zero_copy_only=False).astype(np.float64)
+            if pa.types.is_integer(typ) and np.unique(v[np.isfinite(v)]).size <= max_levels:
+                block = _one_hot(np.where(np.isfinite(v), v, np.inf), max_levels)
+            else:
+                block = _standardise(v.reshape(n, 1))
+        else:
+            try:
+                strs = arr.cast(pa.string())
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                strs = pa.array([str(v) for v in arr.to_pylist()], pa.string())
+            vals = np.asarray(pc.fill_null(strs, "\x00<null>").to_numpy(zero_copy_only=False))
+            block = _one_hot(vals.astype(str), max_levels)
+        scale = np.sqrt(np.mean(np.sum(block**2, axis=1))) if block.size else 0.0
+        blocks.append(block / scale if scale > 0 else block)
+    if not blocks:
+        return np.zeros((n_rows, 0), dtype=np.float32)
+    return np.hstack(blocks).astype(np.float32)
 
 
 def read_labels(

@@ -23,7 +23,8 @@ from great_expectations.expectations.metrics.table_metric_provider import TableM
 
 from mass.metrics import preserved_ok, suppressed_ok
 
-JUDGE_COLUMNS = ("attribute", "role", "judge", "accuracy", "majority", "floor", "original")
+JUDGE_COLUMNS = ("attribute", "role", "judge", "accuracy", "majority", "floor", "original",
+                 "balanced", "ci_high", "balanced_ci_high", "chance", "balanced_floor")  # fmt: skip
 
 
 class AttributeJudgeRows(TableMetricProvider):
@@ -49,10 +50,14 @@ class AttributeJudgeRows(TableMetricProvider):
 
 
 class ExpectAttributeToBeSuppressed(BatchExpectation):
-    """Every judge's accuracy on the release is <= max(majority, floor) + its margin.
+    """Every judge is within its margin on both scales, judged on 95 % upper bounds:
 
-    ``margins`` maps each required judge ("frozen", "logreg", ...) to its margin; a judge
-    without a row in the batch fails the expectation (an unmeasured attacker proves nothing).
+    - accuracy: ``ci_high`` <= max(majority, floor) + margin;
+    - balanced accuracy: ``balanced_ci_high`` <= max(chance, balanced_floor) + margin.
+
+    ``margins`` maps each required judge ("frozen", "logreg", "logreg_remap", ...) to its
+    margin; a judge without a row in the batch, or with a missing number, fails the
+    expectation (an unmeasured attacker proves nothing).
     """
 
     attribute: str
@@ -77,20 +82,30 @@ class ExpectAttributeToBeSuppressed(BatchExpectation):
                 failed.append(judge)
                 continue
             baseline = max(float(r["majority"]), float(r["floor"]))
-            acc = float(r["accuracy"])
-            ok = suppressed_ok(acc, baseline, float(margin))
-            worst = max(worst, acc - baseline)
+            bal_baseline = max(float(r["chance"]), float(r["balanced_floor"]))
+            high, bal_high = float(r["ci_high"]), float(r["balanced_ci_high"])
+            # NaN compares False: a missing bound fails
+            ok = suppressed_ok(high, baseline, float(margin)) and suppressed_ok(
+                bal_high, bal_baseline, float(margin)
+            )
+            worst = max(worst, high - baseline, bal_high - bal_baseline)
             failed += [] if ok else [judge]
-            details.append({"judge": judge, "accuracy": acc, "baseline": baseline,
-                            "limit": baseline + float(margin), "passed": ok})  # fmt: skip
+            details.append({"judge": judge, "accuracy": float(r["accuracy"]), "ci_high": high,
+                            "limit": baseline + float(margin),
+                            "balanced": float(r["balanced"]), "balanced_ci_high": bal_high,
+                            "balanced_limit": bal_baseline + float(margin),
+                            "passed": ok})  # fmt: skip
         return {
             "success": not failed and bool(details),
             "result": {
                 "observed_value": (f"FAILED {', '.join(sorted(set(failed)))}; " if failed else "")
                 + ", ".join(
-                    f"{d['judge']} {d['accuracy']:.3f} (limit {d['limit']:.3f})" for d in details
+                    f"{d['judge']} {d['accuracy']:.3f}<={d['ci_high']:.3f} "
+                    f"(limit {d['limit']:.3f}), balanced {d['balanced']:.3f}<="
+                    f"{d['balanced_ci_high']:.3f} (limit {d['balanced_limit']:.3f})"
+                    for d in details
                 )
-                + f"; worst excess over max(majority, floor) {worst:+.4f}",
+                + f"; worst upper bound over its baseline {worst:+.4f}",
                 "details": {"judges": details, "missing_judges": missing},
             },
         }

@@ -14,12 +14,19 @@ audit:
   preserve:               # optional per-attribute overrides of min_utility_fraction
     digit: 0.95
   families: [logreg, mlp, gboost, knn]
-  folds: 5
+  folds: 10              # stratified k-fold: each attacker trains on (k-1)/k of the rows
   seed: 0
   max_rows: 20000         # subsample for the retrained attackers (null = all rows)
   norm_tol: 1.0e-4        # |norm - 1| allowed for released embeddings
   allow_columns: []       # columns the release may carry besides id and embedding
+  confidence: 0.95        # judges are held to the upper end of this two-sided interval
+  curve: true             # learning curve (25/50/100 % of the attack training set)
+  curve_tol: 0.02         # a curve gaining more than this (and 1 SE) in its last step climbs
+  max_cosine: 0.9999      # a released row this close to its original is unmodified
+  max_levels: 32          # released columns with <= this many values are one-hot encoded
+  gate_key_compromised: false  # also judge attackers on the release with its noise removed
 ```
+The rules are documented in docs/audit.md.
 When ``audit.allow_columns`` is absent, ``anonymize.allow_columns`` (if any) is used.
 """
 
@@ -27,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import yaml
@@ -36,7 +43,8 @@ from mass.errors import ConfigError
 from mass.metrics import ATTACKER_FAMILIES, FROZEN
 
 KEYS = {"frozen_margin", "attacker_margin", "min_utility_fraction", "suppress", "preserve",
-        "families", "folds", "seed", "max_rows", "norm_tol", "allow_columns"}  # fmt: skip
+        "families", "folds", "seed", "max_rows", "norm_tol", "allow_columns", "confidence",
+        "curve", "curve_tol", "max_cosine", "max_levels", "gate_key_compromised"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -51,11 +59,22 @@ class AuditPolicy:
     suppress: dict[str, dict[str, float]] = field(default_factory=dict)
     preserve: dict[str, float] = field(default_factory=dict)
     families: tuple[str, ...] = ATTACKER_FAMILIES
-    folds: int = 5
+    folds: int = 10
     seed: int = 0
     max_rows: int | None = 20000  # attackers subsample beyond this (runtime bound)
     norm_tol: float = 1e-4
     allow_columns: tuple[str, ...] = ()
+    confidence: float = 0.95
+    curve: bool = True
+    curve_tol: float = 0.02
+    max_cosine: float = 0.9999
+    max_levels: int = 32
+    gate_key_compromised: bool = False
+
+    def to_dict(self) -> dict:
+        """The resolved policy as plain JSON values (audit.json ``policy``)."""
+        d = asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
     def margins(self, attr: str) -> dict[str, float]:
         """Margin per judge ("frozen" and each family) for a suppressed attribute."""
@@ -154,6 +173,19 @@ def policy_from_dict(section: Mapping[str, Any] | None) -> AuditPolicy:
         kw["norm_tol"] = _number("norm_tol", sec["norm_tol"], lo=0.0, hi=1.0)
     if "allow_columns" in sec:
         kw["allow_columns"] = _names("allow_columns", sec["allow_columns"] or [])
+    if "confidence" in sec:
+        kw["confidence"] = _number("confidence", sec["confidence"], lo=0.5, hi=0.9999)
+    if "curve_tol" in sec:
+        kw["curve_tol"] = _number("curve_tol", sec["curve_tol"], lo=0.0, hi=1.0)
+    if "max_cosine" in sec:
+        kw["max_cosine"] = _number("max_cosine", sec["max_cosine"], lo=0.0, hi=1.0)
+    if "max_levels" in sec:
+        kw["max_levels"] = _int("max_levels", sec["max_levels"], lo=2)
+    for key in ("curve", "gate_key_compromised"):
+        if key in sec:
+            if not isinstance(sec[key], bool):
+                raise ConfigError(f"audit.{key}: expected true or false, got {sec[key]!r}")
+            kw[key] = sec[key]
     return AuditPolicy(**kw)
 
 

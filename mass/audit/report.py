@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from datetime import UTC, datetime
 
 from mass.audit.data import parse_json_list
 from mass.audit.runner import AuditResult
@@ -29,11 +30,38 @@ def audit_metrics(result: AuditResult) -> dict:
                "baseline": _num(r.baseline), "original": _num(r.original),
                "frozen_x": _num(r.frozen_x), "frozen_xprime": _num(r.frozen_xprime)}  # fmt: skip
         row.update({fam: _num(acc) for fam, acc in r.attackers.items()})
+        row.update({j: _num(acc) for j, acc in r.extra_judges.items()})
         row["worst"] = _num(r.worst)
+        row["chance"] = _num(r.chance)
+        row["balanced_floor"] = _num(r.balanced_floor)
+        row["balanced"] = {j: _num(v) for j, v in r.balanced.items()}
+        row["ci_high"] = {j: _num(v) for j, v in r.ci_high.items()}
+        row["balanced_ci_high"] = {j: _num(v) for j, v in r.balanced_ci_high.items()}
         if r.role == "suppressed":
             row["excess"] = _num(r.worst - r.baseline)
+            limits = {j: r.baseline + m for j, m in r.margins.items()}
+            bal = {j: r.balanced_baseline + m for j, m in r.margins.items()}
+            # one number each (the strictest judge's), and every judge's in limits/...
+            row["limit"] = _num(min(limits.values())) if limits else None
+            row["balanced_limit"] = _num(min(bal.values())) if bal else None
+            row["limits"] = {j: _num(v) for j, v in limits.items()}
+            row["balanced_limits"] = {j: _num(v) for j, v in bal.items()}
+            row["ci_excess"] = _num(max(
+                max((r.ci_high[j] - limits[j] for j in r.ci_high), default=float("nan")),
+                max((r.balanced_ci_high[j] - bal[j] for j in r.balanced_ci_high),
+                    default=float("nan")),
+            ))  # fmt: skip
         else:
             row["retention"] = _num(r.retention)
+        row["learning_curve"] = {f: [[_num(a), _num(b)] for a, b in c]
+                                 for f, c in r.learning_curve.items()}  # fmt: skip
+        row["curve_climbing"] = r.curve_climbing
+        row["climbing_families"] = list(r.climbing)
+        row["key_compromised"] = (None if r.key_compromised is None else
+                                  {f: _num(v) for f, v in r.key_compromised.items()})  # fmt: skip
+        if r.key_compromised is not None:  # accuracy gained by holding the key, per family
+            row["key_gain"] = {f: _num(v - r.attackers.get(f, float("nan")))
+                               for f, v in r.key_compromised.items()}  # fmt: skip
         row["pass"] = attribute_passed(result, r.name)
         attrs[r.name] = row
     sup = [r.worst for r in result.reports if r.role == "suppressed"]
@@ -58,7 +86,30 @@ def audit_metrics(result: AuditResult) -> dict:
             "columns": result.released_columns,
         },  # fmt: skip
         "seconds": round(result.seconds, 2),
+        "policy": result.policy.to_dict() if result.policy is not None else None,
+        "key_compromised_status": result.key_status,
+        "warnings": list(result.warnings),
+        "lineage": lineage(result),
     }
+
+
+def lineage(result: AuditResult) -> dict:
+    """Where the audited release came from, as far as its metadata says (may be partial)."""
+    meta = result.release_meta
+    out: dict = {k.removeprefix("mass."): v for k, v in sorted(meta.items())
+                 if k not in ("mass.suppress", "mass.preserve", "mass.forced_columns")}  # fmt: skip
+    if "modifier" in out:
+        try:
+            out["modifier"] = json.loads(out["modifier"])
+        except json.JSONDecodeError:
+            pass
+    out.update({
+        **{k: v for k, v in result.sources.items() if v},
+        "runner": "mass audit",
+        "time": datetime.now(UTC).isoformat(timespec="seconds"),
+        "rows": result.counts.get("release"),
+    })  # fmt: skip
+    return out
 
 
 def write_report(result: AuditResult, report_dir: str) -> str:
@@ -87,6 +138,21 @@ def format_table(result: AuditResult) -> str:
     c = result.counts
     lines.append(f"rows: release {c['release']}, labels {c['labels']}, matched {c['matched']}, "
                  f"non-finite {c['nonfinite']}, audited {c['audited']}")  # fmt: skip
+    for r in result.reports:
+        if r.role != "suppressed":
+            continue
+        highs = ", ".join(f"{j} {v:.3f}" for j, v in r.ci_high.items())
+        lines.append(f"{r.name}: 95% upper bounds (limit {r.baseline:.3f}+margin): {highs}")
+        bal = ", ".join(f"{j} {v:.3f}" for j, v in r.balanced_ci_high.items())
+        lines.append(f"{r.name}: balanced upper bounds (limit {r.balanced_baseline:.3f}+margin):"
+                     f" {bal}")  # fmt: skip
+        if r.key_compromised is not None:
+            key = ", ".join(f"{f} {v:.3f}" for f, v in r.key_compromised.items())
+            lines.append(f"{r.name}: key compromised (noise removed): {key}")
+    if result.key_status:
+        lines.append(f"key-compromised figure: {result.key_status}")
+    for w in result.warnings:
+        lines.append(f"WARNING {w}")
     for e in result.outcome.failed:
         lines.append(f"FAILED {e.suite}: {e.description or e.expectation} -> {e.observed}")
     n = len(result.outcome.expectations)

@@ -5,9 +5,11 @@ Four pandas batches, one suite each, validated in one ephemeral GX context:
 - ``release_columns`` (one row per release column): only id, embedding and allow-listed
   columns; no label column (suppressed ones never, others unless allow-listed).
 - ``release_metadata`` (one row per ``mass.*`` schema key): the contract's keys exist.
-- ``release_rows`` (one row per release row: id, in_labels, [in_input], finite, norm): row
-  count equals the labels' (and --input's), ids unique, non-null and all known, every value
-  finite, unit norm within ``norm_tol``.
+- ``release_rows`` (one row per release row: id, in_labels, [in_input], finite, norm,
+  cosine): row count equals the labels' (and --input's), ids unique, non-null and all known,
+  every value finite, unit norm within ``norm_tol``, and no row's cosine similarity to its
+  original at or above ``max_cosine`` (the bypass check: equality would miss a modifier that
+  returns the normalised input, or the input x (1 + 1e-7)).
 - ``attribute_privacy`` (one row per attribute x judge, numbers from :mod:`mass.metrics`):
   the custom :class:`ExpectAttributeToBeSuppressed` / :class:`ExpectAttributeToBePreserved`
   with the policy's thresholds as arguments.
@@ -29,6 +31,7 @@ import pandas as pd
 logging.getLogger("great_expectations").setLevel(logging.WARNING)
 
 from mass.audit.expectations import (  # noqa: E402  (after the GX logger is quietened)
+    JUDGE_COLUMNS,
     ExpectAttributeToBePreserved,
     ExpectAttributeToBeSuppressed,
 )
@@ -37,6 +40,7 @@ REQUIRED_METADATA = ("mass.model", "mass.model_version", "mass.sha256", "mass.me
                      "mass.suppress", "mass.preserve", "mass.config_hash",
                      "mass.forced_columns")  # fmt: skip
 SITE = "mass_audit"
+__all__ = ["JUDGE_COLUMNS", "AuditOutcome", "SuiteSpec", "build_suites", "run_suites"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,7 @@ class SuiteSpec:
     norm_tol: float
     suppressed: dict[str, dict[str, float]]  # attr -> judge -> margin
     preserved: dict[str, float]  # attr -> min fraction
+    max_cosine: float = 0.9999  # a released row this close to its original is unmodified
 
 
 @dataclass(frozen=True)
@@ -123,6 +128,11 @@ def build_suites(spec: SuiteSpec) -> dict[str, list]:
             description=f"Embeddings have unit norm (|norm - 1| < {tol:g})",
         ),
     ]
+    rows.append(E.ExpectColumnValuesToBeBetween(
+        column="cosine", max_value=spec.max_cosine, strict_max=True,
+        description=f"Every released row differs from its original: cosine similarity to the "
+        f"original embedding < {spec.max_cosine:g} (a bypassed or near-identity modifier fails)",
+    ))  # fmt: skip
     if spec.n_input is not None:
         rows += [
             E.ExpectTableRowCountToEqual(
@@ -137,8 +147,10 @@ def build_suites(spec: SuiteSpec) -> dict[str, list]:
         text = ", ".join(f"{j} +{m:g}" for j, m in margins.items())
         attrs.append(ExpectAttributeToBeSuppressed(
             attribute=attr, margins=dict(margins),
-            description=f"'{attr}' is suppressed: each judge's accuracy on the release "
-            f"is at most max(majority, leakage floor) + margin ({text})",
+            description=f"'{attr}' is suppressed: for each judge the 95% upper bound of its "
+            "accuracy on the release is at most max(majority, leakage floor) + margin, and "
+            "of its balanced accuracy at most max(1/k, balanced leakage floor) + margin "
+            f"({text})",
         ))  # fmt: skip
     for attr, frac in spec.preserved.items():
         attrs.append(ExpectAttributeToBePreserved(

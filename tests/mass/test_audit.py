@@ -16,7 +16,7 @@ from mass.cli import main
 from mass.errors import ConfigError
 from mass.io import embedding_array
 
-N, D = 400, 24
+N, D = 1000, 24
 S_BLOCK, R_BLOCK = slice(0, 8), slice(8, 16)
 FAST = {"families": ["logreg", "knn"], "folds": 3}
 
@@ -122,6 +122,8 @@ def test_label_or_unlisted_column_in_release_fails(tmp_path, data):
     assert _failed(result) == {
         ("release_columns", "expect_column_values_to_be_in_set"),
         ("release_columns", "expect_column_values_to_not_be_in_set"),
+        # the attackers see every released column: the label column itself leaks s
+        ("attribute_privacy", "expect_attribute_to_be_suppressed"),
     }
 
 
@@ -226,12 +228,14 @@ def test_suppression_expectation_fails_when_a_required_judge_is_unmeasured():
     rep = AttributeReport(name="s", role="suppressed", n=10, majority=0.5, floor=0.5,
                           original=0.9, original_by_family={}, frozen_x=None,
                           frozen_xprime=None, attackers={"logreg": 0.52},
-                          margins={"logreg": 0.05})  # fmt: skip
+                          margins={"logreg": 0.05}, chance=0.5, balanced_floor=0.5,
+                          balanced={"logreg": 0.52}, ci_high={"logreg": 0.52},
+                          balanced_ci_high={"logreg": 0.52})  # fmt: skip
     frames = {
         "release_columns": pd.DataFrame({"column": ["id", "emb"], "arrow_type": ["", ""]}),
         "release_metadata": pd.DataFrame({"key": list(REQUIRED_METADATA), "value": ""}),
         "release_rows": pd.DataFrame(
-            {"id": [1], "in_labels": [True], "finite": [True], "norm": [1.0]}
+            {"id": [1], "in_labels": [True], "finite": [True], "norm": [1.0], "cosine": [0.5]}
         ),  # fmt: skip
         "attribute_privacy": judge_frame([rep]),
     }
@@ -246,3 +250,78 @@ def test_suppression_expectation_fails_when_a_required_judge_is_unmeasured():
     missing = run_suites(frames, spec({"logreg": 0.05, "mlp": 0.05}))
     assert [e.attribute for e in missing.failed] == ["s"]
     assert "FAILED mlp" in missing.failed[0].observed
+
+
+def _judge_frames(**judge):
+    """GX frames for one suppressed judge 'logreg' of attribute s with the given numbers."""
+    import pandas as pd
+
+    from mass.audit.runner import judge_frame
+    from mass.metrics import AttributeReport
+
+    num = {"acc": 0.52, "ci": 0.52, "bal": 0.52, "bal_ci": 0.52, **judge}
+    rep = AttributeReport(name="s", role="suppressed", n=10, majority=0.5, floor=0.5,
+                          original=0.9, original_by_family={}, frozen_x=None,
+                          frozen_xprime=None, attackers={"logreg": num["acc"]},
+                          margins={"logreg": 0.05}, chance=0.5, balanced_floor=0.4,
+                          balanced={"logreg": num["bal"]}, ci_high={"logreg": num["ci"]},
+                          balanced_ci_high={"logreg": num["bal_ci"]})  # fmt: skip
+    return {
+        "release_columns": pd.DataFrame({"column": ["id", "emb"], "arrow_type": ["", ""]}),
+        "release_metadata": pd.DataFrame({"key": list(REQUIRED_METADATA), "value": ""}),
+        "release_rows": pd.DataFrame(
+            {"id": [1], "in_labels": [True], "finite": [True], "norm": [1.0], "cosine": [0.5]}
+        ),  # fmt: skip
+        "attribute_privacy": judge_frame([rep]),
+    }
+
+
+def test_suppression_expectation_judges_upper_bounds_on_both_scales():
+    from mass.audit.suite import SuiteSpec, run_suites
+
+    spec = SuiteSpec(id_col="id", emb_col="emb", allowed=(), forbidden=("s",), n_labels=1,
+                     n_input=None, norm_tol=1e-4, suppressed={"s": {"logreg": 0.05}},
+                     preserved={})  # fmt: skip
+    assert run_suites(_judge_frames(ci=0.549, bal_ci=0.549), spec).success
+    # point 0.52 inside the limit 0.55, its 95 % upper bound 0.58 outside: fails
+    high = run_suites(_judge_frames(ci=0.58), spec)
+    assert not high.success and "logreg 0.520<=0.580 (limit 0.550)" in high.failed[0].observed
+    # balanced accuracy has its own baseline: max(chance 0.5, balanced floor 0.4) + 0.05
+    assert not run_suites(_judge_frames(bal=0.53, bal_ci=0.56), spec).success
+    # a missing bound fails closed
+    assert not run_suites(_judge_frames(bal_ci=float("nan")), spec).success
+
+
+def test_released_columns_are_encoded_for_the_attackers():
+    from mass.audit.data import encode_columns
+
+    cols = {
+        "city": pa.array(["a", "b", None, "a"]),
+        "age": pa.array([30.0, None, 50.0, 70.0]),
+        "code": pa.array([3, 7, 3, 7]),
+        "vec": pa.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]]),
+        "when": pa.array([1, 2, 3, 4], pa.timestamp("s")),
+    }
+    m = encode_columns(cols, 4, max_levels=8)
+    # city: 3 one-hot (null is a value); age: 1 + missing flag; code: 2 one-hot; vec: 2; when: 1
+    assert m.shape == (4, 3 + 2 + 2 + 2 + 1) and m.dtype == np.float32
+    assert np.isfinite(m).all()
+    many = encode_columns({"name": pa.array([f"n{i % 40}" for i in range(80)])}, 80,
+                          max_levels=8)  # fmt: skip
+    assert many.shape == (80, 8)  # 7 most frequent values + "other"
+    assert encode_columns({}, 5).shape == (5, 0)
+
+
+def test_new_policy_keys_are_validated():
+    pol = policy_from_dict({"confidence": 0.99, "gate_key_compromised": True, "curve": False,
+                            "max_cosine": 0.999, "max_levels": 4, "curve_tol": 0.03})  # fmt: skip
+    assert (
+        pol.gate_key_compromised
+        and not pol.curve
+        and pol.to_dict()["families"] == list(pol.families)
+    )
+    assert load_policy(None).folds == 10 and load_policy(None).confidence == 0.95
+    with pytest.raises(ConfigError, match="audit.gate_key_compromised"):
+        policy_from_dict({"gate_key_compromised": "yes"})
+    with pytest.raises(ConfigError, match="audit.confidence"):
+        policy_from_dict({"confidence": 0.2})

@@ -12,11 +12,18 @@ from mass.metrics import (
     AttributeReport,
     attribute_report,
     aum,
+    balanced_accuracy,
+    balanced_upper,
+    chance_level,
+    curve_climbing,
     frozen_accuracy,
     leakage_floor,
     majority_rate,
+    remap_predictions,
     retrained_attackers,
     utility_retention,
+    wilson_upper,
+    z_value,
 )
 
 
@@ -158,4 +165,108 @@ def test_attribute_report_measures_identity_as_leaky():
                            frozen=frozen, margins=0.05)  # fmt: skip
     assert rep.attackers["logreg"] > 0.95 and rep.original > 0.95
     assert rep.frozen_x == rep.frozen_xprime > 0.95
-    assert set(rep.margins) == {"frozen", "logreg"} and not rep.passed
+    assert set(rep.margins) == {"frozen", "logreg", "frozen_remap", "logreg_remap"}
+    assert not rep.passed
+
+
+def test_balanced_accuracy_is_mean_recall_and_constant_guess_is_chance():
+    y = np.array([0] * 96 + [1] * 4)
+    assert balanced_accuracy(y, np.zeros(100)) == 0.5 == chance_level(y)
+    assert balanced_accuracy(y, y) == 1.0
+    pred = y.copy()
+    pred[:48] = 1  # half of class 0 wrong, class 1 right
+    assert balanced_accuracy(y, pred) == pytest.approx(0.75)
+    assert chance_level([0, 1, 2, 2]) == pytest.approx(1 / 3)
+
+
+def test_wilson_upper_matches_the_textbook_interval():
+    # Wilson 95 % for 50/100 is (0.4038, 0.5962); for 0/10 the upper end is 0.2775
+    assert wilson_upper(50, 100) == pytest.approx(0.5962, abs=1e-4)
+    assert wilson_upper(0, 10) == pytest.approx(0.2775, abs=1e-4)
+    assert wilson_upper(100, 100) == pytest.approx(1.0) and wilson_upper(0, 0) == 1.0
+    assert z_value(0.95) == pytest.approx(1.959964, abs=1e-6)
+
+
+def test_balanced_upper_is_above_the_point_and_keeps_uncertainty_of_a_constant_guess():
+    y = np.array([0] * 960 + [1] * 40)
+    const = np.zeros(1000, dtype=int)
+    high = balanced_upper(y, const)
+    assert 0.5 < high < 0.55  # the 40 minority rows still leave room, but not 0.05
+    assert balanced_upper(y[:100], const[:100] * 0) > 0.5  # one class only: recall 1 -> 1
+    rng = np.random.default_rng(0)
+    pred = np.where(rng.random(1000) < 0.7, y, 1 - y)
+    assert balanced_upper(y, pred) > balanced_accuracy(y, pred)
+
+
+def test_remap_reads_back_a_permuting_judge_and_gains_nothing_at_chance():
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 3, 2000)
+    flipped = (y + 1) % 3  # accuracy 0: far below chance, yet it names the class
+    assert (flipped == y).mean() == 0.0
+    assert (remap_predictions(y, flipped) == y).mean() == 1.0
+    assert balanced_accuracy(y, remap_predictions(y, flipped, balanced=True)) == 1.0
+    noise = rng.integers(0, 3, 2000)
+    assert abs((remap_predictions(y, noise) == y).mean() - majority_rate(y)) < 0.04
+
+
+def test_balanced_leakage_floor_covers_a_rare_attribute_read_from_preserved_labels():
+    rng = np.random.default_rng(2)
+    r = rng.integers(0, 50, 4000)
+    s = (r == 0).astype(int)  # 2 % prevalence, a function of r
+    assert leakage_floor(s, {"r": r}) == 1.0
+    assert leakage_floor(s, {"r": r}, balanced=True) == 1.0
+    # s = 1 in 30 % of r == 0 rows, 0.5 % elsewhere: never the majority of any r, so the
+    # accuracy table always says 0 (balanced 0.5); the balanced table says 1 where r == 0
+    hint = (rng.random(4000) < np.where(r == 0, 0.3, 0.005)).astype(int)
+    assert leakage_floor(hint, {"r": r}) == pytest.approx(majority_rate(hint), abs=0.01)
+    assert leakage_floor(hint, {"r": r}, balanced=True) > 0.7
+    indep = (rng.random(4000) < 0.02).astype(int)
+    assert leakage_floor(indep, {}, balanced=True) == 0.5
+    assert leakage_floor(indep, {"r": r}, balanced=True) < 0.6
+
+
+def test_learning_curve_flags_an_attacker_still_learning_and_not_a_flat_one():
+    rng = np.random.default_rng(0)
+    n, d = 1200, 128
+    s = rng.integers(0, 2, n)
+    x = rng.normal(size=(n, d)) + np.where(s == 1, 0.08, -0.08)[:, None]
+    rep = attribute_report("s", s, x, x, role="suppressed", families=("logreg",), folds=3)
+    curve = rep.learning_curve["logreg"]
+    assert [f for f, _ in curve] == [0.25, 0.5, 1.0] and curve[-1][1] == rep.attackers["logreg"]
+    assert rep.climbing == ("logreg",) and curve[-1][1] - curve[-2][1] > 0.05
+    z = rng.normal(size=(n, d))
+    flat = attribute_report("s", s, z, z, role="suppressed", families=("logreg",), folds=3)
+    assert flat.climbing == () and not flat.curve_climbing
+    assert not curve_climbing([[0.5, 0.70], [1.0, 0.715]], 1200, 0.02)
+    assert curve_climbing([[0.5, 0.70], [1.0, 0.76]], 1200, 0.02)
+
+
+def test_attribute_report_sees_extra_columns_and_judges_upper_bounds():
+    rng = np.random.default_rng(7)
+    y = rng.integers(0, 2, 600)
+    x = _unit(rng.normal(size=(600, 8)))
+    proxy = np.eye(2)[y].astype(np.float32)  # an encoded released column equal to y
+    clean = attribute_report("s", y, x, x, role="suppressed", families=("logreg",), folds=3)
+    leaky = attribute_report("s", y, x, x, role="suppressed", families=("logreg",), folds=3,
+                             extra=proxy)  # fmt: skip
+    assert clean.passed and clean.attackers["logreg"] < 0.6
+    assert leaky.attackers["logreg"] == 1.0 and not leaky.passed
+    # judged on the upper bound: a point estimate inside the limit can still fail
+    rep = _report(
+        "suppressed",
+        {"logreg": 0.54},
+        majority=0.5,
+        floor=0.5,
+        margins={"logreg": 0.05},
+        ci_high={"logreg": 0.58},
+    )
+    assert not rep.passed
+    ok = _report(
+        "suppressed",
+        {"logreg": 0.54},
+        majority=0.5,
+        floor=0.5,
+        margins={"logreg": 0.05},
+        ci_high={"logreg": 0.549},
+    )
+    assert ok.passed

@@ -1,0 +1,167 @@
+"""The owner's "key compromised" view of a release: its noise recomputed with the key, removed.
+
+Every random stream a served modifier applies is ``mass.noise.row_noise`` of the row's keyed
+seed (``mass.noise.keyed_row_seeds(id, key)``), so whoever holds the noise key recomputes it
+exactly. This module does so from the release's ``mass.modifier`` metadata ({"kind", "spec"})
+and builds what an attacker holding the key would train on:
+
+- noise *added to a unit vector and renormalised* at the end (``mass`` output noise
+  x' = n(y + sigma z(seed + 0x5EED) / sqrt(d)); ``gaussian_noise`` x' = n(n(x) + sigma
+  eps(seed))) is stripped exactly: with w known and |y| = 1, y = t x' - w where
+  t = x'.w + sqrt((x'.w)^2 - |w|^2 + 1) (the root with y.x' > 0; for |w| < 1 it is the only
+  positive one). A ``gaussian_noise`` part's input is the previous part's unit output, so
+  stripping continues into the chain;
+- noise drawn *inside* a network (``mass`` input noise z(seed), ``genfilter`` w(seed), any
+  noise before a deterministic part) cannot be subtracted: its vectors are appended to the
+  features instead, so a retrained attacker can learn to cancel it.
+
+The functions never write the key or anything derived from it anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from mass.keys import OwnerKey
+from mass.noise import keyed_row_seeds, row_noise, row_seeds
+
+log = logging.getLogger(__name__)
+OUTPUT_NOISE_OFFSET = 0x5EED  # mass.modifier.DataModifier: output noise uses seed + 0x5EED
+DETERMINISTIC = {"affine", "quadratic_erasure"}
+
+
+@dataclass(frozen=True)
+class KeylessView:
+    """Features of the release with the noise removed (stripped embedding + inner noise)."""
+
+    x: np.ndarray  # float32 [N, d + m]
+    stripped: tuple[str, ...]  # e.g. ("gaussian_noise.sigma",)
+    appended: tuple[str, ...]  # noise streams given to the attackers as features
+
+
+def modifier_parts(metadata: dict[str, str]) -> list[tuple[str, dict]] | None:
+    """The modifier of ``mass.modifier`` as a flat list of (kind, spec) parts, applied in
+    order; None when the metadata is absent or malformed."""
+    raw = metadata.get("mass.modifier")
+    if not raw:
+        return None
+    try:
+        blob = json.loads(raw)
+    except (json.JSONDecodeError, TypeError):
+        log.warning("release metadata mass.modifier is not JSON; no key-compromised figure")
+        return None
+
+    def flat(b) -> list[tuple[str, dict]] | None:
+        if not isinstance(b, dict) or not isinstance(b.get("kind"), str):
+            return None
+        spec = b.get("spec") if isinstance(b.get("spec"), dict) else {}
+        if b["kind"] != "chain":
+            return [(b["kind"], spec)]
+        out: list[tuple[str, dict]] = []
+        for part in spec.get("parts") or []:
+            sub = flat(part)
+            if sub is None:
+                return None
+            out += sub
+        return out or None
+
+    parts = flat(blob)
+    if parts is None:
+        log.warning("release metadata mass.modifier %.200s: no kind/spec; skipped", raw)
+    return parts
+
+
+def _num(spec: dict, key: str, default: float = 0.0) -> float:
+    try:
+        return float(spec.get(key, default))
+    except (TypeError, ValueError):
+        return default
+
+
+def _streams(kind: str, spec: dict) -> tuple[str | None, list[tuple[str, int, int, float]]]:
+    """(outer strippable stream, inner streams) of one part; a stream is
+    (name, seed offset, width, scale). KeyError for an unknown kind."""
+    if kind == "mass":
+        inner = []
+        if int(_num(spec, "noise_dim")) > 0:
+            nd = int(_num(spec, "noise_dim"))
+            inner.append(("mass.noise_dim", 0, nd, _num(spec, "noise_scale", 1.0)))
+        outer = "mass.output_noise" if _num(spec, "output_noise") > 0 else None
+        return outer, inner
+    if kind == "gaussian_noise":
+        return ("gaussian_noise.sigma" if _num(spec, "sigma") > 0 else None), []
+    if kind == "genfilter":
+        gaussian = spec.get("mode") == "gaussian"
+        if gaussian and _num(spec, "sigma") <= 0:
+            return None, []
+        width = int(_num(spec, "latent", 16)) if gaussian else int(_num(spec, "noise_dim", 16))
+        return None, [("genfilter.w", 0, width, 1.0)] if width > 0 else []
+    if kind in DETERMINISTIC:
+        return None, []
+    raise KeyError(kind)
+
+
+def is_stochastic(parts: list[tuple[str, dict]]) -> bool | None:
+    """Whether any part draws noise (None if a part's kind is unknown)."""
+    try:
+        return any(outer or inner for outer, inner in (_streams(k, s) for k, s in parts))
+    except KeyError:
+        return None
+
+
+def _noise(seeds: torch.Tensor, offset: int, width: int) -> np.ndarray:
+    return row_noise(seeds + offset, width).numpy().astype(np.float64)
+
+
+def strip_unit_noise(x_prime: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Invert x' = n(y + w) for unit-norm y, given w: y = t x' - w with |y| = 1."""
+    xp = np.asarray(x_prime, dtype=np.float64)
+    xp = xp / np.maximum(np.linalg.norm(xp, axis=1, keepdims=True), 1e-30)
+    xw = np.sum(xp * w, axis=1, keepdims=True)
+    disc = xw**2 - np.sum(w * w, axis=1, keepdims=True) + 1.0
+    t = xw + np.sqrt(np.maximum(disc, 0.0))
+    return t * xp - w
+
+
+def keyless_view(
+    x_prime: np.ndarray, ids: pa.Array, parts: list[tuple[str, dict]], key: OwnerKey | None
+) -> KeylessView:
+    """The release as an attacker holding ``key`` sees it (see the module docstring).
+
+    ``key=None``: the noise of a release made before release noise was keyed, drawn from the
+    public ``mass.noise.row_seeds(id)``: any attacker removes it.
+    """
+    raw = keyed_row_seeds(ids, key) if key is not None else row_seeds(ids)
+    seeds = torch.from_numpy(np.ascontiguousarray(raw))
+    y = np.asarray(x_prime, dtype=np.float64)
+    dim = y.shape[1]
+    stripped: list[str] = []
+    appended: list[str] = []
+    feats: list[np.ndarray] = []
+    outer_open = True  # still at the outermost unit vector: stripping is exact
+    for kind, spec in reversed(parts):
+        outer, inner = _streams(kind, spec)
+        if outer is not None and outer_open:
+            if kind == "mass":
+                w = _num(spec, "output_noise") * _noise(seeds, OUTPUT_NOISE_OFFSET, dim)
+                y = strip_unit_noise(y, w / np.sqrt(dim))
+            else:  # gaussian_noise: its input n(x) is the previous part's unit output
+                y = strip_unit_noise(y, _num(spec, "sigma") * _noise(seeds, 0, dim))
+            stripped.append(outer)
+        elif outer is not None:
+            offset = OUTPUT_NOISE_OFFSET if kind == "mass" else 0
+            feats.append(_noise(seeds, offset, dim))
+            appended.append(outer)
+        for name, offset, width, scale in inner:
+            feats.append(scale * _noise(seeds, offset, width))
+            appended.append(name)
+        # only a gaussian_noise part leaves its (unit) input exposed for the next strip
+        outer_open = outer_open and kind == "gaussian_noise" and outer is not None
+    x = np.hstack([y, *feats]) if feats else y
+    return KeylessView(x.astype(np.float32), tuple(stripped), tuple(appended))
