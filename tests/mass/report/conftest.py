@@ -260,7 +260,7 @@ def browser(proxy):
     b.close()
 
 
-N, D = 400, 24
+N, D = 1600, 24
 
 
 def _unit(x):

@@ -42,7 +42,7 @@ def test_datasheet_says_what_the_release_is_and_how_to_cite_it(release):
     rel, meta = release
     write_datasheet(str(rel), metadata=meta, audit=AUDIT, report_path="reports/audit/report.html")
     md = (rel / "_RELEASE.md").read_text()
-    for needle in ("mass_modifier version 1", "400 rows in 1 Parquet part", "columns id, emb",
+    for needle in ("mass_modifier version 1", "1600 rows in 1 Parquet part", "columns id, emb",
                    "Suppressed: s", "Preserved: r", "Verdict: **PASSED**",
                    "reports/audit/report.html", "limit 0.430", "## Threat model", "retrains any classifier",
                    "owner's secret key", "git rev-parse HEAD", "dvc get <repo-url> release --rev", "abcd1234"):  # fmt: skip
@@ -53,7 +53,7 @@ def test_datasheet_says_what_the_release_is_and_how_to_cite_it(release):
     assert sheet["audit"]["attributes"]["s"]["limit"] == 0.43
     assert sheet["provenance"]["modifier"] == {"kind": "mass", "spec": {"dim": 24}}
     assert sheet["lineage"]["input"] == "data/features/test"
-    assert sheet["embedding"]["rows"] == 400 and len(sheet["threat_model"]) == 2
+    assert sheet["embedding"]["rows"] == 1600 and len(sheet["threat_model"]) == 2
 
 
 def test_an_existing_release_json_keeps_its_fields(release):
