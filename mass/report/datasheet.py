@@ -111,12 +111,14 @@ def datasheet(release_dir: str, *, metadata: Mapping, audit: Mapping | None,
     }
 
 
-def _markdown(sheet: Mapping, release_dir: str) -> str:
+def _markdown(sheet: Mapping, name: str | None) -> str:
     prov, emb, aud = sheet["provenance"], sheet["embedding"], sheet["audit"]
     model = f"{prov.get('model') or '?'} version {prov.get('model_version') or '?'}"
-    rel_name = os.path.basename(os.path.normpath(release_dir))
+    # The publisher writes this inside its staging directory, and a re-run into another path
+    # must give the same bytes: the release's path is named only when the caller gives it.
+    rel_name = name or "<release-path>"
     lines = [
-        f"# Release: {rel_name}",
+        f"# Release: {name or model}",
         "",
         "## What this is",
         f"Privatized embeddings written by MaSS-ETL with the modifier {model} "
@@ -172,7 +174,7 @@ def _write(path: str, text: str) -> None:
 
 
 def write_datasheet(release_dir: str, *, metadata: dict, audit: dict | None,
-                    report_path: str | None) -> None:  # fmt: skip
+                    report_path: str | None, name: str | None = None) -> None:  # fmt: skip
     """Write ``_RELEASE.md`` and merge the datasheet into ``_release.json`` (key "datasheet")."""
     if not os.path.isdir(release_dir):
         raise ReleaseError(f"{release_dir}: not a release directory; publish the release first")
@@ -189,4 +191,4 @@ def write_datasheet(release_dir: str, *, metadata: dict, audit: dict | None,
             raise ReleaseError(f"{manifest_path}: expected a JSON object; re-publish")
     manifest["datasheet"] = sheet
     _write(manifest_path, json.dumps(manifest, indent=2, default=str) + "\n")
-    _write(os.path.join(release_dir, RELEASE_MD), _markdown(sheet, release_dir))
+    _write(os.path.join(release_dir, RELEASE_MD), _markdown(sheet, name))
