@@ -483,8 +483,7 @@ def _audit_staged(args, plan: AuditPlan, staged: str, q_ids: pa.Array | None) ->
     """The gate: audit the staged release; raise :class:`AuditFailedError` (the report is
     written either way) so that nothing is published unless it passes."""
     from mass.audit import AuditRequest, run_audit
-    from mass.audit.chart import plot_privacy_utility
-    from mass.audit.report import write_report
+    from mass.audit.report import write_all
 
     attrs = list(dict.fromkeys([*plan.suppress, *plan.preserve]))
     labels, original = plan.labels, None
@@ -501,14 +500,8 @@ def _audit_staged(args, plan: AuditPlan, staged: str, q_ids: pa.Array | None) ->
         policy=plan.policy, report_dir=plan.report, run_dir=args.run_dir, input=original,
         id_col=args.id_col, emb_col=args.emb_col, allow=tuple(args.allow_columns),
     )  # fmt: skip
-    result = run_audit(req)
-    path = write_report(result, plan.report)
-    plot_privacy_utility(result, os.path.join(plan.report, "privacy_utility.png"))
-    from mass.report.html import write_html_report  # report.html + offline Data Docs
-
-    write_html_report(plan.report)
-    with open(path) as f:
-        metrics = json.load(f)
+    metrics = write_all(run_audit(req), plan.report)
+    path = os.path.join(plan.report, "audit.json")
     if not metrics.get("pass"):
         raise AuditFailedError(
             f"{args.output}: the staged release failed its audit ({_failures(metrics)}); "
