@@ -8,7 +8,9 @@
 
 Steps: decide that OUT and OUT_quarantine may be replaced (only our own marked directories,
 never the input; :func:`transforms.release.check_outputs`); check the server/model, the input
-schema and the audit's labels before reading data; then one DoFn per input row group reads
+schema and the audit's labels before reading data; with labels, judge each --allow-columns
+column alone against the suppressed attributes on a sample (:mod:`transforms.allow_check`,
+a proxy is refused unless --force-allow); then one DoFn per input row group reads
 Arrow batches, quarantines bad rows, modifies the rest on Triton and spills id-sorted runs
 (:mod:`transforms.modify`); one merge per shard writes the staged part files; verify the
 invariants, audit the STAGED release (the gate: a failing audit publishes nothing), write the
@@ -89,12 +91,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--allow-columns",
         type=csv_list,
         default=[],
-        help="comma-separated extra columns to release (never labels by default)",
+        help="comma-separated extra columns to release. Refused by name: a suppressed label, "
+        "raw media. With the audit's labels (the gate is on), each column is also judged "
+        "alone against each suppressed attribute by the audit's attackers and limits before "
+        "any inference, and a column that predicts one above the policy is refused; without "
+        "labels (--no-audit) only the name rules apply",
     )
     parser.add_argument(
         "--force-allow",
         action="store_true",
-        help="release allow-listed suppressed/raw columns anyway (recorded)",
+        help="release refused allow-listed columns anyway, recorded in the release metadata "
+        "(mass.forced_columns); the audit of the staged release still judges every released "
+        "column, so a real proxy still fails the gate",
     )
     parser.add_argument(
         "--max-quarantined",
@@ -305,7 +313,34 @@ def _check_input(args, info: dict, checked: CheckedInput | None = None) -> Check
             force=args.force_allow,
         )
         args._plan = _audit_plan(args, info, checked.schema)
+        _check_allowed(args, checked)
     return checked
+
+
+def _check_allowed(args, checked: CheckedInput) -> None:
+    """With the gate's labels at hand, judge each --allow-columns column ALONE against each
+    suppressed attribute by the audit's rule, before any inference
+    (:mod:`transforms.allow_check`): a proxy is refused unless --force-allow, which records
+    it in ``mass.forced_columns``. Without labels (--no-audit) only the name rules apply."""
+    if hasattr(args, "_allow_forced"):
+        return
+    args._allow_forced, args._allow_verdicts = [], []
+    plan: AuditPlan | None = args._plan
+    if plan is None or not args.allow_columns:
+        return
+    from transforms.allow_check import check_allow_columns
+
+    forced, verdicts = check_allow_columns(
+        input_files=list(checked.files), labels=plan.labels, id_col=args.id_col,
+        columns=list(args.allow_columns), suppress=list(plan.suppress),
+        preserve=list(plan.preserve), policy=plan.policy, force=args.force_allow,
+    )  # fmt: skip
+    args._allow_forced, args._allow_verdicts = forced, verdicts
+    if verdicts:
+        rows = verdicts[0].rows
+        print(f"anonymize: --allow-columns judged alone against {list(plan.suppress)} on "
+              f"{rows} labelled rows: " + (f"FORCED {forced}" if forced else "none predicts "
+              "a suppressed attribute above the policy"), flush=True)  # fmt: skip
 
 
 def _audit_plan(args, info: dict, schema: pa.Schema) -> AuditPlan | None:
@@ -367,6 +402,8 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
     )
     if not hasattr(args, "_plan"):  # no provenance was checked (an in-process handler)
         args._plan = _audit_plan(args, info, schema)
+    _check_allowed(args, checked)
+    forced += [c for c in args._allow_forced if c not in forced]
     plan: AuditPlan | None = args._plan
     fingerprint = args._seeds.fingerprint if args._seeds else ""
     meta = release_metadata(
@@ -466,6 +503,7 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
         "model": info.get("name"),
         "model_version": info.get("version"),
         "forced_columns": forced,
+        "allow_check": [v.to_dict() for v in args._allow_verdicts],
         "audited": plan is not None,
         "audit_report": verdict.get("report"),
         "noise_key_fingerprint": fingerprint,
