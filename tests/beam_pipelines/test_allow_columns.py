@@ -145,11 +145,13 @@ def test_a_proxy_is_refused_with_labels_from_a_separate_file(data, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["bare.parquet", "labels.parquet"]
 
 
-def test_a_proxy_is_refused_before_the_server_is_contacted(data, tmp_path):
-    """A real exported model and a server address where nothing listens: the refusal comes
-    before the job would have connected (which would be a ServingError)."""
+def test_a_proxy_is_refused_before_the_server_is_contacted(data, tmp_path, capsys):
+    """Through the CLI, with a real exported model and a server address where nothing
+    listens: the refusal (exit 2) comes before the job would have connected (which would be
+    a ServingError)."""
     import torch
 
+    from mass.cli import main
     from mass.export import export_modifier
     from mass.modifier import DataModifier, ModifierSpec, save_modifier
 
@@ -161,9 +163,10 @@ def test_a_proxy_is_refused_before_the_server_is_contacted(data, tmp_path):
                   str(run / "modifier.pt"), method="mass", suppress=["digit"],
                   preserve=["colour"], config_hash="h1")  # fmt: skip
     export_modifier(run, tmp_path / "repo", "mod", max_batch_size=64)
-    argv = ["--input", src, "--output", str(tmp_path / "rel"), "--model", "mod",
-            "--repository", str(tmp_path / "repo"), "--triton-url", "127.0.0.1:9",
-            "--policy", policy, "--allow-columns", "copy"]  # fmt: skip
-    with pytest.raises(ProxyColumnError, match="'copy' alone predicts suppressed attribute"):
-        anonymize.run(argv)
+    rc = main(["anonymize", "--input", src, "--output", str(tmp_path / "rel"), "--model", "mod",
+               "--repository", str(tmp_path / "repo"), "--triton-url", "127.0.0.1:9",
+               "--policy", policy, "--allow-columns", "copy"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and "ProxyColumnError" in err and "ServingError" not in err
+    assert "column 'copy' alone predicts suppressed attribute 'digit'" in err
     assert sorted(os.listdir(tmp_path)) == ["repo", "run"]
