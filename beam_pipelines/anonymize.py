@@ -1,7 +1,7 @@
 """Beam job: embeddings Parquet -> Triton modifier -> privatized release Parquet (fail-closed).
 
     mass anonymize --input IN --output OUT --model NAME [--repository DIR]
-        [--triton-url HOST:PORT] [--id-col id --emb-col emb] [--allow-columns a,b]
+        [--triton-url HOST:PORT] [--id-col id --emb-col emb] [--allow-columns a,b [--force-allow]]
         [--labels LABELS] [--policy params.yaml] [--report OUT_report] [--run-dir RUN]
         [--no-audit] [--batch-rows 4096] [--shards N] [--max-quarantined 0] [beam flags]
         [--noise-key-file PATH (or env MASS_NOISE_KEY_FILE) [--noise-key-on-worker]]

@@ -21,6 +21,7 @@ import pytest
 from beam_pipelines import anonymize
 from mass.errors import AuditFailedError, ProxyColumnError
 from mass.io import embedding_array
+from mass.report.html import REPORT_NAME
 from transforms.release import RELEASE_MARKER
 from transforms.triton_handler import FunctionModelHandler
 
@@ -112,6 +113,8 @@ def test_an_independent_column_passes_and_is_released(data, tmp_path):
     assert table.column_names == ["id", "emb", "indep"]
     assert json.loads(table.schema.metadata[b"mass.forced_columns"]) == []
     assert json.loads((out / RELEASE_MARKER).read_text())["audit"]["verdict"] == "pass"
+    report = tmp_path / "rel_report"  # every output of the audit, by report.write_all
+    assert {"audit.json", "privacy_utility.png", REPORT_NAME} <= set(os.listdir(report))
 
 
 def test_force_allow_records_the_proxy_and_the_gate_fails_the_release(data, tmp_path):
