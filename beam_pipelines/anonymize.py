@@ -1,14 +1,16 @@
 """Beam job: embeddings Parquet -> Triton modifier -> privatized release Parquet (fail-closed).
 
     mass anonymize --input IN --output OUT --model NAME [--repository DIR]
-        [--triton-url HOST:PORT] [--id-col id --emb-col emb] [--allow-columns a,b]
+        [--triton-url HOST:PORT] [--id-col id --emb-col emb] [--allow-columns a,b [--force-allow]]
         [--labels LABELS] [--policy params.yaml] [--report OUT_report] [--run-dir RUN]
         [--no-audit] [--batch-rows 4096] [--shards N] [--max-quarantined 0] [beam flags]
         [--noise-key-file PATH (or env MASS_NOISE_KEY_FILE) [--noise-key-on-worker]]
 
 Steps: decide that OUT and OUT_quarantine may be replaced (only our own marked directories,
 never the input; :func:`transforms.release.check_outputs`); check the server/model, the input
-schema and the audit's labels before reading data; then one DoFn per input row group reads
+schema and the audit's labels before reading data; with labels, judge each --allow-columns
+column alone against the suppressed attributes on a sample (:mod:`transforms.allow_check`,
+a proxy is refused unless --force-allow); then one DoFn per input row group reads
 Arrow batches, quarantines bad rows, modifies the rest on Triton and spills id-sorted runs
 (:mod:`transforms.modify`); one merge per shard writes the staged part files; verify the
 invariants, audit the STAGED release (the gate: a failing audit publishes nothing), write the
@@ -89,12 +91,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--allow-columns",
         type=csv_list,
         default=[],
-        help="comma-separated extra columns to release (never labels by default)",
+        help="comma-separated extra columns to release. Refused by name: a suppressed label, "
+        "raw media. With the audit's labels (the gate is on), each column is also judged "
+        "alone against each suppressed attribute by the audit's attackers and limits before "
+        "any inference, and a column that predicts one above the policy is refused; without "
+        "labels (--no-audit) only the name rules apply",
     )
     parser.add_argument(
         "--force-allow",
         action="store_true",
-        help="release allow-listed suppressed/raw columns anyway (recorded)",
+        help="release refused allow-listed columns anyway, recorded in the release metadata "
+        "(mass.forced_columns); the audit of the staged release still judges every released "
+        "column, so a real proxy still fails the gate",
     )
     parser.add_argument(
         "--max-quarantined",
@@ -305,7 +313,34 @@ def _check_input(args, info: dict, checked: CheckedInput | None = None) -> Check
             force=args.force_allow,
         )
         args._plan = _audit_plan(args, info, checked.schema)
+        _check_allowed(args, checked)
     return checked
+
+
+def _check_allowed(args, checked: CheckedInput) -> None:
+    """With the gate's labels at hand, judge each --allow-columns column ALONE against each
+    suppressed attribute by the audit's rule, before any inference
+    (:mod:`transforms.allow_check`): a proxy is refused unless --force-allow, which records
+    it in ``mass.forced_columns``. Without labels (--no-audit) only the name rules apply."""
+    if hasattr(args, "_allow_forced"):
+        return
+    args._allow_forced, args._allow_verdicts = [], []
+    plan: AuditPlan | None = args._plan
+    if plan is None or not args.allow_columns:
+        return
+    from transforms.allow_check import check_allow_columns
+
+    forced, verdicts = check_allow_columns(
+        input_files=list(checked.files), labels=plan.labels, id_col=args.id_col,
+        columns=list(args.allow_columns), suppress=list(plan.suppress),
+        preserve=list(plan.preserve), policy=plan.policy, force=args.force_allow,
+    )  # fmt: skip
+    args._allow_forced, args._allow_verdicts = forced, verdicts
+    if verdicts:
+        rows = verdicts[0].rows
+        print(f"anonymize: --allow-columns judged alone against {list(plan.suppress)} on "
+              f"{rows} labelled rows: " + (f"FORCED {forced}" if forced else "none predicts "
+              "a suppressed attribute above the policy"), flush=True)  # fmt: skip
 
 
 def _audit_plan(args, info: dict, schema: pa.Schema) -> AuditPlan | None:
@@ -367,6 +402,8 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
     )
     if not hasattr(args, "_plan"):  # no provenance was checked (an in-process handler)
         args._plan = _audit_plan(args, info, schema)
+    _check_allowed(args, checked)
+    forced += [c for c in args._allow_forced if c not in forced]
     plan: AuditPlan | None = args._plan
     fingerprint = args._seeds.fingerprint if args._seeds else ""
     meta = release_metadata(
@@ -466,6 +503,7 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
         "model": info.get("name"),
         "model_version": info.get("version"),
         "forced_columns": forced,
+        "allow_check": [v.to_dict() for v in args._allow_verdicts],
         "audited": plan is not None,
         "audit_report": verdict.get("report"),
         "noise_key_fingerprint": fingerprint,
@@ -483,8 +521,7 @@ def _audit_staged(args, plan: AuditPlan, staged: str, q_ids: pa.Array | None) ->
     """The gate: audit the staged release; raise :class:`AuditFailedError` (the report is
     written either way) so that nothing is published unless it passes."""
     from mass.audit import AuditRequest, run_audit
-    from mass.audit.chart import plot_privacy_utility
-    from mass.audit.report import write_report
+    from mass.audit.report import write_all
 
     attrs = list(dict.fromkeys([*plan.suppress, *plan.preserve]))
     labels, original = plan.labels, None
@@ -501,14 +538,8 @@ def _audit_staged(args, plan: AuditPlan, staged: str, q_ids: pa.Array | None) ->
         policy=plan.policy, report_dir=plan.report, run_dir=args.run_dir, input=original,
         id_col=args.id_col, emb_col=args.emb_col, allow=tuple(args.allow_columns),
     )  # fmt: skip
-    result = run_audit(req)
-    path = write_report(result, plan.report)
-    plot_privacy_utility(result, os.path.join(plan.report, "privacy_utility.png"))
-    from mass.report.html import write_html_report  # report.html + offline Data Docs
-
-    write_html_report(plan.report)
-    with open(path) as f:
-        metrics = json.load(f)
+    metrics = write_all(run_audit(req), plan.report)
+    path = os.path.join(plan.report, "audit.json")
     if not metrics.get("pass"):
         raise AuditFailedError(
             f"{args.output}: the staged release failed its audit ({_failures(metrics)}); "

@@ -15,6 +15,11 @@ class ConfigError(MassError):
     """A configuration value is invalid or infeasible (names the parameter)."""
 
 
+class ProxyColumnError(ConfigError):
+    """An --allow-columns column predicts a suppressed attribute on its own above the audit
+    policy (names column, attribute, measured accuracy and limit); raised before any work."""
+
+
 class InputError(MassError):
     """Input data violates the data contract (names file, column and, where it applies, row)."""
 

@@ -1,4 +1,4 @@
-"""audit.json (for `dvc metrics show`) and the short stdout table."""
+"""audit.json (for `dvc metrics show`), the report directory and the short stdout table."""
 
 from __future__ import annotations
 
@@ -119,6 +119,24 @@ def write_report(result: AuditResult, report_dir: str) -> str:
         json.dump(audit_metrics(result), f, indent=2, sort_keys=False)
         f.write("\n")
     return path
+
+
+def write_all(result: AuditResult, report_dir: str, *, chart: bool = True) -> dict:
+    """Every output of one audit into ``report_dir``: audit.json, privacy_utility.png (unless
+    ``chart`` is false) and report.html beside the Data Docs; returns the audit.json dict.
+
+    The one writer behind `mass audit` and the publication gate of `mass anonymize`.
+    """
+    path = write_report(result, report_dir)
+    if chart:
+        from mass.audit.chart import plot_privacy_utility
+
+        plot_privacy_utility(result, os.path.join(report_dir, "privacy_utility.png"))
+    from mass.report.html import write_html_report  # report.html + offline Data Docs
+
+    write_html_report(report_dir)
+    with open(path) as f:
+        return json.load(f)
 
 
 def format_table(result: AuditResult) -> str:

@@ -49,11 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
-
     from mass.audit import AuditRequest, load_policy, run_audit
-    from mass.audit.chart import plot_privacy_utility
-    from mass.audit.report import format_table, write_report
+    from mass.audit.report import format_table, write_all
     from mass.errors import ConfigError
 
     if not args.suppress:
@@ -65,11 +62,6 @@ def run(args: argparse.Namespace) -> int:
         allow=args.allow_columns, noise_key_file=args.noise_key_file,
     )  # fmt: skip
     result = run_audit(req)
-    write_report(result, args.report)
-    if not args.no_chart:
-        plot_privacy_utility(result, os.path.join(args.report, "privacy_utility.png"))
-    from mass.report.html import write_html_report  # report.html + offline Data Docs
-
-    write_html_report(args.report)
+    write_all(result, args.report, chart=not args.no_chart)
     print(format_table(result))
     return 0 if result.success else 1

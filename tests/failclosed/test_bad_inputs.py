@@ -610,8 +610,10 @@ def test_dictionary_encoded_ids_and_columns_are_released_as_their_values(tmp_pat
     ids = pa.array([f"u{i}" for i in range(600)])
     notes = pa.array([f"n{i % 7}" for i in range(600)])
     fc.write_input(src, id=ids.dictionary_encode(), note=notes.dictionary_encode(), row_group=50)
+    # --force-allow: on 600 rows of 10 digits the up-front check of 'note' alone (7 levels,
+    # independent) can exceed its limit by chance (it needs ~650); the gate still audits it
     summary = _anonymize_in_process(str(src), tmp_path / "release", "--shards", "2",
-                                    "--allow-columns", "note")  # fmt: skip
+                                    "--allow-columns", "note", "--force-allow")  # fmt: skip
     assert summary["rows_out"] == 600
     released = pq.read_table(tmp_path / "release")
     assert released.schema.field("id").type == released.schema.field("note").type == pa.string()
