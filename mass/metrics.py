@@ -190,18 +190,21 @@ def leakage_floor(
     return float((pred == y_idx).sum() / y.size)
 
 
-def _attacker(family: str, seed: int, n_train: int) -> ClassifierMixin:
+def _attacker(family: str, seed: int, n_train: int, n_classes: int = 2) -> ClassifierMixin:
+    # Early stopping holds out a stratified 10 %: it needs a row of every class there (sklearn
+    # raises otherwise), which small learning-curve parts of many-class attributes lack.
+    stop = n_train * 0.1 >= 2 * n_classes
     if family == "logreg":  # lbfgs fits the multinomial model for > 2 classes
         return make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=500))
     if family == "mlp":
         mlp = MLPClassifier(
-            (256, 128), early_stopping=True, max_iter=100, n_iter_no_change=5, random_state=seed
+            (256, 128), early_stopping=stop, max_iter=100, n_iter_no_change=5, random_state=seed
         )
         return make_pipeline(StandardScaler(), mlp)
     if family == "gboost":  # small trees, early-stopped: the audit runs on 2 shared cores
         return HistGradientBoostingClassifier(
             max_iter=40, max_leaf_nodes=8, max_bins=16, learning_rate=0.2,
-            early_stopping=True, validation_fraction=0.1, n_iter_no_change=5, random_state=seed,
+            early_stopping=stop, validation_fraction=0.1, n_iter_no_change=5, random_state=seed,
         )  # fmt: skip
     if family == "knn":  # euclidean on unit vectors ranks neighbours as cosine does
         return make_pipeline(Normalizer(), KNeighborsClassifier(min(15, max(1, n_train))))
@@ -221,7 +224,8 @@ def _fit_predict(family, seed, x_tr, y_tr, x_te) -> np.ndarray:
     # One OpenMP/BLAS thread: on a shared, loaded box oversubscribed OpenMP spin-waits made
     # gradient boosting ~30x slower; these fits are small enough that one thread is fast.
     with threadpool_limits(limits=1):
-        return _attacker(family, seed, len(y_tr)).fit(x_tr, y_tr).predict(x_te)
+        model = _attacker(family, seed, len(y_tr), np.unique(y_tr).size)
+        return model.fit(x_tr, y_tr).predict(x_te)
 
 
 def _fit_score(family, seed, x_tr, y_tr, x_te, y_te) -> int:

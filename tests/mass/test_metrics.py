@@ -270,3 +270,17 @@ def test_attribute_report_sees_extra_columns_and_judges_upper_bounds():
         ci_high={"logreg": 0.549},
     )
     assert ok.passed
+
+
+def test_learning_curve_parts_too_small_for_early_stopping_still_fit():
+    """A 25 % part of a 10-class attribute on a few hundred rows has fewer held-out rows than
+    classes: the early-stopped attackers must fit without sklearn's stratified-split error."""
+    from mass.metrics import attack_predictions
+
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(10), 30)
+    x = rng.normal(size=(300, 8)).astype(np.float32) + y[:, None] * 0.5
+    out = attack_predictions(x, y, families=("gboost", "mlp"), folds=10, fractions=(0.25, 1.0))
+    for fam in ("gboost", "mlp"):
+        assert set(out[fam]) == {0.25, 1.0}
+        assert (out[fam][1.0] == y).mean() > 0.15  # chance is 0.1: learnt something
