@@ -557,6 +557,10 @@ def _failures(metrics: dict) -> str:
         if row.get("pass"):
             continue
         nums = [f"worst {row['worst']:.3f}"] if isinstance(row.get("worst"), float) else []
+        bounds = [v for key in ("ci_high", "balanced_ci_high")
+                  for v in (row.get(key) or {}).values() if isinstance(v, float)]  # fmt: skip
+        if row.get("role") == "suppressed" and bounds:  # the rule judges the upper bounds
+            nums.append(f"highest 95% upper bound {max(bounds):.3f}")
         if isinstance(row.get("limit"), float):
             nums.append(f"limit {row['limit']:.3f}")
         parts.append(f"attribute '{name}' ({row.get('role')}{': ' if nums else ''}"
