@@ -61,3 +61,8 @@ class QuarantineThresholdError(ReleaseError):
 
 class AuditFailedError(MassError):
     """At least one audit expectation failed; the release must not be published."""
+
+
+class CalibrationError(MassError):
+    """`mass train` found no configuration that meets the audit policy on validation data;
+    the message carries the measured frontier and the leakage floor."""

@@ -166,7 +166,10 @@ class NoiseSpec:
 
 @register_modifier("gaussian_noise")
 class GaussianNoiseModifier(nn.Module):
-    """x' = n(n(x) + sigma * eps(seed)): the feature-noise baseline (MaSS Table 5, row 1)."""
+    """x' = n(n(x) + sigma * eps(seed)): the feature-noise baseline (MaSS Table 5, row 1);
+    also the release-time noise that calibration chains after a closed-form eraser."""
+
+    stochastic = True  # export.json's `stochastic`: the release depends on the row seeds
 
     @classmethod
     def spec_from_dict(cls, d: dict) -> NoiseSpec:
