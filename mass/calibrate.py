@@ -155,12 +155,13 @@ def stream_sample(
     seed: int,
     batch_rows: int = 65536,
 ) -> tuple[EmbeddingDataset, dict[str, Any]]:
-    """A seeded stratified sample of about ``max_rows`` rows, read in two streaming passes.
+    """A seeded stratified sample of about ``max_rows`` rows, read in streaming passes.
 
-    Pass 1 reads only the label columns batch by batch and counts every stratum (combination of
-    labels); pass 2 keeps each row of stratum k with probability quota_k / count_k (quota
-    proportional, at least 2 rows per stratum where it has them), drawing the uniforms from one
-    seeded generator in file order. Memory is the sample plus one batch, whatever the input.
+    The label columns are read batch by batch (once for the classes, once for the counts of
+    every stratum, i.e. combination of labels); then the rows are read once and a row of
+    stratum k is kept with probability quota_k / count_k (quota proportional, at least 2 rows
+    per stratum where it has them), the uniforms drawn from one seeded generator in file order.
+    Memory is the sample plus one batch, whatever the input; no per-row Python objects.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -169,49 +170,56 @@ def stream_sample(
     from mass.io import LabelEncoding, check_ids, embedding_matrix, expand_paths
 
     paths = expand_paths(spec)
-    counts: dict[tuple, int] = {}
+
+    def batches(columns):
+        for path in paths:
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=columns):
+                yield path, batch
+
     classes: dict[str, set] = {c: set() for c in label_cols}
+    for path, batch in batches(label_cols):
+        for c in label_cols:
+            col = batch.column(c)
+            if col.null_count:
+                raise InputError(f"{path}: label column '{c}' has a null value; fill or drop it")
+            classes[c].update(pc.unique(col).to_pylist())
+    encs = {c: LabelEncoding(c, tuple(sorted(classes[c]))) for c in label_cols}
+    sizes = [len(encs[c].classes) for c in label_cols]
+
+    def codes(path, batch) -> np.ndarray:
+        code = np.zeros(batch.num_rows, dtype=np.int64)
+        for c, k in zip(label_cols, sizes, strict=True):
+            code = code * k + encs[c].encode(batch.column(c), source=path)
+        return code
+
+    counts: dict[int, int] = {}
     n = 0
-    for path in paths:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=label_cols):
-            cols = [batch.column(c) for c in label_cols]
-            for c, col in zip(label_cols, cols, strict=True):
-                if col.null_count:
-                    raise InputError(f"{path}: label column '{c}' has a null value")
-                classes[c].update(pc.unique(col).to_pylist())
-            keys = zip(*(col.to_pylist() for col in cols), strict=True)
-            for key in keys:  # label tuples only (no embeddings): strata counts
-                counts[key] = counts.get(key, 0) + 1
-            n += batch.num_rows
-    rate = {}
-    for key, cnt in counts.items():
-        quota = max(min(cnt, 2), cnt * max_rows / max(n, 1))
-        rate[key] = min(1.0, quota / cnt)
+    for path, batch in batches(label_cols):
+        u, cnt = np.unique(codes(path, batch), return_counts=True)
+        for k, v in zip(u.tolist(), cnt.tolist(), strict=True):  # one entry per stratum
+            counts[k] = counts.get(k, 0) + v
+        n += batch.num_rows
+    known = np.array(sorted(counts), dtype=np.int64)
+    cnt = np.array([counts[k] for k in known.tolist()], dtype=np.float64)
+    rates = np.minimum(1.0, np.maximum(np.minimum(cnt, 2), cnt * max_rows / max(n, 1)) / cnt)
     rng = np.random.default_rng(seed)
     kept = []
-    for path in paths:
-        cols_needed = [id_col, emb_col, *label_cols]
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=cols_needed):
-            keys = list(zip(*(batch.column(c).to_pylist() for c in label_cols), strict=True))
-            r = np.fromiter((rate[k] for k in keys), dtype=np.float64, count=len(keys))
-            keep = rng.random(len(keys)) < r
-            if keep.any():
-                kept.append(pa.Table.from_batches([batch]).filter(pa.array(keep)))
+    for path, batch in batches([id_col, emb_col, *label_cols]):
+        r = rates[np.searchsorted(known, codes(path, batch))]
+        keep = rng.random(batch.num_rows) < r
+        if keep.any():
+            kept.append(pa.Table.from_batches([batch]).filter(pa.array(keep)))
     table = pa.concat_tables(kept)
     ids = check_ids(table, id_col, source=spec)
     x = embedding_matrix(table, emb_col, source=spec)
-    labels, encs = {}, {}
-    for c in label_cols:
-        enc = LabelEncoding(c, tuple(sorted(classes[c])))
-        labels[c] = enc.encode(table.column(c).combine_chunks(), source=spec)
-        encs[c] = enc
+    labels = {c: encs[c].encode(table.column(c).combine_chunks(), source=spec) for c in label_cols}
     ds = EmbeddingDataset(ids=ids, x=x, labels=labels, encodings=encs, source=spec)
     note = {
         "input_rows": n,
         "sampled_rows": len(ds),
         "max_rows": max_rows,
         "seed": seed,
-        "how": "seeded stratified sample over the label combinations, two streaming passes "
+        "how": "seeded stratified sample over the label combinations, streaming passes "
         "(pyarrow iter_batches); ids checked for duplicates within the sample only",
     }
     return ds, note

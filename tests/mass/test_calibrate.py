@@ -202,3 +202,12 @@ def test_stream_sample_is_stratified_seeded_and_bounded(tmp_path):
     small, none = C.load_training(str(path), id_col="id", emb_col="emb", label_cols=["s"],
                                   max_rows=5000, seed=1)  # fmt: skip
     assert none is None and len(small) == 3000
+
+
+def test_above_max_rows_trains_on_a_sample_and_says_so(files, tmp_path):
+    out = tmp_path / "run"
+    assert _train(files / "easy.parquet", out, "--max-rows", "400") == 0
+    rep = json.loads((out / "calibration.json").read_text())
+    assert rep["sample"]["input_rows"] == 800 and rep["sample"]["sampled_rows"] < 600
+    assert rep["validation"]["rows"] + rep["validation"]["train_rows"] == rep["sample"]["sampled_rows"]
+    assert json.loads((out / "metrics.json").read_text())["sample"]["max_rows"] == 400
