@@ -3,7 +3,8 @@
 The search (docs/calibration.md) holds out a validation split (or uses ``--val``), then tries a
 small fixed space, cheapest first:
 
-1. ``leace`` - linear concept erasure (closed form, seconds);
+1. ``leace`` - linear concept erasure (closed form, seconds), and ``leace|R``, which erases
+   only the part of S that the preserved attributes do not explain (mass.methods.leace_conditional);
 2. ``quadratic`` - LEACE's quadratic variant (class-conditional means and covariances);
 3. ``mass+quadratic``, ``mass+leace``, ``mass`` - MaSS adaptive trained after that eraser (or
    none), attribute-specific (w_r* = 0);
@@ -20,8 +21,8 @@ The judge (:func:`judge`, the one place the rule lives) retrains attackers (logr
 gradient boosting, MLP from :mod:`mass.metrics`) on the validation release: a suppressed
 attribute passes when every family stays within ``max(majority, floor) + margin - safety``, a
 preserved one when the best family keeps ``min_utility_fraction + safety`` of its accuracy on
-the original validation rows. ``safety`` is half a standard error of an accuracy measured on
-the validation rows (at least 0.01), so a pass on validation is not a coin flip on the test set.
+the original validation rows. ``safety`` is one standard error of an accuracy measured on the
+validation rows (at least 0.01), so a pass on validation is not a coin flip on the test set.
 
 The configuration with the best utility among those that pass is chosen; the search stops early
 once one passes with ``room`` to spare, and never runs past ``budget_minutes``. When nothing
@@ -63,11 +64,13 @@ ADAPTIVE_BASE: dict[str, Any] = {
     "adaptive": {"output_noise": 0.05},
 }
 MIN_EPOCHS = 5
+CROSSFIT_MAX_ROWS = 4000  # up to this many training rows (no --val): out-of-fold validation
+CROSSFIT_FOLDS = 4
+HOLDOUT_MIN_ROWS = 4000  # validation rows from which attackers fit on one half, score the other
 # Safety margin on validation, in standard errors of an accuracy measured on the validation rows
-# (at least 0.01). Half a standard error: the worst of four families is already biased upwards
-# by taking a maximum over noisy estimates, and the release audit takes the same maximum.
-SAFETY_SE = 0.5
-SECONDS_PER_ROW_EPOCH = 6e-4  # adaptive epoch cost on one core before the first measurement
+# (at least 0.01): the release is audited on other rows, with noise of its own (fail closed).
+SAFETY_SE = 1.0
+SECONDS_PER_ROW_EPOCH = 1.5e-3  # adaptive epoch cost on a busy 2-core box before the first measurement
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,7 @@ def _adaptive(pre_erase: str, **extra: Any) -> dict[str, Any]:
 
 SEARCH_SPACE: tuple[Candidate, ...] = (
     Candidate("leace", "leace"),
+    Candidate("leace|R", "leace_conditional"),
     Candidate("quadratic", "leace_quadratic"),
     Candidate("mass+quadratic", "mass", _adaptive("quadratic")),
     Candidate("mass+leace", "mass", _adaptive("leace")),
@@ -128,6 +132,18 @@ def stratified_split(
     mask = np.ones(len(strata), dtype=bool)
     mask[held_idx] = False
     return np.flatnonzero(mask), held_idx
+
+
+def fold_indices(strata: np.ndarray, k: int, seed: int) -> list[np.ndarray]:
+    """``k`` disjoint row sets covering every row, each stratum dealt round-robin (seeded)."""
+    rng = np.random.default_rng(seed)
+    fold = np.empty(len(strata), dtype=np.int64)
+    offset = 0
+    for c in np.unique(strata):
+        rows = rng.permutation(np.flatnonzero(strata == c))
+        fold[rows] = (np.arange(len(rows)) + offset) % k
+        offset += len(rows)
+    return [np.flatnonzero(fold == j) for j in range(k)]
 
 
 def total_rows(spec: str) -> int:
@@ -350,8 +366,9 @@ def judge(
 
 
 class ValidationAudit:
-    """Retrained attackers on a validation release: holdout (fit half, score half) when the
-    split has >= 2000 rows, else 3-fold cross-validation; each fit capped at ``rows`` rows."""
+    """Retrained attackers on a validation release: holdout (fit half, score half) when it
+    has >= HOLDOUT_MIN_ROWS rows, else 5-fold cross-validation (as the release audit);
+    each fit capped at ``cfg.attacker_rows`` rows."""
 
     def __init__(self, val: EmbeddingDataset, suppress, preserve, policy, cfg: CalibrationConfig):
         from mass import metrics as M
@@ -365,7 +382,7 @@ class ValidationAudit:
         self.seeds = row_seeds(val.ids)
         self.labels = {a: val.labels[a] for a in [*suppress, *preserve]}
         n = len(val)
-        self.holdout = n >= 2000
+        self.holdout = n >= HOLDOUT_MIN_ROWS
         if self.holdout:
             self.fit_idx, self.eval_idx = stratified_split(
                 joint_codes(self.labels, [*suppress, *preserve]), 0.5, cfg.seed + 1
@@ -394,7 +411,7 @@ class ValidationAudit:
         if self.holdout:
             f, e = self.fit_idx, self.eval_idx
             return M.retrained_attackers(xp[f], y[f], xp[e], y[e], **kw)[family]
-        return M.retrained_attackers(xp, y, folds=3, **kw)[family]
+        return M.retrained_attackers(xp, y, folds=5, **kw)[family]
 
     def measure(
         self, xp: np.ndarray, *, full: bool = False, known: dict | None = None
@@ -478,25 +495,33 @@ def calibrate(
     t0 = time.perf_counter()
     deadline = t0 + 60.0 * cfg.budget_minutes
     attrs = [*suppress, *preserve]
-    if val is None:
-        rest, held = stratified_split(joint_codes(train.labels, attrs), cfg.val_fraction,
-                                      cfg.seed)  # fmt: skip
-        if len(held) < 20 or len(rest) < 20:
-            raise ConfigError(
-                f"{train.source}: {len(train)} rows are too few to hold out a validation "
-                "split; pass --val or more rows"
-            )
+    strata = joint_codes(train.labels, attrs)
+    folds: list[np.ndarray] = []
+    if val is None and len(train) <= CROSSFIT_MAX_ROWS:
+        # small data: every training row is validated out of fold (each fold's rows released
+        # by a candidate fitted on the other folds), so attackers train on as many rows as a
+        # release audit's would; the chosen configuration is then refitted on all rows
+        if len(train) < 40:
+            raise ConfigError(f"{train.source}: {len(train)} rows are too few to calibrate on; "
+                              "pass more rows or an explicit --config")  # fmt: skip
+        folds = fold_indices(strata, CROSSFIT_FOLDS, cfg.seed)
+        fit_ds, val_ds = train, train
+        val_how = (f"out-of-fold releases of all {len(train)} training rows "
+                   f"({CROSSFIT_FOLDS} folds, stratified, seed {cfg.seed})")  # fmt: skip
+    elif val is None:
+        rest, held = stratified_split(strata, cfg.val_fraction, cfg.seed)
         fit_ds, val_ds = subset(train, rest), subset(train, held)
         val_how = f"{cfg.val_fraction:.0%} of the training rows held out, stratified, seed {cfg.seed}"
     else:
         fit_ds, val_ds, val_how = train, val, f"--val ({val.source})"
+    fits_per_candidate = len(folds) or 1
     audit = ValidationAudit(val_ds, suppress, preserve, policy, cfg)
     base = audit.base
     report: dict[str, Any] = {
         "policy": policy.to_dict(),
         "budget_minutes": cfg.budget_minutes,
         "validation": {"how": val_how, "rows": len(val_ds), "train_rows": len(fit_ds),
-                       "judge": "holdout half/half" if audit.holdout else "3-fold CV",
+                       "judge": "holdout half/half" if audit.holdout else "5-fold CV",
                        "families": list(cfg.families)},
         "sample": sample_note,
         "noise_levels": list(NOISE_LEVELS),
@@ -513,6 +538,8 @@ def calibrate(
         ident = audit.measure(audit.x, full=True)
         points.append({"candidate": "identity", "noise": 0.0, **ident})
     for c in [] if infeasible else space:
+        if c.method == "leace_conditional" and not preserve:
+            continue  # the same eraser as plain leace
         entry: dict[str, Any] = {"name": c.name, "method": c.method, "params": c.params}
         report["candidates"].append(entry)
         left = deadline - time.perf_counter()
@@ -520,7 +547,7 @@ def calibrate(
         if c.trained:
             # cost ~ rows * (G epochs + branch pretraining, ~half an epoch per branch epoch)
             branch_units = 0.5 * 30 * len(attrs)
-            per_epoch = per_row_epoch * len(fit_ds)
+            per_epoch = per_row_epoch * len(fit_ds) * fits_per_candidate
             epochs = int(min(int(c.params.get("epochs", 30)),
                              (0.5 * left) // max(per_epoch, 1e-9) - branch_units))  # fmt: skip
             if epochs < MIN_EPOCHS:
@@ -534,19 +561,31 @@ def calibrate(
         params = _params_for(c, cfg.seed, epochs)
         entry["params"] = params
         tf = time.perf_counter()
+        method = get_method(c.method)
+
+        def fit_on(ds, c=c, method=method, params=params):
+            return method.fit(ds, suppress=list(suppress), preserve=list(preserve),
+                              params=params, seed=cfg.seed, progress=False)  # fmt: skip
+
         try:
-            fit = get_method(c.method).fit(fit_ds, suppress=list(suppress),
-                                           preserve=list(preserve), params=params,
-                                           seed=cfg.seed, progress=False)  # fmt: skip
+            if folds:
+                parts = []
+                for k, rows in enumerate(folds):
+                    others = np.sort(np.concatenate([f for j, f in enumerate(folds) if j != k]))
+                    parts.append((fit_on(subset(train, others)).modifier, rows))
+                fit = None
+            else:
+                fit = fit_on(fit_ds)
+                parts = [(fit.modifier, np.arange(len(val_ds)))]
         except (ConfigError, InputError, ValueError, RuntimeError) as e:
             entry.update(status="error", reason=str(e))
             log.info("calibration: %s failed to fit: %s", c.name, e)
             continue
         entry["fit_seconds"] = time.perf_counter() - tf
-        if c.trained and fit.history:
-            units = len(fit.history) + 0.5 * 30 * len(attrs)
-            per_row_epoch = entry["fit_seconds"] / (len(fit_ds) * units)
-        found = _bisect_noise(fit.modifier, audit, deadline)
+        if c.trained:
+            units = int(params.get("epochs", 30)) + 0.5 * 30 * len(attrs)
+            per_row_epoch = entry["fit_seconds"] / (len(fit_ds) * units * fits_per_candidate)
+        found = _bisect_noise(parts, audit, deadline)
         entry["points"] = found["points"]
         for p in found["points"]:
             points.append({"candidate": c.name, **p})
@@ -558,7 +597,7 @@ def calibrate(
         entry["noise"] = pt["noise"]
         score = _score(pt)
         if chosen is None or score > _score(chosen[2]):
-            chosen = (c, fit, pt, params)
+            chosen = (c, fit, pt, params, fit_on)
         if not preserve or pt["fraction"] >= min(0.99, policy.min_utility_fraction + cfg.room):
             stopped = f"early: {c.name} passed with room"
             break
@@ -577,7 +616,12 @@ def calibrate(
         report["verdict"] = _verdict(infeasible, points, policy)
         _write_report(out_dir, report, points, None, policy)
         raise CalibrationError(_failure_message(report, base))
-    c, fit, pt, params = chosen
+    c, fit, pt, params, fit_on = chosen
+    if fit is None:  # cross-fitted: the release model is fitted on every training row
+        tf = time.perf_counter()
+        fit = fit_on(train)
+        report["refit_seconds"] = time.perf_counter() - tf
+        report["seconds"] = time.perf_counter() - t0
     noise = float(pt["noise"])
     report["chosen"] = {"candidate": c.name, "method": c.method, "noise": noise,
                         "excess": pt["excess"], "fraction": pt["fraction"],
@@ -594,7 +638,7 @@ def _score(pt: dict) -> tuple:
     return (round(pt["fraction"], 6), round(pt["fidelity"], 6), -pt["noise"])
 
 
-def _bisect_noise(model, audit: ValidationAudit, deadline: float) -> dict[str, Any]:
+def _bisect_noise(parts, audit: ValidationAudit, deadline: float) -> dict[str, Any]:
     """Smallest level of :data:`NOISE_LEVELS` whose release passes the privacy half, found by
     bisection (privacy is taken to fall with noise); the passing level is then measured whole."""
     points: list[dict] = []
@@ -604,7 +648,10 @@ def _bisect_noise(model, audit: ValidationAudit, deadline: float) -> dict[str, A
         if i in cache and (cache[i]["complete"] or not full):
             return cache[i]
         t = time.perf_counter()
-        xp = apply(with_output_noise(model, NOISE_LEVELS[i]), audit.x, audit.seeds)
+        xp = np.empty_like(audit.x)
+        for model, rows in parts:  # each fitted model releases its own (unseen) rows
+            xp[rows] = apply(with_output_noise(model, NOISE_LEVELS[i]), audit.x[rows],
+                             audit.seeds[rows])  # fmt: skip
         prior = cache.get(i)
         m = audit.measure(xp, full=full, known=prior)
         m.update(noise=NOISE_LEVELS[i],
