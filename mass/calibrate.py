@@ -639,8 +639,9 @@ def _score(pt: dict) -> tuple:
 
 
 def _bisect_noise(parts, audit: ValidationAudit, deadline: float) -> dict[str, Any]:
-    """Smallest level of :data:`NOISE_LEVELS` whose release passes the privacy half, found by
-    bisection (privacy is taken to fall with noise); the passing level is then measured whole."""
+    """Smallest level of :data:`NOISE_LEVELS` whose release passes the privacy half, and whose
+    next level passes too, found by bisection (privacy is taken to fall with noise); the
+    chosen level is then measured whole. ``parts``: (fitted modifier, validation rows) pairs."""
     points: list[dict] = []
     cache: dict[int, dict] = {}
 
@@ -678,6 +679,10 @@ def _bisect_noise(parts, audit: ValidationAudit, deadline: float) -> dict[str, A
                 hi = mid
             else:
                 lo = mid
+            # the smallest passing level is borderline by construction: the next level up must
+            # pass too, else that pass was noise and the search goes on above the failure
+            if hi - lo <= 1 and hi < last and not at(hi + 1)["privacy_ok"]:
+                lo, hi = hi + 1, last
     # complete the chosen level's utility for the report, unless the budget is spent (a
     # partial utility measurement already decides: it stops only once the fraction is kept)
     pt = at(hi, full=time.perf_counter() < deadline)

@@ -247,6 +247,9 @@ def run_calibrated(args, train, suppress: list[str], preserve: list[str], sample
     from mass.io import load_embeddings
     from mass.modifier import save_modifier
 
+    if args.epochs is not None or args.resume:
+        log.warning("--epochs/--resume apply to an explicit --config/--mode/--method run; "
+                    "calibration chooses its own and ignores them")  # fmt: skip
     policy = read_policy(args.policy)
     cfg = CalibrationConfig(budget_minutes=args.budget_minutes, max_rows=args.max_rows,
                             seed=args.seed or 0)  # fmt: skip
