@@ -3,8 +3,9 @@
 The search (docs/calibration.md) holds out a validation split (or uses ``--val``), then tries a
 small fixed space, cheapest first:
 
-1. ``leace`` - linear concept erasure (closed form, seconds), and ``leace|R``, which erases
-   only the part of S that the preserved attributes do not explain (mass.methods.leace_conditional);
+1. ``leace`` - linear concept erasure (closed form, seconds); ``leace|R``, which erases only
+   the part of S that the preserved attributes do not explain; each also refitted 3 times
+   through the output's renormalisation (``x3``; all mass.methods.leace_iterated);
 2. ``quadratic`` - LEACE's quadratic variant (class-conditional means and covariances);
 3. ``mass+quadratic``, ``mass+leace``, ``mass`` - MaSS adaptive trained after that eraser (or
    none), attribute-specific (w_r* = 0);
@@ -92,8 +93,10 @@ def _adaptive(pre_erase: str, **extra: Any) -> dict[str, Any]:
 
 
 SEARCH_SPACE: tuple[Candidate, ...] = (
-    Candidate("leace", "leace"),
-    Candidate("leace|R", "leace_conditional"),
+    Candidate("leace", "leace_iterated", {"given_preserved": False, "rounds": 1}),
+    Candidate("leace|R", "leace_iterated", {"given_preserved": True, "rounds": 1}),
+    Candidate("leace x3", "leace_iterated", {"given_preserved": False, "rounds": 3}),
+    Candidate("leace|R x3", "leace_iterated", {"given_preserved": True, "rounds": 3}),
     Candidate("quadratic", "leace_quadratic"),
     Candidate("mass+quadratic", "mass", _adaptive("quadratic")),
     Candidate("mass+leace", "mass", _adaptive("leace")),
@@ -538,7 +541,7 @@ def calibrate(
         ident = audit.measure(audit.x, full=True)
         points.append({"candidate": "identity", "noise": 0.0, **ident})
     for c in [] if infeasible else space:
-        if c.method == "leace_conditional" and not preserve:
+        if c.params.get("given_preserved") and not preserve:
             continue  # the same eraser as plain leace
         entry: dict[str, Any] = {"name": c.name, "method": c.method, "params": c.params}
         report["candidates"].append(entry)
