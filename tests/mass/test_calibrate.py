@@ -117,7 +117,9 @@ def test_budget_is_respected(files, tmp_path):
         pass
     elapsed = time.perf_counter() - t0
     rep = json.loads((tmp_path / "calibration.json").read_text())
-    assert elapsed < 3 + 20  # a noise measurement started in time may finish past it
+    # a noise search started in time may finish past it; an ignored budget would spend
+    # minutes on the MaSS candidates
+    assert elapsed < 3 + 45
     trained = [c for c in rep["candidates"] if c["method"] == "mass"]
     assert all(c["status"] == "skipped" for c in trained)
     assert rep["seconds"] <= elapsed
