@@ -289,7 +289,9 @@ def with_output_noise(model: torch.nn.Module, level: float) -> torch.nn.Module:
     if level <= 0:
         return model
     dim = int(model.spec.dim)
-    return ChainModifier.of(model, GaussianNoiseModifier(NoiseSpec(dim, level / math.sqrt(dim))))
+    noise = GaussianNoiseModifier(NoiseSpec(dim, level / math.sqrt(dim)))
+    parts = list(model.parts) if isinstance(model, ChainModifier) else [model]
+    return ChainModifier.of(*parts, noise)  # flat: a chain's spec.dim reads its first part
 
 
 def apply(model: torch.nn.Module, x: np.ndarray, seeds: np.ndarray, batch: int = 8192):

@@ -186,6 +186,26 @@ def test_output_noise_needs_no_retraining():
     assert isinstance(noisy, ChainModifier) and noisy.stochastic
     d = (noisy(x, seeds) - eraser(x, seeds)).norm(dim=1).mean()
     assert 0.1 < float(d) < 0.35  # noise of norm ~0.2 on unit rows
+    chain = get_method("leace_iterated").fit(ds, suppress=["a"], preserve=[],
+                                             params={"rounds": 2}).modifier  # fmt: skip
+    flat = C.with_output_noise(chain, 0.2)
+    assert [p.kind for p in flat.parts] == ["affine", "affine", "gaussian_noise"]
+    assert flat.spec.dim == 8
+
+
+def test_noisy_chain_saves_loads_and_serves_the_same(tmp_path):
+    from mass.methods import get_method
+    from mass.modifier import save_modifier
+
+    ds = toy_dataset(200, dim=8)
+    chain = get_method("leace_iterated").fit(ds, suppress=["a"], preserve=["b"],
+                                             params={"rounds": 3}).modifier  # fmt: skip
+    g = C.with_output_noise(chain, 0.3)
+    save_modifier(g, str(tmp_path / "m.pt"), method="leace_iterated")
+    back = load_modifier(str(tmp_path / "m.pt"))
+    x, seeds = torch.from_numpy(ds.x.copy()), torch.from_numpy(row_seeds(ds.ids))
+    assert back.stochastic and back.spec.dim == 8
+    assert torch.allclose(back(x, seeds), g(x, seeds), atol=1e-6)
 
 
 def test_stream_sample_is_stratified_seeded_and_bounded(tmp_path):
