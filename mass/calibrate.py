@@ -62,6 +62,7 @@ ADAPTIVE_BASE: dict[str, Any] = {
     "batch_size": 256,
     "lr": 0.005,
     "w_rstar": 0,
+    "branch_epochs": 10,  # G's frozen S/R judges; 10 epochs fit them on calibration-sized data
     "adaptive": {"output_noise": 0.05},
 }
 MIN_EPOCHS = 5
@@ -551,7 +552,7 @@ def calibrate(
         epochs = None
         if c.trained:
             # cost ~ rows * (G epochs + branch pretraining, ~half an epoch per branch epoch)
-            branch_units = 0.5 * 30 * len(attrs)
+            branch_units = 0.5 * int(c.params.get("branch_epochs", 30)) * len(attrs)
             per_epoch = per_row_epoch * len(fit_ds) * fits_per_candidate
             epochs = int(min(int(c.params.get("epochs", 30)),
                              (0.5 * left) // max(per_epoch, 1e-9) - branch_units))  # fmt: skip
@@ -588,7 +589,8 @@ def calibrate(
             continue
         entry["fit_seconds"] = time.perf_counter() - tf
         if c.trained:
-            units = int(params.get("epochs", 30)) + 0.5 * 30 * len(attrs)
+            units = (int(params.get("epochs", 30))
+                     + 0.5 * int(params.get("branch_epochs", 30)) * len(attrs))  # fmt: skip
             per_row_epoch = entry["fit_seconds"] / (len(fit_ds) * units * fits_per_candidate)
         found = _bisect_noise(parts, audit, deadline)
         entry["points"] = found["points"]
