@@ -621,6 +621,12 @@ def calibrate(
     if chosen is None:
         report["chosen"] = None
         report["verdict"] = _verdict(infeasible, points, policy)
+        noisy = [s for s in suppress if base.safety[s] >= 0.5 * policy.margin("logreg")]
+        if noisy and not infeasible:
+            report["verdict"] += (
+                f"; {base.n_eval} validation rows measure an accuracy to +-"
+                f"{max(base.safety[s] for s in noisy):.3f} (one standard error), half the "
+                "policy's margin or more: more rows (or --val) would tell a pass from noise")
         _write_report(out_dir, report, points, None, policy)
         raise CalibrationError(_failure_message(report, base))
     c, fit, pt, params, fit_on = chosen
