@@ -101,7 +101,8 @@ def judge_release(x, xp, labels, suppress, preserve, margin: float, min_fraction
         y = labels[s]
         acc = retrained_attackers(xp, y, families=FAMILIES)
         base = max(majority_rate(y), leakage_floor(y, pres))
-        out[s] = {"role": "suppressed", "majority": majority_rate(y), "floor": leakage_floor(y, pres),
+        out[s] = {"role": "suppressed", "majority": majority_rate(y),
+                  "floor": leakage_floor(y, pres),
                   "original": max(retrained_attackers(x, y, families=("logreg", "knn")).values()),
                   "attackers": acc, "worst": max(acc.values()), "limit": base + margin,
                   "ok": max(acc.values()) <= base + margin + 1e-12}  # fmt: skip
@@ -111,7 +112,8 @@ def judge_release(x, xp, labels, suppress, preserve, margin: float, min_fraction
         acc = retrained_attackers(xp, y, families=FAMILIES)
         frac = max(acc.values()) / max(max(orig.values()), 1e-12)
         out[r] = {"role": "preserved", "original": max(orig.values()), "attackers": acc,
-                  "best": max(acc.values()), "fraction": frac, "ok": frac >= min_fraction}  # fmt: skip
+                  "best": max(acc.values()), "fraction": frac,
+                  "ok": frac >= min_fraction}  # fmt: skip
     return out
 
 

@@ -72,7 +72,8 @@ HOLDOUT_MIN_ROWS = 4000  # validation rows from which attackers fit on one half,
 # Safety margin on validation, in standard errors of an accuracy measured on the validation rows
 # (at least 0.01): the release is audited on other rows, with noise of its own (fail closed).
 SAFETY_SE = 1.0
-SECONDS_PER_ROW_EPOCH = 1.5e-3  # adaptive epoch cost on a busy 2-core box before the first measurement
+# adaptive epoch cost per row on a busy 2-core box, until the first MaSS fit is measured
+SECONDS_PER_ROW_EPOCH = 1.5e-3
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,9 @@ SEARCH_SPACE: tuple[Candidate, ...] = (
     Candidate("mass+leace", "mass", _adaptive("leace")),
     Candidate("mass", "mass", _adaptive("none")),
     Candidate(
-        "mass+quadratic/utility", "mass", _adaptive("quadratic", w_r=5.0, adaptive={"adv_weight": 10.0})
+        "mass+quadratic/utility",
+        "mass",
+        _adaptive("quadratic", w_r=5.0, adaptive={"adv_weight": 10.0}),
     ),
 )
 
@@ -517,7 +520,8 @@ def calibrate(
     elif val is None:
         rest, held = stratified_split(strata, cfg.val_fraction, cfg.seed)
         fit_ds, val_ds = subset(train, rest), subset(train, held)
-        val_how = f"{cfg.val_fraction:.0%} of the training rows held out, stratified, seed {cfg.seed}"
+        val_how = (f"{cfg.val_fraction:.0%} of the training rows held out, stratified, "
+                   f"seed {cfg.seed}")  # fmt: skip
     else:
         fit_ds, val_ds, val_how = train, val, f"--val ({val.source})"
     fits_per_candidate = len(folds) or 1
@@ -680,7 +684,8 @@ def _bisect_noise(parts, audit: ValidationAudit, deadline: float) -> dict[str, A
     if at(0)["privacy_ok"]:
         hi = 0
     elif time.perf_counter() > deadline:
-        return {"points": points, "chosen": None, "reason": "budget exhausted during the noise search"}
+        reason = "budget exhausted during the noise search"
+        return {"points": points, "chosen": None, "reason": reason}
     elif not at(last)["privacy_ok"]:
         return {"points": points, "chosen": None,
                 "reason": f"privacy fails even at noise {NOISE_LEVELS[last]}"}  # fmt: skip
@@ -770,10 +775,12 @@ def _verdict(infeasible: list[str], points: list[dict], policy) -> str:
         parts.append("nothing was measured within the budget (raise --budget-minutes)")
         return "; ".join(parts)
     if private:
-        parts.append(f"the best utility with suppression held was {max(p['fraction'] for p in private):.3f} "
+        best = max(p["fraction"] for p in private)
+        parts.append(f"the best utility with suppression held was {best:.3f} "
                      f"(needs {policy.min_utility_fraction})")
     if useful:
-        parts.append(f"the best privacy with utility kept was {min(p['excess'] for p in useful):+.3f} "
+        least = min(p["excess"] for p in useful)
+        parts.append(f"the best privacy with utility kept was {least:+.3f} "
                      "over max(majority, floor)")
     if not private and not useful:
         parts.append("looks infeasible within this search: neither half of the policy was met")

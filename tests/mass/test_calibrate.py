@@ -133,7 +133,8 @@ def test_budget_exhausted_reports_budget(files, tmp_path):
                     cfg=CalibrationConfig(budget_minutes=0.01), space=space,
                     out_dir=str(tmp_path))  # fmt: skip
     rep = json.loads((tmp_path / "calibration.json").read_text())
-    assert rep["candidates"][0]["status"] == "skipped" and "budget" in rep["candidates"][0]["reason"]
+    first = rep["candidates"][0]
+    assert first["status"] == "skipped" and "budget" in first["reason"]
     assert "frontier" in str(e.value)
 
 
@@ -145,7 +146,8 @@ def test_multi_attribute_calibrates_jointly():
     ds = dataclasses.replace(a, x=np.hstack([a.x, b.x]), labels={**a.labels, **b.labels},
                              encodings={**a.encodings, **b.encodings})  # fmt: skip
     res = C.calibrate(ds, suppress=["a", "b"], preserve=["c", "d"], policy=AuditPolicy(),
-                      cfg=CalibrationConfig(budget_minutes=1), space=C.SEARCH_SPACE[:2])  # fmt: skip
+                      cfg=CalibrationConfig(budget_minutes=1),
+                      space=C.SEARCH_SPACE[:2])  # fmt: skip
     ch = res.report["chosen"]
     assert set(ch["privacy"]) == {"a", "b"} and set(ch["utility"]) == {"c", "d"}
     base = res.report["baselines"]

@@ -1,4 +1,5 @@
-"""leace_iterated: LEACE through the renormalisation; only what the preserved labels do not explain."""
+"""leace_iterated: LEACE refitted through the renormalisation; optionally only the part of S
+the preserved labels do not explain."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from mass.synthetic import make_synthetic
 def test_residual_codes_vanish_when_r_determines_s():
     s = np.array([0, 1, 0, 1, 0, 1])
     codes = torch.nn.functional.one_hot(torch.as_tensor(s), 2).double()
-    assert torch.allclose(residual_codes(codes, {"r": s.copy()}), torch.zeros(6, 2, dtype=torch.float64))
+    zero = torch.zeros(6, 2, dtype=torch.float64)
+    assert torch.allclose(residual_codes(codes, {"r": s.copy()}), zero)
     assert torch.equal(residual_codes(codes, {}), codes)
 
 
