@@ -140,6 +140,8 @@ class AffineModifier(nn.Module):
     def spec_from_dict(cls, d: dict) -> AffineSpec:
         return AffineSpec(dim=int(d["dim"]))
 
+    stochastic = False  # draws no noise; export.json records it, so no key is required
+
     def __init__(self, spec: AffineSpec) -> None:
         super().__init__()
         self.spec = spec
@@ -166,14 +168,13 @@ class NoiseSpec:
 
 @register_modifier("gaussian_noise")
 class GaussianNoiseModifier(nn.Module):
-    """x' = n(n(x) + sigma * eps(seed)): the feature-noise baseline (MaSS Table 5, row 1);
-    also the release-time noise that calibration chains after a closed-form eraser."""
-
-    stochastic = True  # export.json's `stochastic`: the release depends on the row seeds
+    """x' = n(n(x) + sigma * eps(seed)): the feature-noise baseline (MaSS Table 5, row 1)."""
 
     @classmethod
     def spec_from_dict(cls, d: dict) -> NoiseSpec:
         return NoiseSpec(dim=int(d["dim"]), sigma=float(d["sigma"]))
+
+    stochastic = True  # eps comes from ROW_SEED: the release needs the owner's noise key
 
     def __init__(self, spec: NoiseSpec) -> None:
         super().__init__()
@@ -181,7 +182,7 @@ class GaussianNoiseModifier(nn.Module):
 
     def forward(self, x: torch.Tensor, seeds: torch.Tensor | None = None) -> torch.Tensor:
         if seeds is None:
-            raise ValueError("gaussian_noise modifier needs per-row seeds (mass.noise.row_seeds)")
+            raise ValueError("gaussian_noise modifier needs per-row seeds (keyed_row_seeds)")
         eps = row_noise(seeds, self.spec.dim).to(x.device)
         return l2_normalize(l2_normalize(x) + self.spec.sigma * eps)
 
