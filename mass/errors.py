@@ -15,6 +15,11 @@ class ConfigError(MassError):
     """A configuration value is invalid or infeasible (names the parameter)."""
 
 
+class CalibrationError(MassError):
+    """`mass train` found no configuration that meets the audit policy on validation data;
+    the message carries the measured frontier and the leakage floor."""
+
+
 class InputError(MassError):
     """Input data violates the data contract (names file, column and, where it applies, row)."""
 
@@ -61,8 +66,3 @@ class QuarantineThresholdError(ReleaseError):
 
 class AuditFailedError(MassError):
     """At least one audit expectation failed; the release must not be published."""
-
-
-class CalibrationError(MassError):
-    """`mass train` found no configuration that meets the audit policy on validation data;
-    the message carries the measured frontier and the leakage floor."""
