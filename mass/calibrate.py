@@ -624,7 +624,7 @@ def calibrate(
     report["infeasible"] = infeasible
     if chosen is None:
         report["chosen"] = None
-        report["verdict"] = _verdict(infeasible, points, policy)
+        report["verdict"] = _verdict(infeasible, points, policy, base)
         noisy = [s for s in suppress if base.safety[s] >= 0.5 * policy.margin("logreg")]
         if noisy and not infeasible:
             report["verdict"] += (
@@ -765,7 +765,7 @@ def _why(pt: dict, policy: AuditPolicy) -> str:
             f"{min(policy.attacker_margin.values()):.2f})")  # fmt: skip
 
 
-def _verdict(infeasible: list[str], points: list[dict], policy) -> str:
+def _verdict(infeasible: list[str], points: list[dict], policy, base: Baselines) -> str:
     if infeasible:
         return "infeasible: " + "; ".join(infeasible)
     private = [p for p in points if p["privacy_ok"] and not math.isnan(p["fraction"])]
@@ -776,8 +776,10 @@ def _verdict(infeasible: list[str], points: list[dict], policy) -> str:
         return "; ".join(parts)
     if private:
         best = max(p["fraction"] for p in private)
-        parts.append(f"the best utility with suppression held was {best:.3f} "
-                     f"(needs {policy.min_utility_fraction})")
+        need = max((policy.min_utility_fraction + base.safety[r] for r in base.preserve),
+                   default=policy.min_utility_fraction)  # fmt: skip
+        parts.append(f"the best utility with suppression held was {best:.3f} (needs "
+                     f"{need:.3f}: {policy.min_utility_fraction} + the safety margin)")
     if useful:
         least = min(p["excess"] for p in useful)
         parts.append(f"the best privacy with utility kept was {least:+.3f} "
