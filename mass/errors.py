@@ -15,11 +15,6 @@ class ConfigError(MassError):
     """A configuration value is invalid or infeasible (names the parameter)."""
 
 
-class CalibrationError(MassError):
-    """`mass train` found no configuration that meets the audit policy on validation data;
-    the message carries the measured frontier and the leakage floor."""
-
-
 class InputError(MassError):
     """Input data violates the data contract (names file, column and, where it applies, row)."""
 
@@ -42,6 +37,11 @@ class InvalidValueError(InputError):
 
 class LabelError(InputError):
     """A label column is unusable: a single class, or classes unseen at training time."""
+
+
+class CalibrationError(MassError):
+    """`mass train` found no configuration that meets the audit policy on validation data;
+    the message carries the measured frontier and the leakage floor."""
 
 
 class ServingError(MassError):
