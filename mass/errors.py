@@ -44,6 +44,11 @@ class LabelError(InputError):
     """A label column is unusable: a single class, or classes unseen at training time."""
 
 
+class CalibrationError(MassError):
+    """`mass train` found no configuration that meets the audit policy on validation data;
+    the message carries the measured frontier and the leakage floor."""
+
+
 class ServingError(MassError):
     """The inference server is unreachable, the model is missing, or it answered wrongly."""
 

@@ -1,0 +1,78 @@
+"""LEACE repeated through the renormalisation, optionally only for what R does not explain.
+
+Two gaps between plain ``leace`` and a release that retrained attackers cannot read:
+
+- Every release is L2-renormalised (the ``affine`` kind ends with n()). LEACE leaves no linear
+  information about S in W x + b, but the row norm of W x + b still differs by class, and
+  dividing by it writes S back into the directions: on synthetic data a retrained logistic
+  regression read S at 0.80 after one LEACE (majority 0.51), 0.60 after two, 0.56 after three.
+  This method fits LEACE again on its own renormalised output, ``rounds`` times, and serves the
+  rounds as one ``chain`` of ``affine`` modifiers.
+- With ``given_preserved`` (default), the concept erased is Z = onehot(S) - E[onehot(S) | R]
+  (cell means over the combinations of preserved labels) instead of onehot(S): plain LEACE
+  removes every direction that covaries with S, R's included when R and S correlate, although
+  the audit lets an attacker read S up to the leakage floor (what R's labels alone give away).
+  Afterwards no linear function of x' covaries with the part of S that R does not determine,
+  and R's directions stay. Without preserved attributes it is plain LEACE.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from mass.io import EmbeddingDataset
+from mass.methods import FitResult, register_method
+from mass.methods._common import AffineModifier, AffineSpec, param
+from mass.methods.leace import _Base, leace_affine, one_hot_codes
+from mass.modifier import ChainModifier
+
+
+def residual_codes(codes: torch.Tensor, preserved: dict[str, np.ndarray]) -> torch.Tensor:
+    """``codes`` minus their mean within each combination of preserved labels."""
+    if not preserved:
+        return codes
+    cols = np.stack([np.asarray(v) for v in preserved.values()], axis=1)
+    cell = torch.as_tensor(np.unique(cols, axis=0, return_inverse=True)[1].reshape(-1))
+    n_cells = int(cell.max()) + 1
+    sums = torch.zeros(n_cells, codes.shape[1], dtype=codes.dtype).index_add_(0, cell, codes)
+    counts = torch.bincount(cell, minlength=n_cells).to(codes.dtype).clamp(min=1)
+    return codes - (sums / counts[:, None])[cell]
+
+
+@register_method("leace_iterated")
+class LeaceIterated(_Base):
+    """``params``: ``rounds`` (int, default 3), ``given_preserved`` (bool, default True),
+    ``shrinkage`` (bool, default True)."""
+
+    def fit(
+        self,
+        train: EmbeddingDataset,
+        *,
+        suppress: list[str],
+        preserve: list[str],
+        params: dict[str, Any],
+        val: EmbeddingDataset | None = None,
+        seed: int = 0,
+        progress: bool = True,
+    ) -> FitResult:
+        start = time.perf_counter()
+        rounds = param(params, "rounds", 3, lo=1)
+        conditional = param(params, "given_preserved", True)
+        x, labels, ks = self._setup(train, suppress, preserve)
+        codes = one_hot_codes(labels, ks)
+        if conditional:
+            codes = residual_codes(codes, {r: train.labels[r] for r in preserve})
+        parts = []
+        for _ in range(rounds):
+            weight, bias = leace_affine(x, codes, shrinkage=param(params, "shrinkage", True))
+            part = AffineModifier(AffineSpec(dim=x.shape[1])).set(weight, bias).eval()
+            parts.append(part)
+            with torch.no_grad():
+                x = part(x)
+        modifier = parts[0] if len(parts) == 1 else ChainModifier.of(*parts)
+        return FitResult(modifier=modifier.eval(), seconds=time.perf_counter() - start,
+                         extra={"rounds": rounds, "given_preserved": conditional})  # fmt: skip

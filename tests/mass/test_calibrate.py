@@ -1,0 +1,237 @@
+"""`mass train` calibration (mass.calibrate): picks a passing configuration on easy data,
+refuses an infeasible request with the frontier, stays within its budget, and an explicit
+config still trains exactly what it says."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+import yaml
+
+from mass import calibrate as C
+from mass.cli import main
+from mass.config import AuditPolicy, CalibrationConfig
+from mass.errors import CalibrationError
+from mass.io import embedding_array, load_embeddings
+from mass.methods._common import toy_dataset
+from mass.metrics import majority_rate, retrained_attackers
+from mass.modifier import ChainModifier, DataModifier, ModifierSpec, load_modifier
+from mass.noise import row_seeds
+from mass.synthetic import make_synthetic, to_table, write_synthetic
+
+
+def _ring(path, n=900, seed=0) -> None:
+    """s lives only in the radius of two coordinates (no linear signal), u in class means."""
+    rng = np.random.default_rng(seed)
+    u, s = rng.integers(0, 3, n), rng.integers(0, 2, n)
+    x = rng.normal(size=(n, 16)) * 0.4 + rng.normal(size=(3, 16))[u]
+    th = rng.uniform(0, 2 * np.pi, n)
+    r = np.where(s == 1, 1.0, 0.3)
+    x[:, 0], x[:, 1] = r * np.cos(th), r * np.sin(th)
+    pq.write_table(pa.table({"id": np.arange(n), "emb": embedding_array(x.astype(np.float32)),
+                             "s": s, "u": u}), path)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("calib")
+    t = to_table(make_synthetic(n=1200, dim=16, seed=0))
+    pq.write_table(t.slice(0, 800), str(d / "easy.parquet"))
+    pq.write_table(t.slice(800), str(d / "test.parquet"))  # unseen rows, same distribution
+    write_synthetic(str(d / "determined.parquet"), n=600, dim=16, seed=1, rho=1.0)
+    _ring(str(d / "ring.parquet"))
+    return d
+
+
+def _train(data, out, *extra):
+    return main(["train", "--data", str(data), "--suppress", "s", "--preserve", "u",
+                 "--out", str(out), "--no-progress", *extra])  # fmt: skip
+
+
+def test_calibration_picks_a_passing_configuration_on_easy_data(files, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no params.yaml here: the built-in policy applies
+    out = tmp_path / "run"
+    assert _train(files / "easy.parquet", out, "--budget-minutes", "3") == 0
+    rep = json.loads((out / "calibration.json").read_text())
+    assert rep["verdict"] == "passed on validation" and rep["stopped"].startswith("early")
+    chosen = rep["chosen"]
+    limit = rep["baselines"]["s"]["limit_on_validation"]
+    assert all(acc <= limit[f] for f, acc in chosen["privacy"]["s"].items())
+    assert chosen["fraction"] >= rep["baselines"]["u"]["required_fraction"]
+    assert (out / "calibration.png").stat().st_size > 1000
+    cfg = yaml.safe_load((out / "config.yaml").read_text())["train"]
+    assert cfg["calibration"]["candidate"] == chosen["candidate"]
+    assert cfg["calibration"]["policy"]["source"] == "built-in defaults"
+    # the release of unseen rows holds up against attackers retrained on it
+    test = load_embeddings(str(files / "test.parquet"), label_cols=["s", "u"])
+    g = load_modifier(str(out / "modifier.pt"))
+    with torch.no_grad():
+        xp = g(torch.from_numpy(test.x.copy()), torch.from_numpy(row_seeds(test.ids))).numpy()
+    half = len(test) // 2
+    s, u = test.labels["s"], test.labels["u"]
+    acc_s = retrained_attackers(xp[:half], s[:half], xp[half:], s[half:], families=("logreg",))
+    acc_u = retrained_attackers(xp[:half], u[:half], xp[half:], u[half:], families=("logreg",))
+    assert acc_s["logreg"] <= majority_rate(s[half:]) + 0.1
+    assert acc_u["logreg"] >= 0.85
+
+
+def test_infeasible_request_exits_2_with_frontier_and_floor(files, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _train(files / "determined.parquet", out, "--budget-minutes", "1") == 2
+    err = capsys.readouterr().err
+    assert "CalibrationError" in err and "infeasible" in err
+    assert "leakage floor 1.000" in err and "frontier" in err
+    rep = json.loads((out / "calibration.json").read_text())
+    assert rep["chosen"] is None and rep["feasible"] is False and rep["frontier"]
+    assert not (out / "modifier.pt").exists()  # nothing to export from a failed calibration
+
+
+def test_explicit_config_bypasses_calibration(files, tmp_path):
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"train": {"method": "leace"}}))
+    out = tmp_path / "run"
+    assert _train(files / "easy.parquet", out, "--config", str(params)) == 0
+    assert not (out / "calibration.json").exists()
+    cfg = yaml.safe_load((out / "config.yaml").read_text())["train"]
+    assert cfg["method"] == "leace" and "calibration" not in cfg
+    out2 = tmp_path / "run2"
+    assert _train(files / "easy.parquet", out2, "--method", "leace") == 0
+    assert not (out2 / "calibration.json").exists()
+
+
+def test_budget_is_respected(files, tmp_path):
+    import time
+
+    ds = load_embeddings(str(files / "ring.parquet"), label_cols=["s", "u"])
+    cfg = CalibrationConfig(budget_minutes=0.05)  # 3 s: no room for a MaSS fit
+    t0 = time.perf_counter()
+    try:
+        C.calibrate(ds, suppress=["s"], preserve=["u"], policy=AuditPolicy(), cfg=cfg,
+                    out_dir=str(tmp_path))  # fmt: skip
+    except CalibrationError:
+        pass
+    elapsed = time.perf_counter() - t0
+    rep = json.loads((tmp_path / "calibration.json").read_text())
+    # a noise search started in time may finish past it; an ignored budget would spend
+    # minutes on the MaSS candidates
+    assert elapsed < 3 + 45
+    trained = [c for c in rep["candidates"] if c["method"] == "mass"]
+    assert all(c["status"] == "skipped" for c in trained)
+    assert rep["seconds"] <= elapsed
+
+
+def test_budget_exhausted_reports_budget(files, tmp_path):
+    ds = load_embeddings(str(files / "ring.parquet"), label_cols=["s", "u"])
+    space = (C.Candidate("mass", "mass", C._adaptive("none")),)
+    with pytest.raises(CalibrationError) as e:
+        C.calibrate(ds, suppress=["s"], preserve=["u"], policy=AuditPolicy(),
+                    cfg=CalibrationConfig(budget_minutes=0.01), space=space,
+                    out_dir=str(tmp_path))  # fmt: skip
+    rep = json.loads((tmp_path / "calibration.json").read_text())
+    first = rep["candidates"][0]
+    assert first["status"] == "skipped" and "budget" in first["reason"]
+    assert "frontier" in str(e.value)
+
+
+def test_multi_attribute_calibrates_jointly():
+    import dataclasses
+
+    a = make_synthetic(n=1600, dim=16, s_classes=2, u_classes=3, seed=5, s_name="a", u_name="c")
+    b = make_synthetic(n=1600, dim=16, s_classes=3, u_classes=2, seed=6, s_name="b", u_name="d")
+    ds = dataclasses.replace(a, x=np.hstack([a.x, b.x]), labels={**a.labels, **b.labels},
+                             encodings={**a.encodings, **b.encodings})  # fmt: skip
+    res = C.calibrate(ds, suppress=["a", "b"], preserve=["c", "d"], policy=AuditPolicy(),
+                      cfg=CalibrationConfig(budget_minutes=1),
+                      space=C.SEARCH_SPACE[:2])  # fmt: skip
+    ch = res.report["chosen"]
+    assert set(ch["privacy"]) == {"a", "b"} and set(ch["utility"]) == {"c", "d"}
+    base = res.report["baselines"]
+    for s in ("a", "b"):
+        assert all(acc <= base[s]["limit_on_validation"][f] for f, acc in ch["privacy"][s].items())
+    for r in ("c", "d"):
+        kept = max(ch["utility"][r].values()) / max(base[r]["original"].values())
+        assert kept >= base[r]["required_fraction"]
+
+
+def test_judge_is_the_policy():
+    base = C.Baselines(["s"], ["u"], {"s": 0.5}, {"s": 0.6}, {"s": {"logreg": 0.9},
+                       "u": {"logreg": 0.8, "mlp": 1.0}}, 500, {"s": 0.01, "u": 0.01})  # fmt: skip
+    pol = AuditPolicy()
+    ok = C.judge({"s": {"logreg": 0.63}}, {"u": {"mlp": 0.95}}, base, pol)
+    assert ok["passed"] and ok["excess"] == pytest.approx(0.03) and ok["fraction"] == 0.95
+    leak = C.judge({"s": {"logreg": 0.645}}, {"u": {"mlp": 0.95}}, base, pol)
+    assert not leak["privacy_ok"] and leak["utility_ok"]
+    lossy = C.judge({"s": {"logreg": 0.6}}, {"u": {"mlp": 0.905}}, base, pol)
+    assert lossy["privacy_ok"] and not lossy["utility_ok"] and not lossy["passed"]
+    assert C.judge({"s": {}}, {"u": {"mlp": 1.0}}, base, pol)["privacy_ok"] is False
+
+
+def test_output_noise_needs_no_retraining():
+    x = torch.nn.functional.normalize(torch.randn(64, 8), dim=1)
+    seeds = torch.arange(64)
+    g = DataModifier(ModifierSpec(dim=8, output_noise=0.05)).eval()
+    g2 = C.with_output_noise(g, 0.3)
+    assert g2.spec.output_noise == 0.3 and g2.stochastic
+    assert torch.equal(g2.mlp[0].weight, g.mlp[0].weight)
+    assert not torch.allclose(g(x, seeds), g2(x, seeds))
+    from mass.methods import get_method
+
+    ds = toy_dataset(200, dim=8)
+    eraser = get_method("leace").fit(ds, suppress=["a"], preserve=[], params={}).modifier
+    assert C.with_output_noise(eraser, 0.0) is eraser
+    noisy = C.with_output_noise(eraser, 0.2)
+    assert isinstance(noisy, ChainModifier) and noisy.stochastic
+    d = (noisy(x, seeds) - eraser(x, seeds)).norm(dim=1).mean()
+    assert 0.1 < float(d) < 0.35  # noise of norm ~0.2 on unit rows
+    chain = get_method("leace_iterated").fit(ds, suppress=["a"], preserve=[],
+                                             params={"rounds": 2}).modifier  # fmt: skip
+    flat = C.with_output_noise(chain, 0.2)
+    assert [p.kind for p in flat.parts] == ["affine", "affine", "gaussian_noise"]
+    assert flat.spec.dim == 8
+
+
+def test_noisy_chain_saves_loads_and_serves_the_same(tmp_path):
+    from mass.methods import get_method
+    from mass.modifier import save_modifier
+
+    ds = toy_dataset(200, dim=8)
+    chain = get_method("leace_iterated").fit(ds, suppress=["a"], preserve=["b"],
+                                             params={"rounds": 3}).modifier  # fmt: skip
+    g = C.with_output_noise(chain, 0.3)
+    save_modifier(g, str(tmp_path / "m.pt"), method="leace_iterated")
+    back = load_modifier(str(tmp_path / "m.pt"))
+    x, seeds = torch.from_numpy(ds.x.copy()), torch.from_numpy(row_seeds(ds.ids))
+    assert back.stochastic and back.spec.dim == 8
+    assert torch.allclose(back(x, seeds), g(x, seeds), atol=1e-6)
+
+
+def test_stream_sample_is_stratified_seeded_and_bounded(tmp_path):
+    ds = make_synthetic(n=3000, dim=8, s_classes=3, u_classes=2, seed=4)
+    path = tmp_path / "big.parquet"
+    pq.write_table(to_table(ds), str(path), row_group_size=500)
+    a, note = C.load_training(str(path), id_col="id", emb_col="emb", label_cols=["s", "u"],
+                              max_rows=600, seed=1)  # fmt: skip
+    b, _ = C.load_training(str(path), id_col="id", emb_col="emb", label_cols=["s", "u"],
+                           max_rows=600, seed=1)  # fmt: skip
+    assert note["input_rows"] == 3000 and 450 < len(a) < 750
+    assert np.array_equal(a.ids.to_numpy(), b.ids.to_numpy())
+    full = np.bincount(ds.labels["s"] * 2 + ds.labels["u"]) / 3000
+    samp = np.bincount(a.labels["s"] * 2 + a.labels["u"], minlength=6) / len(a)
+    assert np.abs(full - samp).max() < 0.05
+    small, none = C.load_training(str(path), id_col="id", emb_col="emb", label_cols=["s"],
+                                  max_rows=5000, seed=1)  # fmt: skip
+    assert none is None and len(small) == 3000
+
+
+def test_above_max_rows_trains_on_a_sample_and_says_so(files, tmp_path):
+    out = tmp_path / "run"
+    assert _train(files / "easy.parquet", out, "--max-rows", "400") == 0
+    rep = json.loads((out / "calibration.json").read_text())
+    assert rep["sample"]["input_rows"] == 800 and rep["sample"]["sampled_rows"] < 600
+    assert rep["validation"]["train_rows"] == rep["sample"]["sampled_rows"]  # out-of-fold
+    assert json.loads((out / "metrics.json").read_text())["sample"]["max_rows"] == 400
