@@ -119,6 +119,8 @@ def export_modifier(
         # a kind that does not say is taken as stochastic: the release then needs the key
         "stochastic": bool(getattr(model, "stochastic", True)),
         "modifier": {"kind": getattr(model, "kind", None), "spec": plain(model.spec.to_dict())},
+        # what `mass train` calibration chose (None for an explicit --config/--mode/--method)
+        "calibration": plain(meta.get("calibration")),
     }
     return _export(
         repository,

@@ -336,18 +336,21 @@ def _percentiles(lat: list[float]) -> dict:
 class _Slot:
     """One in-flight request's tensors (gRPC payload or a pair of system shm regions)."""
 
-    def __init__(self, client, *, batch: int, dim: int, shm: bool, tag: str) -> None:
+    def __init__(self, client, *, batch: int, dim: int, shm: bool, tag: str,
+                 headers: dict | None = None) -> None:  # fmt: skip
         import tritonclient.grpc as grpcclient
         import tritonclient.utils.shared_memory as shmlib
 
         self.client, self.dim, self.shm = client, dim, shm
+        self.headers = headers or None  # the server's restricted shared-memory API
         self.handles: list = []
         if shm:
             self.in_bytes, self.out_bytes = batch * dim * 4 + batch * 8, batch * dim * 4
             for kind, size in (("in", self.in_bytes), ("out", self.out_bytes)):
                 name = f"{tag}_{kind}"
                 h = shmlib.create_shared_memory_region(name, f"/{name}", size)
-                client.register_system_shared_memory(name, f"/{name}", size)
+                client.register_system_shared_memory(name, f"/{name}", size,
+                                                     headers=self.headers)  # fmt: skip
                 self.handles.append((name, h))
         self._grpc = grpcclient
 
@@ -383,7 +386,7 @@ class _Slot:
         import tritonclient.utils.shared_memory as shmlib
 
         for name, h in self.handles:
-            self.client.unregister_system_shared_memory(name)
+            self.client.unregister_system_shared_memory(name, headers=self.headers)
             shmlib.destroy_shared_memory_region(h)
 
 
@@ -407,8 +410,12 @@ def run_triton(
     n, dim = x.shape
     starts = list(range(0, n, batch))
     tag = f"massbench{os.getpid()}"
+    from mass.serving import client_headers
+
+    headers = client_headers(url)
     slots = [
-        _Slot(client, batch=batch, dim=dim, shm=shm, tag=f"{tag}_{i}") for i in range(concurrency)
+        _Slot(client, batch=batch, dim=dim, shm=shm, tag=f"{tag}_{i}", headers=headers)
+        for i in range(concurrency)
     ]
     rec = {"batch": batch, "concurrency": concurrency, "shm": shm}
     lat: list[float] = []
