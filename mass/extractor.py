@@ -9,7 +9,6 @@ Training sees only the training split's images (no labels); colour-preserving au
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from dataclasses import asdict, dataclass
@@ -253,11 +252,10 @@ def load_extractor(path: str) -> ImageEncoder:
 
 
 def file_sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    """sha256 of a file (the one implementation lives with the Triton contract)."""
+    from mass.triton_adapters import sha256_file
+
+    return sha256_file(path)
 
 
 def linear_probe(

@@ -19,7 +19,6 @@ directory (pyarrow, pandas, Spark, :func:`mass.io.expand_paths`) never read them
 from __future__ import annotations
 
 import glob
-import hashlib
 import json
 import os
 import shutil
@@ -32,6 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mass.errors import OutputPathError, ReleaseError, SchemaError, ServingError
+from mass.triton_adapters import sha256_file
 from transforms.parquet_io import fill_empty_shards, read_sidecars, remove_sidecars
 
 META_KEYS = (
@@ -312,18 +312,10 @@ def check_outputs(*, output: str, quarantine: str, inputs: str, report: str | No
             )
 
 
-def sha256_of(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _parts(directory: str) -> list[dict]:
     return [
         {"file": os.path.basename(p), "rows": pq.ParquetFile(p).metadata.num_rows,
-         "sha256": sha256_of(p)}
+         "sha256": sha256_file(p)}
         for p in sorted(glob.glob(os.path.join(directory, "part-*.parquet")))
     ]  # fmt: skip
 

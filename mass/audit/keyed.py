@@ -29,7 +29,7 @@ import pyarrow as pa
 import torch
 
 from mass.keys import OwnerKey
-from mass.noise import keyed_row_seeds, row_noise, row_seeds
+from mass.noise import keyed_row_seeds, row_noise, row_seeds, subtract_noise
 
 log = logging.getLogger(__name__)
 OUTPUT_NOISE_OFFSET = 0x5EED  # mass.modifier.DataModifier: output noise uses seed + 0x5EED
@@ -120,24 +120,28 @@ def _noise(seeds: torch.Tensor, offset: int, width: int) -> np.ndarray:
 
 
 def strip_unit_noise(x_prime: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Invert x' = n(y + w) for unit-norm y, given w: y = t x' - w with |y| = 1."""
+    """Invert x' = n(y + w) for unit-norm y, given w (:func:`mass.noise.subtract_noise`)."""
     xp = np.asarray(x_prime, dtype=np.float64)
-    xp = xp / np.maximum(np.linalg.norm(xp, axis=1, keepdims=True), 1e-30)
-    xw = np.sum(xp * w, axis=1, keepdims=True)
-    disc = xw**2 - np.sum(w * w, axis=1, keepdims=True) + 1.0
-    t = xw + np.sqrt(np.maximum(disc, 0.0))
-    return t * xp - w
+    return subtract_noise(xp / np.maximum(np.linalg.norm(xp, axis=1, keepdims=True), 1e-30), w)
 
 
 def keyless_view(
-    x_prime: np.ndarray, ids: pa.Array, parts: list[tuple[str, dict]], key: OwnerKey | None
+    x_prime: np.ndarray,
+    ids: pa.Array,
+    parts: list[tuple[str, dict]],
+    key: OwnerKey | None,
+    *,
+    context: str = "",
 ) -> KeylessView:
     """The release as an attacker holding ``key`` sees it (see the module docstring).
 
+    ``context``: what ``mass anonymize`` bound the seeds to, the release metadata's
+    ``mass.sha256`` (:func:`mass.noise.release_row_seeds`); with the wrong context the "noise"
+    removed is another draw and the figure would wrongly say nothing rests on the key.
     ``key=None``: the noise of a release made before release noise was keyed, drawn from the
     public ``mass.noise.row_seeds(id)``: any attacker removes it.
     """
-    raw = keyed_row_seeds(ids, key) if key is not None else row_seeds(ids)
+    raw = keyed_row_seeds(ids, key, context) if key is not None else row_seeds(ids)
     seeds = torch.from_numpy(np.ascontiguousarray(raw))
     y = np.asarray(x_prime, dtype=np.float64)
     dim = y.shape[1]

@@ -251,7 +251,8 @@ def _keyless(req: AuditRequest, release: Release, use: np.ndarray, extra: np.nda
                     "figure", req.release, released, key.fingerprint)  # fmt: skip
         status = f"key {key.fingerprint} is not the release's ({released}): not computed"
         return None, status, False
-    view = keyless_view(release.x[use], ids, parts, key)
+    view = keyless_view(release.x[use], ids, parts, key,
+                        context=release.metadata.get("mass.sha256", ""))  # fmt: skip
     x = np.hstack([view.x, extra]) if extra.shape[1] else view.x
     status = f"key {key.fingerprint}: stripped {list(view.stripped)}"
     if view.appended:

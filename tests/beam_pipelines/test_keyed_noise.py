@@ -18,6 +18,7 @@ import os
 import pickle
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -343,3 +344,31 @@ def test_two_modifiers_releasing_the_same_rows_never_share_their_noise(data, tmp
             best = max(_retrained_accuracy(xa, y), _retrained_accuracy(xb, y))
             assert difference < best + 0.03, (difference, best)
             assert abs((xa * xb).sum(1).mean()) < 0.2  # nearly orthogonal
+
+
+@pytest.mark.triton
+def test_the_audit_key_compromised_view_of_a_served_release_removes_its_noise(
+    data, server, tmp_path
+):
+    """The owner's audit with the key must strip the noise the JOB drew (seeds bound to the
+    model's sha256), not another draw: on a release whose privacy rests on the noise alone,
+    the key-compromised attackers read s back, and with the other key nothing is computed."""
+    from mass.audit import AuditPolicy, AuditRequest, run_audit
+
+    out = tmp_path / "release"
+    _anonymize(data, out, "gauss", "--noise-key-file", str(data["keys"]["a"].source),
+               url=server.grpc_url)  # fmt: skip
+    policy = AuditPolicy(families=("logreg",), folds=3)
+    labels = tmp_path / "labels.parquet"  # the input without its quarantined NaN row
+    table = pq.read_table(data["src"])
+    pq.write_table(table.filter(pa.array(np.arange(len(table)) != NAN_ROW)), labels)
+
+    def audit(key):
+        req = AuditRequest(release=str(out), labels=str(labels), suppress=("s",),
+                           preserve=("u",), policy=policy, noise_key=key)  # fmt: skip
+        return {r.name: r for r in run_audit(req).reports}["s"]
+
+    s = audit(data["keys"]["a"])
+    assert s.key_compromised is not None and s.key_compromised["logreg"] > 0.95
+    assert s.attackers["logreg"] < CHANCE + 0.15  # the release itself hides most of s
+    assert audit(data["keys"]["b"]).key_compromised is None  # another key: not computed
