@@ -38,22 +38,22 @@ NOISE = (
     "tests/mass/test_keys.py",
     "tests/mass/test_noise_reference.py",
     "tests/mass/test_noise.py",
-    "tests/mutation_kills/test_noise_guards.py",
+    "tests/mass/test_noise_guards.py",
     "tests/mass/methods/test_closed_form.py::"
     "test_gaussian_noise_is_a_pure_function_of_the_row_seed",
 )
 _KEYED = "tests/beam_pipelines/test_keyed_noise.py::"
 KEYED_JOB = (f"{_KEYED}test_two_modifiers_releasing_the_same_rows_never_share_their_noise",
              f"{_KEYED}test_keyed_seeds_pickle_holds_no_owner_key_and_workers_check_the_fingerprint",
-             "tests/mutation_kills/test_noise_guards.py")  # fmt: skip
+             "tests/mass/test_noise_guards.py")  # fmt: skip
 AUDIT_UNIT = ("tests/mass/test_metrics.py", "tests/mass/test_audit.py",
-              "tests/mutation_kills/test_audit_guards.py")  # fmt: skip
+              "tests/mass/test_audit_guards.py")  # fmt: skip
 JUDGES = ("tests/mass/audit_rules/test_judges.py",)
 AUDIT = (*AUDIT_UNIT, *JUDGES)
 _UNTRUSTED = "tests/failclosed/test_untrusted_files.py::"
 SIGNED = (f"{_UNTRUSTED}test_tampered_export_is_refused_before_the_server_launches",
           "tests/mass/test_export.py::test_tampered_weights_are_refused_before_loading",
-          "tests/mutation_kills/test_signature_guards.py")  # fmt: skip
+          "tests/mass/test_signature_guards.py")  # fmt: skip
 UNPICKLE = (f"{_UNTRUSTED}test_crafted_modifier_never_runs_in_export_or_load",
             f"{_UNTRUSTED}test_crafted_checkpoint_never_runs_on_resume")  # fmt: skip
 SHM = (
@@ -151,15 +151,15 @@ MUTANTS = [
            "a failed publication leaves its staged (unverified) rows on disk"),
     Mutant("publish-gate-skipped", "transforms.release:publish_release",
            "audit = gate(staging) if gate is not None else None", "audit = None",
-           (*GATE, "tests/mutation_kills/test_publication_guards.py"),
+           (*GATE, "tests/transforms/test_publication_guards.py"),
            "the audit gate never runs: a failing release is published"),
     Mutant("publish-no-manifest", "transforms.release:publish_release",
            "        if manifest:", "        if False:",
-           (*GATE, "tests/mutation_kills/test_publication_guards.py"),
+           (*GATE, "tests/transforms/test_publication_guards.py"),
            "a release without its _release.json marker/manifest: unowned, unrecorded"),
     Mutant("manifest-claims-audited", "transforms.release:write_release_manifest",
            '"audited": audit is not None,', '"audited": True,',
-           ("tests/mutation_kills/test_publication_guards.py",),
+           ("tests/transforms/test_publication_guards.py",),
            "an unaudited (--no-audit) release is recorded as audited"),
     Mutant("job-gate-ignores-failing-audit", "beam_pipelines.anonymize:_audit_staged",
            'if not metrics.get("pass"):', "if False:", GATE,

@@ -3,6 +3,9 @@
     python tests/mutation/run.py                 # every mutant, writes docs/mutation.md
     python tests/mutation/run.py NAME [NAME ...] # some mutants (report still written)
     python tests/mutation/run.py --list          # names, targets, whether stale
+    python tests/mutation/run.py --log L NAME... # also append each result to L (JSON lines)
+    python tests/mutation/run.py --report-from L # docs/mutation.md from the latest result of
+                                                 # every mutant in L (subsets run separately)
 
 For each mutant of tests/mutation/mutants.py: run its test subset with env MASS_MUTANT set
 (tests/conftest.py swaps the broken code in when pytest starts) and record
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import re
 import subprocess
@@ -71,7 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--list", action="store_true", help="list the mutants and exit")
     p.add_argument("--out", default=str(ROOT / "docs" / "mutation.md"))
     p.add_argument("--timeout", type=int, default=900, help="seconds per pytest run")
+    p.add_argument("--log", help="append each result to this JSON-lines file")
+    p.add_argument("--report-from", help="write the report from this log's latest results")
     args = p.parse_args(argv)
+    if args.report_from:
+        return report_from(Path(args.report_from), Path(args.out))
     unknown = sorted(set(args.names) - set(M.BY_NAME))
     if unknown:
         p.error(f"unknown mutant(s) {unknown}; see --list")
@@ -92,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             M.mutated_source(m)
         except M.StaleMutant as e:
             results.append((m, "stale", str(e), 0.0))
+            _log(args.log, m.name, "stale", str(e), 0.0)
             print(f"{m.name}: stale ({e})", flush=True)
             continue
         key = tuple(tests)
@@ -101,11 +110,13 @@ def main(argv: list[str] | None = None) -> int:
                   f"({baselines[key][2]:.0f}s)", flush=True)  # fmt: skip
         if baselines[key][0] != "passed":
             results.append((m, "baseline-failed", baselines[key][1], 0.0))
+            _log(args.log, m.name, "baseline-failed", baselines[key][1], 0.0)
             continue
         outcome, detail, secs = run_pytest(tests, m.name, args.timeout)
         status = {"failed": "killed", "passed": "survived"}.get(outcome, "error")
         results.append((m, status, detail, secs))
         print(f"{m.name}: {status} {detail} ({secs:.0f}s)", flush=True)
+        _log(args.log, m.name, status, detail, secs)
     write_report(Path(args.out), results, partial=bool(args.names))
     unexplained = [m.name for m, s, *_ in results if s == "survived" and not m.survives]
     print(f"{len(results)} mutants: "
@@ -114,6 +125,38 @@ def main(argv: list[str] | None = None) -> int:
           + f"; unexplained survivors: {unexplained or 'none'}")  # fmt: skip
     broken = any(r[1] in ("error", "baseline-failed") for r in results)
     return 1 if unexplained or broken else 0
+
+
+def _log(path: str | None, name: str, status: str, detail: str, secs: float) -> None:
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"name": name, "status": status, "detail": detail,
+                                "secs": round(secs, 1)}) + "\n")  # fmt: skip
+
+
+def report_from(log: Path, out: Path) -> int:
+    """The report over every mutant, from the latest logged result of each (a mutant never
+    run, or run before its snippet changed, is reported as such)."""
+    latest = {}
+    for line in log.read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            latest[r["name"]] = r
+    results = []
+    for m in M.MUTANTS:
+        r = latest.get(m.name)
+        try:
+            M.mutated_source(m)
+        except M.StaleMutant as e:
+            results.append((m, "stale", str(e), 0.0))
+            continue
+        if r is None:
+            results.append((m, "error", "not run (no result in the log)", 0.0))
+        else:
+            results.append((m, r["status"], r["detail"], float(r["secs"])))
+    write_report(out, results, partial=False)
+    unexplained = [m.name for m, s, *_ in results if s == "survived" and not m.survives]
+    return 1 if unexplained or any(r[1] in ("error", "baseline-failed") for r in results) else 0
 
 
 def write_report(path: Path, results, *, partial: bool) -> None:
