@@ -48,8 +48,9 @@ test-fast: venv
 	$(BIN)/python -m pytest -q -m "not slow" tests
 
 # on demand (not in `make test`): hand-made mutants of the critical code -> docs/mutation.md
+# (`make mutation MUTANTS="name ..."` runs some; names: tests/mutation/run.py --list)
 mutation: venv
-	PYTHONPATH=$(CURDIR) $(BIN)/python tests/mutation/run.py
+	PYTHONPATH=$(CURDIR) $(BIN)/python tests/mutation/run.py $(MUTANTS)
 
 lint: venv
 	$(BIN)/ruff check mass transforms beam_pipelines tests bench

@@ -14,15 +14,20 @@ sys.path.insert(0, sys.argv[1])
 import numpy as np
 import mutants
 from mass.keys import OwnerKey
-from mass.noise import keyed_row_seeds
+from mass.noise import keyed_row_seeds, noise_subkey
 from mass import noise
 ids = np.arange(50)
 a, b = OwnerKey(b"a" * 32), OwnerKey(b"b" * 32)
 assert (keyed_row_seeds(ids, a) != keyed_row_seeds(ids, b)).all()
-mutants.apply("noise-key-ignored")
-# the name bound by `from ... import` runs the broken code too
+mutants.apply("noise-key-ignored")  # its target: mass.noise:noise_subkey
+# the name bound by `from ... import` runs the broken code too, and so do its callers
+assert noise_subkey(a) == noise_subkey(b) == bytes(16)
 assert (keyed_row_seeds(ids, a) == keyed_row_seeds(ids, b)).all()
-assert noise.keyed_row_seeds is keyed_row_seeds
+assert noise.noise_subkey is noise_subkey
+# a function behind functools.lru_cache is mutated through its __wrapped__ original
+before = noise._worker_noise_subkey.__wrapped__.__code__
+mutants.apply("worker-key-fingerprint-unchecked")
+assert noise._worker_noise_subkey.__wrapped__.__code__ is not before
 try:
     mutants.mutated_source(mutants.Mutant("gone", "mass.noise:no_such_function", "x", "y", (), ""))
 except mutants.StaleMutant:
