@@ -32,7 +32,8 @@ demo: venv $(OWNER_KEY)
 	MASS_NOISE_KEY_FILE=$(OWNER_KEY) MASS_SIGNING_KEY_FILE=$(OWNER_KEY) $(BIN)/dvc repro
 	@echo
 	@echo "Release:      $(CURDIR)/release/"
-	@echo "Audit report: $(CURDIR)/reports/audit/ (audit.json, data_docs/index.html, privacy_utility.png)"
+	@echo "Audit report: $(CURDIR)/reports/audit/report.html (one offline page; audit.json, data_docs/, privacy_utility.png beside it)"
+	@echo "Owner key:    $(OWNER_KEY) (keyed release noise + export signatures; never commit or share it)"
 	@$(BIN)/dvc metrics show
 
 # tests/mass/report open the audit page in Debian's headless chromium (required when CI is set;
