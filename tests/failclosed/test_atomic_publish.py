@@ -59,7 +59,7 @@ def _assert_complete_release(out: Path, rows: int) -> None:
     for p in manifest["parts"]:
         assert hashlib.sha256((out / p["file"]).read_bytes()).hexdigest() == p["sha256"]
         assert pq.ParquetFile(out / p["file"]).metadata.num_rows == p["rows"]
-    assert sorted(os.listdir(out)) == sorted([*parts, RELEASE_MARKER])
+    assert sorted(os.listdir(out)) == sorted([*parts, RELEASE_MARKER, "_RELEASE.md"])
     assert pq.read_table(out).num_rows == rows
 
 

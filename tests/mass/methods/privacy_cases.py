@@ -84,6 +84,7 @@ METHODS: dict[str, tuple[str, dict]] = {
     "gaussian": ("gaussian", {"sigma": 0.5}),
     "leace": ("leace", {}),
     "leace_quadratic": ("leace_quadratic", {}),
+    "leace_iterated": ("leace_iterated", {}),
     "inlp": ("inlp", {}),
 }
 
