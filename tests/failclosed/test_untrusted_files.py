@@ -312,28 +312,6 @@ def test_a_server_whose_model_refuses_to_load_is_a_clear_serving_error(tmp_path,
 
 
 # -- the local server belongs to the job that started it -------------------------------------------
-TINY_MODEL = """
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor(
-            "Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * 2)]) for r in requests]
-"""
-
-
-@pytest.fixture()
-def tiny_repo(tmp_path):
-    model = tmp_path / "repo" / "double"
-    (model / "1").mkdir(parents=True)
-    (model / "1" / "model.py").write_text(TINY_MODEL)
-    (model / "config.pbtxt").write_text(
-        'name: "double"\nbackend: "python"\nmax_batch_size: 8\n'
-        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 2 ] } ]\n'
-        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] } ]\n'
-        "instance_group [ { kind: KIND_CPU } ]\n"
-    )
-    return tmp_path / "repo"
 
 
 def _mode(path: str | Path) -> int:
