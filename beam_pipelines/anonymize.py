@@ -557,11 +557,14 @@ def _failures(metrics: dict) -> str:
         if row.get("pass"):
             continue
         nums = [f"worst {row['worst']:.3f}"] if isinstance(row.get("worst"), float) else []
-        bounds = [v for key in ("ci_high", "balanced_ci_high")
-                  for v in (row.get(key) or {}).values() if isinstance(v, float)]  # fmt: skip
-        if row.get("role") == "suppressed" and bounds:  # the rule judges the upper bounds
-            nums.append(f"highest 95% upper bound {max(bounds):.3f}")
-        if isinstance(row.get("limit"), float):
+        for what, key, lim in (("", "ci_high", "limit"),
+                               ("balanced ", "balanced_ci_high", "balanced_limit")):
+            bounds = [v for v in (row.get(key) or {}).values() if isinstance(v, float)]
+            if row.get("role") == "suppressed" and bounds:  # the rule judges upper bounds
+                limit = row.get(lim)
+                nums.append(f"highest {what}95% upper bound {max(bounds):.3f}"
+                            + (f" vs limit {limit:.3f}" if isinstance(limit, float) else ""))
+        if row.get("role") != "suppressed" and isinstance(row.get("limit"), float):
             nums.append(f"limit {row['limit']:.3f}")
         parts.append(f"attribute '{name}' ({row.get('role')}{': ' if nums else ''}"
                      f"{', '.join(nums)})")  # fmt: skip
