@@ -69,6 +69,18 @@ def make_synthetic(
     )
 
 
+def block_attributes(n: int, dim: int, *, seed: int = 0) -> dict[str, np.ndarray]:
+    """Unit rows where ``s`` (3 classes) lives in dims 0-7 and ``r`` (2 classes) in dims 8-15,
+    the rest noise: an attribute a modifier can drop by zeroing a block (audit tests)."""
+    rng = np.random.default_rng(seed)
+    s, r = rng.integers(0, 3, n), rng.integers(0, 2, n)
+    x = rng.normal(scale=0.15, size=(n, dim))
+    x[np.arange(n), s] += 1.0
+    x[np.arange(n), 8 + r] += 1.0
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    return {"id": np.arange(n, dtype=np.int64) + 1000, "s": s, "r": r, "x": x}
+
+
 def to_table(ds: EmbeddingDataset, *, id_col: str = "id", emb_col: str = "emb") -> pa.Table:
     """An :class:`EmbeddingDataset` as an Arrow table (id, emb fixed_size_list, labels)."""
     cols = {id_col: ds.ids, emb_col: embedding_array(ds.x)}

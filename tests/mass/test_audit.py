@@ -28,12 +28,9 @@ def _unit(x):
 @pytest.fixture(scope="module")
 def data():
     """s (3 classes) lives in dims 0-7, r (2 classes) in dims 8-15, the rest is noise."""
-    rng = np.random.default_rng(0)
-    s, r = rng.integers(0, 3, N), rng.integers(0, 2, N)
-    x = rng.normal(scale=0.15, size=(N, D))
-    x[np.arange(N), s] += 1.0
-    x[np.arange(N), 8 + r] += 1.0
-    return {"id": np.arange(N, dtype=np.int64) + 1000, "s": s, "r": r, "x": _unit(x)}
+    from mass.synthetic import block_attributes
+
+    return block_attributes(N, D)
 
 
 def _metadata(**over):
