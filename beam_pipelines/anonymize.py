@@ -28,10 +28,11 @@ the job refuses unless ``--no-audit``, which publishes the release recorded as u
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
-import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -50,6 +51,7 @@ from beam_pipelines.options import (
     shm_mode,
     triton_endpoint,
 )
+from mass import fs
 from mass.errors import (
     AuditFailedError,
     ConfigError,
@@ -66,6 +68,7 @@ from transforms.parquet_io import IDS_DIR, MergeShards, WriteShardedParquet, pla
 from transforms.quarantine import publish_quarantine, quarantine_schema
 from transforms.release import (
     check_outputs,
+    discard_staging,
     export_info,
     publish_release,
     recover_output,
@@ -179,11 +182,25 @@ def run(
 
 
 def quarantine_path(args) -> str:
-    return args.quarantine or f"{os.path.normpath(args.output)}_quarantine"
+    return args.quarantine or f"{fs.normpath(args.output)}_quarantine"
 
 
 def report_path(args) -> str:
-    return args.report or f"{os.path.normpath(args.output)}_report"
+    return args.report or f"{fs.normpath(args.output)}_report"
+
+
+def runs_root(args, extra: list[str]) -> str:
+    """Where workers spill sorted runs: Beam's ``--temp_location`` when given (a job folder
+    below it), else the release's staging location (beside the output, in the same store)."""
+    temp = None
+    for i, a in enumerate(extra):
+        if a.startswith("--temp_location="):
+            temp = a.split("=", 1)[1]
+        elif a == "--temp_location" and i + 1 < len(extra):
+            temp = extra[i + 1]
+    if not temp:
+        return args._stage
+    return fs.join(temp, f"mass-runs-{fs.basename(args._stage)}")
 
 
 def resolve_policy(path: str | None) -> tuple[object, str]:
@@ -215,11 +232,12 @@ def run_job(args, extra, *, test_pipeline=None, model_handler=None, model_info=N
         log.warning("cleared leftovers of a killed run: %s", removed)
     args._stage, args._q_stage = staging_dir(args.output), staging_dir(q_out)
     args._aux = staging_dir(args.output)  # the audit's filtered labels, when rows were dropped
+    args._runs = runs_root(args, extra)
     try:
         return _run_checked(args, extra, test_pipeline, model_handler, model_info)
     finally:
-        for d in (args._stage, args._q_stage, args._aux):
-            shutil.rmtree(d, ignore_errors=True)
+        for d in dict.fromkeys((args._stage, args._q_stage, args._aux, args._runs)):
+            discard_staging(d)  # never a version this run committed (object stores)
 
 
 def _run_checked(args, extra, test_pipeline, model_handler, model_info) -> dict:
@@ -418,7 +436,7 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
     p = pipeline_for(extra, test_pipeline)
     modify = ModifyRowGroupFn(
         handler,
-        stage=stage,
+        stage=args._runs,  # the spiller's runs go below it (reachable by every worker)
         columns=[args.id_col, args.emb_col, *args.allow_columns],
         batch_rows=args.batch_rows,
         id_col=args.id_col,
@@ -437,7 +455,8 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
         tagged
         | "Quarantined" >> beam.FlatMap(pick, "bad")
         | "WriteQuarantine"
-        >> WriteShardedParquet(q_stage, id_col=args.id_col, num_shards=1, schema=q_schema)
+        >> WriteShardedParquet(q_stage, id_col=args.id_col, num_shards=1, schema=q_schema,
+                               runs=args._runs)  # fmt: skip
     )
     released = (
         tagged
@@ -449,6 +468,7 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
             num_shards=args.shards,
             schema=out_schema,
             verify_col=INPUT_COPY,
+            runs=args._runs,
         )
     )
     # DaskRunner computes only the graph of the last transform: join both sinks into it.
@@ -538,8 +558,14 @@ def _audit_staged(args, plan: AuditPlan, staged: str, q_ids: pa.Array | None) ->
         policy=plan.policy, report_dir=plan.report, run_dir=args.run_dir, input=original,
         id_col=args.id_col, emb_col=args.emb_col, allow=tuple(args.allow_columns),
     )  # fmt: skip
-    metrics = write_all(run_audit(req), plan.report)
-    path = os.path.join(plan.report, "audit.json")
+    if fs.is_remote(plan.report):  # the report writers are local: write, then upload
+        with tempfile.TemporaryDirectory(prefix="mass-report-") as tmp:
+            req = dataclasses.replace(req, report_dir=tmp)
+            metrics = write_all(run_audit(req), tmp)
+            fs.upload_tree(tmp, plan.report)
+    else:
+        metrics = write_all(run_audit(req), plan.report)
+    path = fs.join(plan.report, "audit.json")
     if not metrics.get("pass"):
         raise AuditFailedError(
             f"{args.output}: the staged release failed its audit ({_failures(metrics)}); "
@@ -582,9 +608,10 @@ def _valid_rows(args, columns: list[str], q_ids: pa.Array) -> str:
     audit (its readers refuse the NaN/ragged rows the job quarantined)."""
     table = read_table(args.input, columns=columns)
     keep = pc.invert(pc.is_in(table.column(args.id_col), value_set=q_ids))
-    os.makedirs(args._aux, exist_ok=True)
-    path = os.path.join(args._aux, f"valid-{len(os.listdir(args._aux))}.parquet")
-    pq.write_table(table.filter(keep), path)
+    n = len(fs.listdir(args._aux)) if fs.isdir(args._aux) else 0
+    path = fs.join(args._aux, f"valid-{n}.parquet")
+    with fs.atomic_output(path) as f:
+        pq.write_table(table.filter(keep), f)
     return path
 
 
