@@ -34,6 +34,9 @@ import threading
 import pyarrow.fs as pafs
 
 GLOB_CHARS = "*?["
+# Diagnostics: with $MASS_FS_TRACE set to a file, every open (read or write) appends
+# "r|w <path>" to it: the cluster test checks that no worker opens a local path.
+TRACE_ENV = "MASS_FS_TRACE"
 _FS: dict[str, pafs.FileSystem] = {}
 _FS_LOCK = threading.Lock()
 
@@ -202,14 +205,23 @@ def glob(pattern: str) -> list[str]:
     return sorted(scheme + i.path for i in infos if rx.match(i.path))
 
 
+def trace(mode: str, path: str) -> None:
+    log = os.environ.get(TRACE_ENV)
+    if log:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"{mode} {path}\n")
+
+
 def open_input(path: str):
     """A random-access pyarrow file (Parquet footers, row groups, Arrow IPC runs)."""
+    trace("r", path)
     fs, p = filesystem(path)
     return fs.open_input_file(p)
 
 
 def open_output(path: str):
     """A pyarrow output stream; parent "directories" are created where the store has them."""
+    trace("w", path)
     fs, p = filesystem(path)
     if not is_remote(path):
         os.makedirs(os.path.dirname(p), exist_ok=True)
@@ -221,6 +233,7 @@ def atomic_output(path: str):
     """Write ``path`` so that a reader sees the whole file or none: locally through
     ``path.part`` + rename; on an object store directly (an object appears when its upload
     completes; a failed write deletes it again)."""
+    trace("w", path)
     if is_remote(path):
         fs, p = filesystem(path)
         f = fs.open_output_stream(p)

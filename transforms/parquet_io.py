@@ -110,6 +110,7 @@ def footer(path: str) -> pq.FileMetaData:
         with _FOOTER_LOCK:
             meta = _FOOTER_CACHE.get(key)
         if meta is None:
+            fs.trace("r", path)
             filesystem, where = fs.filesystem(path)
             meta = pq.read_metadata(where, filesystem=filesystem)
             with _FOOTER_LOCK:

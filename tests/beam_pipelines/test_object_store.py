@@ -1,0 +1,256 @@
+"""The anonymize job on an S3-compatible object store (moto's server on 127.0.0.1, reached
+through the standard AWS_* variables, as s3fs and others test in CI): input, staging, spill
+runs, release and quarantine all in the store; publication by versioned prefix + pointer;
+and (slow) on a 2-worker dask.distributed cluster of separate processes with disjoint
+scratch and working directories, plus `dvc push` to the same store."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+from beam_pipelines import anonymize
+from mass import fs
+from mass.errors import OutputPathError, ReleaseError
+from mass.io import expand_paths, read_table
+from mass.serving import free_port
+from transforms.publish import VERSIONS, committed_parts
+from transforms.testing import Bypass, NumpyModifier, write_embeddings
+from transforms.triton_handler import FunctionModelHandler
+
+INFO = {"name": "np", "version": 3, "sha256": "abc", "method": "test", "suppress": ["digit"],
+        "preserve": [], "config_hash": "h", "dim": 16}  # fmt: skip
+BIN = os.path.dirname(sys.executable)
+
+
+def _wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 60) -> None:
+    import socket
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"{what} not listening on {port} after {timeout} s")
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """A moto S3 server on 127.0.0.1 and a bucket; the AWS_* variables point at it."""
+    port = free_port()
+    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")
+    proc = subprocess.Popen([os.path.join(BIN, "moto_server"), "-H", "127.0.0.1", "-p",
+                             str(port)], stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_EC2_METADATA_DISABLED": "true"}  # fmt: skip
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        _wait_port(port, proc, "moto_server")
+        import boto3
+
+        boto3.client("s3").create_bucket(Bucket="mass-test")
+        yield env
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        fs._FS.clear()
+
+
+@pytest.fixture(scope="module")
+def local_src(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("in") / "emb.parquet")
+    write_embeddings(path, rows=1000, dim=16, row_group=300)
+    return path
+
+
+def _upload(local: str, uri: str) -> str:
+    with open(local, "rb") as f:
+        fs.write_bytes(uri, f.read())
+    return uri
+
+
+def _run(src, out, *flags, load=None):
+    argv = ["--input", src, "--output", out, "--model", "np", "--no-audit", *flags]
+    handler = FunctionModelHandler(load or NumpyModifier(), output_dim=16,
+                                   keep_input_as=anonymize.INPUT_COPY)  # fmt: skip
+    return anonymize.run(argv, model_handler=handler, model_info=INFO)
+
+
+def _local_parts(out: str) -> dict[str, bytes]:
+    return {os.path.basename(p): open(p, "rb").read()
+            for p in sorted(glob.glob(os.path.join(out, "part-*.parquet")))}  # fmt: skip
+
+
+def _store_parts(out: str) -> dict[str, bytes]:
+    return {fs.basename(p): fs.read_bytes(p) for p in committed_parts(out)}
+
+
+def _keys(prefix: str) -> list[str]:
+    return sorted(os.path.join(h, n)[len(prefix) + 1 :] for h, _, ns in fs.walk(prefix)
+                  for n in ns)  # fmt: skip
+
+
+def test_paths_on_the_store_follow_the_local_rules(s3, local_src):
+    base = "s3://mass-test/paths"
+    for name in ("a/p1.parquet", "a/p2.parquet", "a/_tmp/p3.parquet", "a/.x.parquet",
+                 "lit[1].parquet", "lit1.parquet"):  # fmt: skip
+        _upload(local_src, f"{base}/{name}")
+    assert expand_paths(f"{base}/a") == [f"{base}/a/p1.parquet", f"{base}/a/p2.parquet"]
+    assert expand_paths(f"{base}/a/p[12].parquet") == [f"{base}/a/p1.parquet",
+                                                         f"{base}/a/p2.parquet"]  # fmt: skip
+    assert expand_paths(f"{base}/**/*.parquet")[:2] == [f"{base}/a/p1.parquet",
+                                                        f"{base}/a/p2.parquet"]  # fmt: skip
+    assert expand_paths(f"{base}/lit[1].parquet") == [f"{base}/lit[1].parquet"]  # literal
+    assert read_table(f"{base}/a").num_rows == 2000
+
+
+def test_a_release_on_the_store_is_byte_identical_to_the_local_one(s3, local_src, tmp_path):
+    _run(local_src, str(tmp_path / "rel"), "--shards", "3", "--batch-rows", "128")
+    src = _upload(local_src, "s3://mass-test/in1/emb.parquet")
+    out = "s3://mass-test/out1/rel"
+    summary = _run(src, out, "--shards", "3", "--batch-rows", "128")
+    assert summary["rows_out"] == 1000
+    assert _store_parts(out) == _local_parts(str(tmp_path / "rel"))
+    keys = _keys(out)
+    (version,) = {k.split("/")[1] for k in keys if k.startswith(VERSIONS)}
+    assert keys == ["_release.json"] + [f"{VERSIONS}/{version}/{n}" for n in
+                                        ("_RELEASE.md", "_release.json",
+                                         *sorted(_local_parts(str(tmp_path / "rel"))))]  # fmt: skip
+    doc = fs.read_json(f"{out}/_release.json")
+    assert doc["version"] == f"{VERSIONS}/{version}" and doc["rows"] == 1000
+    # readers resolve the pointer; the quarantine is committed the same way
+    assert sorted(read_table(out).column("id").to_pylist()) == list(range(1000))
+    assert fs.read_json(f"{out}_quarantine/_quarantine.json")["rows"] == 0
+    # a second run commits a new version, then (only then) drops the previous one
+    _run(src, out, "--shards", "3", "--batch-rows", "500")
+    again = {k.split("/")[1] for k in _keys(out) if k.startswith(VERSIONS)}
+    assert len(again) == 1 and again != {version}
+    assert _store_parts(out) == _local_parts(str(tmp_path / "rel"))
+    assert not [k for k in _keys("s3://mass-test/out1") if "/_runs/" in k or "_ids" in k]
+
+
+def test_a_failed_job_leaves_the_previous_release_readable(s3, local_src):
+    src = _upload(local_src, "s3://mass-test/in2/emb.parquet")
+    out = "s3://mass-test/out2/rel"
+    _run(src, out, "--shards", "2")
+    before = fs.read_bytes(f"{out}/_release.json")
+    with pytest.raises(ReleaseError, match="equal their input"):
+        _run(src, out, "--shards", "2", load=Bypass())
+    assert fs.read_bytes(f"{out}/_release.json") == before
+    assert read_table(out).num_rows == 1000
+    assert len({k.split("/")[1] for k in _keys(out) if k.startswith(VERSIONS)}) == 1
+
+
+def test_a_prefix_holding_foreign_objects_is_never_replaced(s3, local_src):
+    src = _upload(local_src, "s3://mass-test/in3/emb.parquet")
+    fs.write_bytes("s3://mass-test/theirs/data.csv", b"a,b\n")
+    with pytest.raises(OutputPathError, match="no _release.json pointer"):
+        _run(src, "s3://mass-test/theirs")
+    with pytest.raises(OutputPathError, match="the input"):
+        _run(src, "s3://mass-test/in3")
+    assert fs.read_bytes("s3://mass-test/theirs/data.csv") == b"a,b\n"
+
+
+def _start(cmd: list[str], cwd: str, env: dict, log: str) -> subprocess.Popen:
+    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=open(log, "wb"),
+                            stderr=subprocess.STDOUT)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_two_worker_dask_cluster_on_the_store_matches_the_local_run(s3, local_src, tmp_path):
+    """Scheduler and 2 workers as separate processes, each worker with its own working and
+    scratch directory; everything the job reads or writes is in the store. Each worker traces
+    every file it opens (MASS_FS_TRACE): all are s3:// URIs, so no worker reads a local path
+    of another (or its own: the workers share nothing but the store)."""
+    _run(local_src, str(tmp_path / "local"), "--shards", "3", "--batch-rows", "128")
+    src = _upload(local_src, "s3://mass-test/in4/emb.parquet")
+    port = free_port()
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    base_env = {**os.environ, "PYTHONPATH": repo, "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
+    procs, traces = [], []
+    try:
+        sched_dir = tmp_path / "scheduler"
+        sched_dir.mkdir()
+        procs.append(_start([os.path.join(BIN, "dask"), "scheduler", "--host", "127.0.0.1",
+                             "--port", str(port), "--no-dashboard"], str(sched_dir), base_env,
+                            str(sched_dir / "log")))  # fmt: skip
+        _wait_port(port, procs[0], "dask scheduler")
+        for w in ("w1", "w2"):
+            home = tmp_path / w
+            (home / "scratch").mkdir(parents=True)
+            traces.append(str(home / "trace.log"))
+            env = {**base_env, "TMPDIR": str(home / "scratch"), fs.TRACE_ENV: traces[-1]}
+            procs.append(_start([os.path.join(BIN, "dask"), "worker",
+                                 f"tcp://127.0.0.1:{port}", "--nthreads", "1", "--nworkers",
+                                 "1", "--local-directory", str(home / "scratch"),
+                                 "--no-dashboard", "--name", w], str(home), env,
+                                str(home / "log")))  # fmt: skip
+        from dask.distributed import Client
+
+        with Client(f"tcp://127.0.0.1:{port}", timeout=60) as client:
+            client.wait_for_workers(2, timeout=120)
+        out = "s3://mass-test/out4/rel"
+        summary = _run(src, out, "--shards", "3", "--batch-rows", "128", "--runner=DaskRunner",
+                       f"--dask_client_address=tcp://127.0.0.1:{port}")  # fmt: skip
+        assert summary["rows_out"] == 1000
+        assert _store_parts(out) == _local_parts(str(tmp_path / "local"))
+        opened = [open(t).read().split() for t in traces if os.path.exists(t)]
+        paths = [p for lines in opened for p in lines[1::2]]
+        assert len(opened) == 2 and all(lines for lines in opened), "both workers did work"
+        assert paths and all(p.startswith("s3://mass-test/") for p in paths), paths[:5]
+        for w in ("w1", "w2"):  # nothing of the job was left in a worker's own directories
+            left = [os.path.join(h, n) for h, _, ns in os.walk(tmp_path / w) for n in ns
+                    if n.endswith((".arrow", ".parquet"))]  # fmt: skip
+            assert left == []
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+@pytest.mark.slow
+def test_dvc_pushes_to_the_same_store(s3, tmp_path):
+    if shutil.which("dvc", path=BIN) is None:
+        pytest.skip("dvc not installed")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+
+    def sh(*cmd):
+        subprocess.run(cmd, cwd=repo, env=env, check=True, capture_output=True)
+
+    sh("git", "init", "-q")
+    sh(os.path.join(BIN, "dvc"), "init", "-q")
+    write_embeddings(str(repo / "data.parquet"), rows=50, dim=4)
+    sh(os.path.join(BIN, "dvc"), "add", "-q", "data.parquet")
+    sh(os.path.join(BIN, "dvc"), "remote", "add", "-d", "store", "s3://mass-test/dvc")
+    sh(os.path.join(BIN, "dvc"), "remote", "modify", "store", "endpointurl",
+       s3["AWS_ENDPOINT_URL"])  # fmt: skip
+    sh(os.path.join(BIN, "dvc"), "push", "-q")
+    pushed = [k for k in _keys("s3://mass-test/dvc")]
+    assert len(pushed) == 1
+    with open(repo / "data.parquet", "rb") as f:
+        assert fs.read_bytes(f"s3://mass-test/dvc/{pushed[0]}") == f.read()
+    assert pq.read_table(repo / "data.parquet").num_rows == 50
