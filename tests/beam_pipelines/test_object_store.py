@@ -180,8 +180,12 @@ def test_two_worker_dask_cluster_on_the_store_matches_the_local_run(s3, local_sr
     scratch directory; everything the job reads or writes is in the store. Each worker traces
     every file it opens (MASS_FS_TRACE): all are s3:// URIs, so no worker reads a local path
     of another (or its own: the workers share nothing but the store)."""
-    _run(local_src, str(tmp_path / "local"), "--shards", "3", "--batch-rows", "128")
-    src = _upload(local_src, "s3://mass-test/in4/emb.parquet")
+    src, local = "s3://mass-test/in4", tmp_path / "in"
+    local.mkdir()
+    for i in range(6):  # one work item per file: both workers get some
+        write_embeddings(str(local / f"p{i}.parquet"), rows=500, dim=16, id_offset=500 * i)
+        _upload(str(local / f"p{i}.parquet"), f"{src}/p{i}.parquet")
+    _run(str(local), str(tmp_path / "local"), "--shards", "3", "--batch-rows", "128")
     port = free_port()
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     base_env = {**os.environ, "PYTHONPATH": repo, "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
@@ -210,7 +214,7 @@ def test_two_worker_dask_cluster_on_the_store_matches_the_local_run(s3, local_sr
         out = "s3://mass-test/out4/rel"
         summary = _run(src, out, "--shards", "3", "--batch-rows", "128", "--runner=DaskRunner",
                        f"--dask_client_address=tcp://127.0.0.1:{port}")  # fmt: skip
-        assert summary["rows_out"] == 1000
+        assert summary["rows_out"] == 3000
         assert _store_parts(out) == _local_parts(str(tmp_path / "local"))
         opened = [open(t).read().split() for t in traces if os.path.exists(t)]
         paths = [p for lines in opened for p in lines[1::2]]
