@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 import pyarrow.parquet as pq
 import pytest
@@ -20,58 +19,20 @@ from beam_pipelines import anonymize
 from mass import fs
 from mass.errors import OutputPathError, ReleaseError
 from mass.io import expand_paths, read_table
-from mass.serving import free_port
 from transforms.publish import VERSIONS, committed_parts
+from transforms.services import BIN, REPO, dask_cluster, moto_s3
 from transforms.testing import Bypass, NumpyModifier, write_embeddings
 from transforms.triton_handler import FunctionModelHandler
 
 INFO = {"name": "np", "version": 3, "sha256": "abc", "method": "test", "suppress": ["digit"],
         "preserve": [], "config_hash": "h", "dim": 16}  # fmt: skip
-BIN = os.path.dirname(sys.executable)
-
-
-def _wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 60) -> None:
-    import socket
-
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise RuntimeError(f"{what} not listening on {port} after {timeout} s")
 
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
     """A moto S3 server on 127.0.0.1 and a bucket; the AWS_* variables point at it."""
-    port = free_port()
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")
-    proc = subprocess.Popen([os.path.join(BIN, "moto_server"), "-H", "127.0.0.1", "-p",
-                             str(port)], stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_EC2_METADATA_DISABLED": "true"}  # fmt: skip
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        _wait_port(port, proc, "moto_server")
-        import boto3
-
-        boto3.client("s3").create_bucket(Bucket="mass-test")
+    with moto_s3(str(tmp_path_factory.mktemp("moto")), "mass-test") as env:
         yield env
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        fs._FS.clear()
 
 
 @pytest.fixture(scope="module")
@@ -169,11 +130,6 @@ def test_a_prefix_holding_foreign_objects_is_never_replaced(s3, local_src):
     assert fs.read_bytes("s3://mass-test/theirs/data.csv") == b"a,b\n"
 
 
-def _start(cmd: list[str], cwd: str, env: dict, log: str) -> subprocess.Popen:
-    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=open(log, "wb"),
-                            stderr=subprocess.STDOUT)  # fmt: skip
-
-
 @pytest.mark.slow
 def test_two_worker_dask_cluster_on_the_store_matches_the_local_run(s3, local_src, tmp_path):
     """Scheduler and 2 workers as separate processes, each worker with its own working and
@@ -186,52 +142,21 @@ def test_two_worker_dask_cluster_on_the_store_matches_the_local_run(s3, local_sr
         write_embeddings(str(local / f"p{i}.parquet"), rows=500, dim=16, id_offset=500 * i)
         _upload(str(local / f"p{i}.parquet"), f"{src}/p{i}.parquet")
     _run(str(local), str(tmp_path / "local"), "--shards", "3", "--batch-rows", "128")
-    port = free_port()
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    base_env = {**os.environ, "PYTHONPATH": repo, "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
-    procs, traces = [], []
-    try:
-        sched_dir = tmp_path / "scheduler"
-        sched_dir.mkdir()
-        procs.append(_start([os.path.join(BIN, "dask"), "scheduler", "--host", "127.0.0.1",
-                             "--port", str(port), "--no-dashboard"], str(sched_dir), base_env,
-                            str(sched_dir / "log")))  # fmt: skip
-        _wait_port(port, procs[0], "dask scheduler")
-        for w in ("w1", "w2"):
-            home = tmp_path / w
-            (home / "scratch").mkdir(parents=True)
-            traces.append(str(home / "trace.log"))
-            env = {**base_env, "TMPDIR": str(home / "scratch"), fs.TRACE_ENV: traces[-1]}
-            procs.append(_start([os.path.join(BIN, "dask"), "worker",
-                                 f"tcp://127.0.0.1:{port}", "--nthreads", "1", "--nworkers",
-                                 "1", "--local-directory", str(home / "scratch"),
-                                 "--no-dashboard", "--name", w], str(home), env,
-                                str(home / "log")))  # fmt: skip
-        from dask.distributed import Client
-
-        with Client(f"tcp://127.0.0.1:{port}", timeout=60) as client:
-            client.wait_for_workers(2, timeout=120)
+    with dask_cluster(str(tmp_path / "cluster"), 2, trace=True) as address:
         out = "s3://mass-test/out4/rel"
         summary = _run(src, out, "--shards", "3", "--batch-rows", "128", "--runner=DaskRunner",
-                       f"--dask_client_address=tcp://127.0.0.1:{port}")  # fmt: skip
+                       f"--dask_client_address={address}")  # fmt: skip
         assert summary["rows_out"] == 3000
         assert _store_parts(out) == _local_parts(str(tmp_path / "local"))
-        opened = [open(t).read().split() for t in traces if os.path.exists(t)]
+        traces = glob.glob(str(tmp_path / "cluster" / "w*" / "trace.log"))
+        opened = [open(t).read().split() for t in traces]
         paths = [p for lines in opened for p in lines[1::2]]
         assert len(opened) == 2 and all(lines for lines in opened), "both workers did work"
         assert paths and all(p.startswith("s3://mass-test/") for p in paths), paths[:5]
-        for w in ("w1", "w2"):  # nothing of the job was left in a worker's own directories
-            left = [os.path.join(h, n) for h, _, ns in os.walk(tmp_path / w) for n in ns
-                    if n.endswith((".arrow", ".parquet"))]  # fmt: skip
-            assert left == []
-    finally:
-        for p in reversed(procs):
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        # nothing of the job was left in a worker's own directories
+        left = [os.path.join(h, n) for h, _, ns in os.walk(tmp_path / "cluster") for n in ns
+                if n.endswith((".arrow", ".parquet"))]  # fmt: skip
+        assert left == []
 
 
 @pytest.mark.slow
@@ -258,3 +183,43 @@ def test_dvc_pushes_to_the_same_store(s3, tmp_path):
     with open(repo / "data.parquet", "rb") as f:
         assert fs.read_bytes(f"s3://mass-test/dvc/{pushed[0]}") == f.read()
     assert pq.read_table(repo / "data.parquet").num_rows == 50
+
+
+KILLED_JOB = """
+import sys
+from beam_pipelines import anonymize
+from transforms.testing import NumpyModifier
+from transforms.triton_handler import FunctionModelHandler
+info = {"name": "np", "version": 3, "sha256": "abc", "method": "test", "suppress": ["digit"],
+        "preserve": [], "config_hash": "h", "dim": 16}
+h = FunctionModelHandler(NumpyModifier(), output_dim=16, keep_input_as=anonymize.INPUT_COPY)
+anonymize.run(["--input", sys.argv[1], "--output", sys.argv[2], "--model", "np", "--no-audit",
+               "--shards", "2", "--batch-rows", sys.argv[3]], model_handler=h, model_info=info)
+"""
+
+
+@pytest.mark.parametrize("point", ["before-swap", "after-swap"])
+def test_a_job_killed_at_the_commit_leaves_one_whole_release(s3, local_src, point):
+    """SIGKILL right before the pointer PUT: the previous release, byte for byte; right after
+    it: the whole new one. The next run clears the dead job's version and matches a clean run."""
+    from transforms.publish import KILL_AT_ENV
+
+    src = _upload(local_src, f"s3://mass-test/in5-{point}/emb.parquet")
+    out = f"s3://mass-test/out5-{point}/rel"
+    _run(src, out, "--shards", "2", "--batch-rows", "100")
+    before = (fs.read_bytes(f"{out}/_release.json"), _store_parts(out))
+    env = {**os.environ, KILL_AT_ENV: point, "PYTHONPATH": REPO}
+    proc = subprocess.run([sys.executable, "-c", KILLED_JOB, src, out, "700"], env=env,
+                          capture_output=True, timeout=300)  # fmt: skip
+    assert proc.returncode == -9, proc.stderr.decode()[-2000:]
+    versions = {k.split("/")[1] for k in _keys(out) if k.startswith(VERSIONS)}
+    assert len(versions) == 2  # the dead job's version is still there
+    pointer = fs.read_bytes(f"{out}/_release.json")
+    if point == "before-swap":
+        assert (pointer, _store_parts(out)) == before
+    else:  # committed: the new pointer names a whole version (same bytes: same rows)
+        assert pointer != before[0] and _store_parts(out) == before[1]
+    assert read_table(out).num_rows == 1000
+    _run(src, out, "--shards", "2")  # the next run clears the dead job's leftovers
+    assert len({k.split("/")[1] for k in _keys(out) if k.startswith(VERSIONS)}) == 1
+    assert _store_parts(out) == before[1]
