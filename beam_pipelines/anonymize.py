@@ -28,11 +28,9 @@ the job refuses unless ``--no-audit``, which publishes the release recorded as u
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 
@@ -540,8 +538,8 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
 def _audit_staged(args, plan: AuditPlan, staged: str, q_ids: pa.Array | None) -> dict:
     """The gate: audit the staged release; raise :class:`AuditFailedError` (the report is
     written either way) so that nothing is published unless it passes."""
-    from mass.audit import AuditRequest, run_audit
-    from mass.audit.report import write_all
+    from mass.audit import AuditRequest
+    from mass.audit.runner import audit_into
 
     attrs = list(dict.fromkeys([*plan.suppress, *plan.preserve]))
     labels, original = plan.labels, None
@@ -558,13 +556,7 @@ def _audit_staged(args, plan: AuditPlan, staged: str, q_ids: pa.Array | None) ->
         policy=plan.policy, report_dir=plan.report, run_dir=args.run_dir, input=original,
         id_col=args.id_col, emb_col=args.emb_col, allow=tuple(args.allow_columns),
     )  # fmt: skip
-    if fs.is_remote(plan.report):  # the report writers are local: write, then upload
-        with tempfile.TemporaryDirectory(prefix="mass-report-") as tmp:
-            req = dataclasses.replace(req, report_dir=tmp)
-            metrics = write_all(run_audit(req), tmp)
-            fs.upload_tree(tmp, plan.report)
-    else:
-        metrics = write_all(run_audit(req), plan.report)
+    _, metrics = audit_into(req, plan.report)  # local or object store
     path = fs.join(plan.report, "audit.json")
     if not metrics.get("pass"):
         raise AuditFailedError(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from mass import fs
 from mass.audit.data import (
     Labels,
     Release,
@@ -309,3 +312,19 @@ def run_audit(req: AuditRequest) -> AuditResult:
                        key_status=key_status, warnings=warnings,
                        sources={"release_path": req.release, "labels_path": req.labels,
                                 "input_path": req.input})  # fmt: skip
+
+
+def audit_into(req: AuditRequest, report_dir: str, *, chart: bool = True):
+    """Run the audit and write every report file into ``report_dir`` -> (result, audit.json
+    dict). An object-store ``report_dir`` (:mod:`mass.fs`) is written locally first (GX Data
+    Docs and the chart write files) and uploaded."""
+    from mass.audit.report import write_all
+
+    if not fs.is_remote(report_dir):
+        result = run_audit(dataclasses.replace(req, report_dir=report_dir))
+        return result, write_all(result, report_dir, chart=chart)
+    with tempfile.TemporaryDirectory(prefix="mass-report-") as tmp:
+        result = run_audit(dataclasses.replace(req, report_dir=tmp))
+        metrics = write_all(result, tmp, chart=chart)
+        fs.upload_tree(tmp, report_dir)
+    return result, metrics
