@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from beam_pipelines import anonymize
-from mass.bench.compare import METHOD_ROWS
+from bench.compare import METHOD_ROWS
 from mass.keys import NOISE_KEY_ENV, resolve_key
 from mass.methods import get_method
 from mass.methods._common import subset, toy_dataset

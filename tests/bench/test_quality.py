@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from mass.bench.quality import adaptive_params, plan, verdict
+from bench.quality import adaptive_params, plan, verdict
 
 
 def test_plan_has_every_group_of_the_issue():

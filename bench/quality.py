@@ -1,4 +1,4 @@
-"""`mass bench quality`: suppression/preservation quality of MaSS on coloured MNIST-5k.
+"""Suppression/preservation quality of MaSS on coloured MNIST-5k (= `mass bench quality`).
 
 Reproduces the structure of the paper's Tables 2, 8 and 9 (loss ablation, each attribute
 suppressed in turn, a w^{r*} sweep) plus the generative-filter paper's two MNIST cases, for
@@ -15,9 +15,16 @@ import dataclasses
 import json
 import logging
 import os
+import sys
 import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # `python bench/quality.py`: import bench/ and mass/ from here
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
+
+from bench import entry
 
 log = logging.getLogger(__name__)
 ATTRS = ("digit", "colour", "parity", "ge5", "circle")
@@ -276,3 +283,11 @@ def markdown(report: dict) -> str:
                 f"{r['epoch_seconds']:.2f} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    return entry.main(__file__, __doc__, add_arguments, run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
