@@ -291,9 +291,9 @@ def load_data(args):
             n, dim=16 if args.quick else 64, classes={"a": 4, "b": 3, "c": 2}, seed=args.seed
         )
         return {k: subset(full, r) for k, r in _split_rows(n, args.seed).items()}, None, None
-    from mass.datasets import coloured_mnist
-    from mass.datasets.coloured_mnist import read_split
-    from mass.extractor import load_extractor
+    from mass.demo import features
+    from mass.demo.coloured_mnist import read_split
+    from mass.demo.extractor import DEFAULT_EPOCHS, load_extractor
 
     if args.features:
         splits = _load_features(args.features, args.quick)
@@ -307,8 +307,8 @@ def load_data(args):
     # The shared cache (ROOT/raw, ROOT/extractor, ROOT/features); a --quick run builds its own
     # under --out with a 2-epoch extractor so it never replaces the full-run cache.
     root = os.path.join(args.out, "data") if args.quick else args.data_root
-    epochs = args.extractor_epochs or (2 if args.quick else coloured_mnist.DEFAULT_EPOCHS)
-    paths = coloured_mnist.coloured_mnist_features(root, seed=args.seed, epochs=epochs)
+    epochs = args.extractor_epochs or (2 if args.quick else DEFAULT_EPOCHS)
+    paths = features.coloured_mnist_features(root, seed=args.seed, epochs=epochs)
     splits = _load_features(os.path.join(root, "features"), args.quick)
     raw = {k: os.path.join(root, "raw", f"{k}.parquet") for k in splits}
     return splits, _aligned_images(splits, raw, read_split), load_extractor(paths["extractor"])

@@ -58,7 +58,7 @@ RAW_ROWS = [
 
 
 def raw_baselines(images: dict[str, np.ndarray], extractor) -> dict[str, tuple]:
-    from mass.extractor import embed_images
+    from mass.demo.extractor import embed_images
 
     out = {}
     for label, op, value, k in RAW_ROWS:

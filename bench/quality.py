@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from mass.config import MassConfig
-    from mass.datasets.coloured_mnist import coloured_mnist_features
+    from mass.demo.features import coloured_mnist_features
     from mass.io import load_embeddings
     from mass.methods.mass import fit_mass, normalize_rows, pretrain_branches
 

@@ -150,10 +150,10 @@ def export_extractor(
     gpu_variant: bool = False,
     key: OwnerKey | None = None,
 ) -> ExportResult:
-    """Export an image extractor checkpoint (:func:`mass.extractor.save_extractor`)."""
+    """Export an image extractor checkpoint (:func:`mass.demo.extractor.save_extractor`)."""
     import torch
 
-    from mass.extractor import load_extractor
+    from mass.demo.extractor import load_extractor
 
     check_model_name(name)
     key = signing_key(key, purpose="sign")

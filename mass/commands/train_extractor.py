@@ -1,6 +1,6 @@
 """Train the SimCLR CNN feature extractor on a raw split's images (labels unused).
 
-Writes OUT/extractor.pt (``mass.extractor.load_extractor`` reads it) and OUT/probe.json
+Writes OUT/extractor.pt (``mass.demo.extractor.load_extractor`` reads it) and OUT/probe.json
 (training time, loss curve and, with --probe-val, linear-probe accuracy per attribute).
 With --features-out DIR it also embeds the raw splits in process (same numbers as the
 Triton-served model) into DIR/<split>.parquet; --checkpoint skips training and only embeds.
@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from mass.extractor import TrainConfig
+    from mass.demo.extractor import TrainConfig
 
     d = TrainConfig()
     parser.add_argument("--data", default="data/raw/train.parquet", help="raw training split")
@@ -60,13 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mass.extractor import (
-        TrainConfig,
-        file_sha256,
-        load_extractor,
-        train_and_save,
-        write_features,
-    )
+    from mass.demo.extractor import TrainConfig, file_sha256, load_extractor
+    from mass.demo.features import train_and_save, write_features
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -20,8 +20,8 @@ DIM = 16
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
     """A repository with a stochastic DataModifier (16-d) and a tiny random extractor."""
+    from mass.demo.extractor import EncoderConfig, ImageEncoder, save_extractor
     from mass.export import export_extractor, export_modifier
-    from mass.extractor import EncoderConfig, ImageEncoder, save_extractor
     from mass.modifier import DataModifier, ModifierSpec, save_modifier
 
     base = tmp_path_factory.mktemp("triton")
@@ -111,7 +111,7 @@ def server(repo, triton_server_factory):
 
 
 def test_extract_on_triton_matches_the_in_process_extractor(repo, server, tmp_path):
-    from mass.extractor import load_extractor
+    from mass.demo.extractor import load_extractor
 
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, size=(300, 2352), dtype=np.uint8)

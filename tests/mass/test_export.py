@@ -115,7 +115,7 @@ def test_missing_run_and_bad_parameters_name_the_problem(tmp_path):
 
 
 def test_ensemble_chains_extractor_into_modifier(tmp_path):
-    from mass.extractor import EncoderConfig, ImageEncoder, save_extractor
+    from mass.demo.extractor import EncoderConfig, ImageEncoder, save_extractor
 
     torch.manual_seed(0)
     save_extractor(ImageEncoder(EncoderConfig(widths=(4, 4, 8), dim=8)), str(tmp_path / "ext.pt"))
@@ -154,7 +154,7 @@ def test_cli_export_contract(tmp_path):
 
 def test_cli_exports_extractor_and_ensemble(tmp_path):
     from mass.cli import main
-    from mass.extractor import EncoderConfig, ImageEncoder, save_extractor
+    from mass.demo.extractor import EncoderConfig, ImageEncoder, save_extractor
 
     repo = str(tmp_path / "repo")
     save_extractor(ImageEncoder(EncoderConfig(widths=(4, 4, 8), dim=8)), str(tmp_path / "e.pt"))

@@ -50,7 +50,7 @@ def _run(tmp: Path, name: str, *, noise_dim: int, seed: int) -> Path:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, triton_server_factory):
-    from mass.extractor import EncoderConfig, ImageEncoder, save_extractor
+    from mass.demo.extractor import EncoderConfig, ImageEncoder, save_extractor
 
     tmp = tmp_path_factory.mktemp("serving")
     repo = tmp / "repo"
@@ -125,7 +125,7 @@ def test_stochastic_modifier_uses_the_row_seed(served):
 
 
 def test_ensemble_runs_extractor_then_modifier(served):
-    from mass.extractor import load_extractor
+    from mass.demo.extractor import load_extractor
 
     images = np.random.default_rng(3).integers(0, 256, size=(5, 2352), dtype=np.uint8)
     seeds = row_seeds(np.arange(5)).reshape(-1, 1)

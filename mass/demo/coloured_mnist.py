@@ -26,8 +26,6 @@ SPLITS = ("train", "val", "test")
 SPLIT_FRACTIONS = (0.6, 0.2, 0.2)
 ATTRIBUTES = ("digit", "colour", "parity", "ge5", "circle")
 CIRCLE_DIGITS = (0, 6, 8, 9)
-# SimCLR epochs of the extractor: ~94% digit / 100% colour linear probe at rho = 0.1.
-DEFAULT_EPOCHS = 15
 
 # Biased-MNIST's ten background colours (ReBias code), colour index k is digit k's own colour.
 COLOURS = np.array(
@@ -196,78 +194,3 @@ def images_from_column(column: pa.ChunkedArray | pa.Array, *, source: str) -> np
             f"{source}: column 'image' has type {typ}; expected fixed_size_list<uint8>[{IMAGE_SIZE}]"
         )
     return arr.flatten().to_numpy().reshape(-1, IMAGE_SIZE)
-
-
-def coloured_mnist_features(
-    root: str = "data",
-    *,
-    rho: float = 0.1,
-    seed: int = 0,
-    epochs: int = DEFAULT_EPOCHS,
-    force: bool = False,
-) -> dict[str, str]:
-    """Coloured MNIST-5k embeddings, built once and cached under ``root``.
-
-    Runs, in process, what the DVC pipeline does with Triton/Beam (same numbers):
-    ``mass prepare`` -> ``ROOT/raw/{train,val,test}.parquet``; SimCLR extractor training on the
-    train split -> ``ROOT/extractor/{extractor.pt,probe.json}`` (probe scored on test); then
-    ``ROOT/features/{train,val,test}.parquet`` with columns ``id``, ``emb``
-    (fixed_size_list<float32>[128], L2-normalised) and ``digit, colour, parity, ge5, circle``
-    (int64), ready for :func:`mass.io.load_embeddings`.
-
-    Cached: when all three feature files exist and their schema metadata
-    ``mass.features_params`` matches ``(rho, seed, epochs)``, nothing is recomputed (a call
-    takes milliseconds). ``force=True`` rebuilds everything. The default
-    :data:`DEFAULT_EPOCHS` (15) trains about 2-4 minutes on 2 idle CPU cores (much longer on a
-    loaded machine); tests pass 1-3 epochs to stay quick.
-    Returns ``{"train", "val", "test", "extractor", "probe"}`` -> paths.
-    """
-    import json
-
-    from mass.extractor import TrainConfig, train_and_save, write_features
-
-    key = json.dumps({"rho": float(rho), "seed": int(seed), "epochs": int(epochs)}, sort_keys=True)
-    raw = {s: os.path.join(root, "raw", f"{s}.parquet") for s in SPLITS}
-    feats = {s: os.path.join(root, "features", f"{s}.parquet") for s in SPLITS}
-    model_dir = os.path.join(root, "extractor")
-    out = {
-        **feats,
-        "extractor": os.path.join(model_dir, "extractor.pt"),
-        "probe": os.path.join(model_dir, "probe.json"),
-    }
-    cached = all(_features_key(p) == key for p in feats.values())
-    if cached and not force and os.path.exists(out["extractor"]):
-        return out
-    if force or any(
-        not os.path.exists(p) or split_params(p) != {"rho": float(rho), "seed": int(seed)}
-        for p in raw.values()
-    ):
-        write_splits(os.path.join(root, "raw"), rho=rho, seed=seed)
-    report = train_and_save(
-        raw["train"],
-        model_dir,
-        config=TrainConfig(epochs=epochs, seed=seed),
-        probe_path=raw["test"],
-    )
-    from mass.extractor import load_extractor
-
-    model = load_extractor(report["extractor"])  # embed with exactly what was saved
-    for s in SPLITS:
-        write_features(
-            model,
-            raw[s],
-            feats[s],
-            meta={"features_params": key, "extractor_sha256": report["sha256"]},
-        )
-    return out
-
-
-def _features_key(path: str) -> str | None:
-    if not os.path.exists(path):
-        return None
-    try:
-        meta = pq.read_schema(path).metadata or {}
-    except (pa.ArrowInvalid, OSError):
-        return None  # unreadable cache entry: rebuild it
-    value = meta.get(b"mass.features_params")
-    return value.decode() if value is not None else None

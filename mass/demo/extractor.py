@@ -4,7 +4,7 @@ Contract (``docs/contracts.md``, "Extractor"): ``load_extractor(path)`` returns 
 in eval mode whose ``forward(images: uint8[N, 2352]) -> float32[N, 128]`` is L2-normalised;
 scaling to [0, 1] and HWC -> CHW happen inside, so Triton's adapter passes raw bytes through.
 Training sees only the training split's images (no labels); colour-preserving augmentations
-(:mod:`mass.augment`) keep the background colour learnable as well as the digit shape.
+(:mod:`mass.demo.augment`) keep the background colour learnable as well as the digit shape.
 """
 
 from __future__ import annotations
@@ -18,14 +18,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mass.augment import AugmentConfig, augment
-from mass.datasets.coloured_mnist import DEFAULT_EPOCHS
+from mass.demo.augment import AugmentConfig, augment
 from mass.errors import ConfigError, InputError, UnreadableInputError
 from mass.safe_load import plain
 
 log = logging.getLogger(__name__)
 
 KIND = "mnist_cnn"
+# SimCLR epochs: ~94% digit / 100% colour linear probe at rho = 0.1.
+DEFAULT_EPOCHS = 15
 SIDE, CHANNELS = 28, 3
 IMAGE_SIZE = SIDE * SIDE * CHANNELS
 
@@ -281,83 +282,3 @@ def linear_probe(
         clf.fit(train_x, y)
         out[attr] = float(clf.score(test_x, test_y[attr]))
     return out
-
-
-def write_features(
-    model: nn.Module,
-    raw_path: str,
-    out_path: str,
-    *,
-    batch_size: int = 1024,
-    meta: dict[str, str] | None = None,
-) -> str:
-    """Embed a raw split in-process -> ``id, emb fixed_size_list<float32>[128], labels`` Parquet.
-
-    Same numbers as the served extractor (same module, same ``forward``); the raw file's
-    ``mass.*`` schema metadata is carried over and ``meta`` is added to it.
-    """
-    import os
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from mass.datasets.coloured_mnist import ATTRIBUTES, read_split
-    from mass.io import embedding_array
-
-    ids, images, labels = read_split(raw_path)
-    emb = embed_images(model, images, batch_size=batch_size)
-    raw_meta = pq.read_schema(raw_path).metadata or {}
-    md = {k: v for k, v in raw_meta.items() if k.startswith(b"mass.")}
-    md.update({f"mass.{k}".encode(): str(v).encode() for k, v in (meta or {}).items()})
-    table = pa.table(
-        {"id": pa.array(ids), "emb": embedding_array(emb), **{a: labels[a] for a in ATTRIBUTES}}
-    ).replace_schema_metadata(md)
-    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-    tmp = out_path + ".tmp"
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, out_path)
-    return out_path
-
-
-def train_and_save(
-    train_path: str,
-    out_dir: str,
-    *,
-    config: TrainConfig | None = None,
-    probe_path: str | None = None,
-) -> dict:
-    """Train on a raw split's images, write ``OUT_DIR/extractor.pt`` and ``OUT_DIR/probe.json``.
-
-    The probe JSON holds the training time and loss curve and, when ``probe_path`` is given,
-    the linear-probe accuracy per attribute (fit on ``train_path``, scored on ``probe_path``).
-    Returns that JSON's content plus the checkpoint path.
-    """
-    import json
-    import os
-
-    from mass.datasets.coloured_mnist import read_split, split_params
-
-    cfg = config or TrainConfig()
-    _, images, labels = read_split(train_path)
-    model, history = train_extractor(images, config=cfg)
-    os.makedirs(out_dir, exist_ok=True)
-    ckpt = os.path.join(out_dir, "extractor.pt")
-    sha = save_extractor(model, ckpt, meta={"train_data": train_path, **split_params(train_path)})
-    report = {
-        "extractor": ckpt,
-        "sha256": sha,
-        "train_seconds": round(history["train_seconds"], 2),
-        "epochs": cfg.epochs,
-        "loss": [round(v, 4) for v in history["loss"]],
-        "config": history["config"],
-    }
-    if probe_path:
-        _, test_images, test_labels = read_split(probe_path)
-        report["probe_split"] = probe_path
-        report["probe_accuracy"] = linear_probe(
-            embed_images(model, images), labels, embed_images(model, test_images), test_labels
-        )
-        log.info("linear probe on %s: %s", probe_path, report["probe_accuracy"])
-    with open(os.path.join(out_dir, "probe.json"), "w") as f:
-        json.dump(report, f, indent=2, sort_keys=True)
-    return report
