@@ -85,8 +85,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", required=True, help="embedding Parquet file, dir or glob")
     parser.add_argument("--output", required=True, help="release directory (replaced atomically)")
     parser.add_argument("--model", required=True, help="modifier name in the Triton repository")
-    parser.add_argument("--id-col", default="id")
-    parser.add_argument("--emb-col", default="emb")
+    parser.add_argument("--id-col", default="id", help="row id column (int64, unique; what keyed noise and joins use)")
+    parser.add_argument("--emb-col", default="emb", help="embedding column (fixed-size list of float32)")
     parser.add_argument(
         "--allow-columns",
         type=csv_list,

@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="comma-separated columns copied to the output (labels)",
     )
-    parser.add_argument("--id-col", default="id")
+    parser.add_argument("--id-col", default="id", help="row id column (int64, unique; what keyed noise and joins use)")
     parser.add_argument("--emb-col", default="emb", help="name of the output embedding column")
     add_serving_arguments(parser)
 

@@ -333,6 +333,6 @@ class ModifierTrainer:
 def _bar(total: int, enabled: bool, *, initial: int):
     if not enabled:
         return None
-    from tqdm.auto import tqdm
+    from mass.progress import progress_bar  # a bar on a terminal, a rate line in a log
 
-    return tqdm(total=total, initial=initial, desc="train G", unit="step", leave=False)
+    return progress_bar(total, desc="train G", unit="step", initial=initial)

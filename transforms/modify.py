@@ -24,8 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import apache_beam as beam
 
+from mass.progress import RateLog
 from transforms.parquet_io import RowGroupSpec, ShardSpiller, read_row_group
-from transforms.progress import RateLog
 from transforms.quarantine import validate_batch
 
 log = logging.getLogger("mass.anonymize")

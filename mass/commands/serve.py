@@ -37,7 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Triton --model-control-mode (poll reloads new exports)",
     )
     parser.add_argument("--log", default=None, metavar="FILE", help="server log file")
-    parser.add_argument("--startup-timeout", type=float, default=300.0)
+    parser.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=300.0,
+        help="seconds to wait for the server and its models to be ready (default 300)",
+    )
     parser.add_argument(
         "--signing-key-file",
         default=None,

@@ -35,11 +35,15 @@ log = logging.getLogger(__name__)
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, help="training Parquet (file, directory or glob)")
     p.add_argument("--val", help="validation Parquet; enables the audit in metrics.json")
-    p.add_argument("--id-col", default="id")
-    p.add_argument("--emb-col", default="emb")
+    p.add_argument("--id-col", default="id", help="row id column (int64, unique; what keyed noise and joins use)")
+    p.add_argument("--emb-col", default="emb", help="embedding column (fixed-size list of float32)")
     p.add_argument("--suppress", help="attributes to suppress, comma-separated (or in --config)")
     p.add_argument("--preserve", help="attributes to preserve, comma-separated (optional)")
-    p.add_argument("--method", help="method name (default: config's, else 'mass')")
+    from mass.methods import METHODS
+    from mass.metrics import ATTACKER_FAMILIES
+
+    p.add_argument("--method", help=f"one of {', '.join(sorted(METHODS))} "
+                   "(default: config's, else 'mass')")  # fmt: skip
     p.add_argument("--config", help="params.yaml; its `train:` section (else top level)")
     p.add_argument("--out", required=True, help="run directory to write")
     p.add_argument("--mode", choices=("faithful", "adaptive"), help="MaSS mode override")
@@ -47,7 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="override seed")
     p.add_argument("--resume", action="store_true", help="continue from RUN_DIR/checkpoint.pt")
     p.add_argument("--attackers", default="logreg,mlp",
-                   help="retrained attacker families for the --val audit (mass.metrics)")  # fmt: skip
+                   help="retrained attacker families for the --val audit, comma list from "
+                   f"{','.join(ATTACKER_FAMILIES)}")  # fmt: skip
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     cal = p.add_argument_group(
         "calibration (the default when none of --config, --mode, --method is given; "

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import logging
 
-from transforms.progress import RateLog
+from mass.progress import RateLog
 
 
 def test_rate_log_reports_every_n_batches_with_the_running_row_count(caplog):
