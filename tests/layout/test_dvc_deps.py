@@ -176,7 +176,31 @@ def suggest(name: str) -> list[str]:
     return sorted(out)
 
 
-if __name__ == "__main__":  # python tests/layout/test_dvc_deps.py: print code deps per stage
+def rewrite_deps(text: str) -> str:
+    """dvc.yaml's text with each stage's code deps replaced by :func:`suggest` (data deps,
+    their order and every kept line's comment stay; a code directory already listed whole,
+    such as ``transforms``, is kept instead of its files)."""
+    import re
+
+    for name in STAGES:
+        m = re.search(rf"\n  {name}:\n(.*?)(?=\n  \w|\Z)", text, re.S)
+        body = m.group(1)
+        d = re.search(r"( +)deps:\n((?:\1  - .*\n)+)", body)
+        pad = d.group(1) + "  - "
+        old = {ln.strip()[2:].split("  #")[0].strip(): ln for ln in d.group(2).splitlines()}
+        data = [ln for dep, ln in old.items() if dep.split("/")[0] not in g.PACKAGES]
+        code = suggest(name)
+        whole = [dep for dep in old if "/" not in dep and dep in g.PACKAGES]
+        code = [c for c in code if c.split("/")[0] not in whole] + whole
+        lines = data + [old.get(c, pad + c) for c in code]
+        body = body[: d.start(2)] + "".join(ln + "\n" for ln in lines) + body[d.end(2) :]
+        text = text[: m.start(1)] + body + text[m.end(1) :]
+    return text
+
+
+if __name__ == "__main__":  # print each stage's code deps; --write puts them into dvc.yaml
+    if "--write" in sys.argv:
+        DVC.write_text(rewrite_deps(DVC.read_text()))
     for stage_name in STAGES:
         print(f"{stage_name}:")
         print("\n".join(f"  - {d}" for d in suggest(stage_name)))
