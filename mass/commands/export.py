@@ -72,8 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mass import export
     from mass.keys import SIGNING_KEY_ENV, resolve_key
+    from mass.serving import export
 
     export.check_model_name(args.name)
     common = {"version": args.version, "instances": args.instances, "gpu_variant": args.gpu_variant}
