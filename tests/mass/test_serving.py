@@ -187,6 +187,18 @@ def test_check_server_reports_sha_and_refuses_a_different_one(served):
         check_server(served["server"].grpc_url, model="det", expected_sha256="0" * 64)
 
 
+def test_provenance_readers_agree_on_the_served_sha(served):
+    """server_info (no repository at hand) reads the sha256 parameter `mass export` writes,
+    the one export_info reads from export.json and check_server compares."""
+    from mass.serving.contract import export_info, server_info
+
+    url, res = served["server"].grpc_url, served["results"]["sto"]
+    on_disk = export_info(str(served["repo"]), "sto")
+    assert on_disk["sha256"] == res.sha256 and on_disk["version"] == 1
+    assert server_info(url, "sto")["sha256"] == res.sha256
+    assert server_info(url, "sto", "1")["sha256"] == res.sha256
+
+
 def test_wrong_version_or_model_is_a_serving_error(served):
     url = served["server"].grpc_url
     check_server(url, model="det", version=1)
