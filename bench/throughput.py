@@ -6,7 +6,7 @@ Four measurements on synthetic unit-norm float32 embeddings written to Parquet (
 1. ``limit``: one process, pyarrow read -> the same PyTorch modifier (inference_mode, batches of
    ``--batch-rows``) -> pyarrow write. The ceiling every other number is divided by.
 2. ``triton``: the exported modifier behind :class:`mass.serving.TritonServer`, driven from
-   memory (no Parquet) by the job's own client, :class:`transforms.triton_handler.
+   memory (no Parquet) by the job's own client, :class:`transforms.inference.triton.
    TritonModelHandler`: per request size, N requests in flight, gRPC payloads or system
    shared memory; rows/s and p50/p99 latency per element (``throughput_parts/triton.py``).
 3. ``job``: :func:`beam_pipelines.anonymize.run` (read, quarantine, Triton, sharded write,
@@ -163,8 +163,8 @@ def apply_quick(args: argparse.Namespace) -> argparse.Namespace:
 
 # -- orchestration -----------------------------------------------------------------------------
 def bench_dataset(args, work: Path, rows: int, dim: int) -> dict:
-    from mass.export import export_modifier
     from mass.serving import TritonServer
+    from mass.serving.export import export_modifier
 
     data = write_dataset(work / f"emb_{rows}x{dim}.parquet", rows=rows, dim=dim, seed=args.seed)
     run_dir = work / f"run_d{dim}"

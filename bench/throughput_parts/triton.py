@@ -1,7 +1,8 @@
 """Part 2, Triton alone: the anonymize job's own client, driven from memory (no Parquet).
 
-What is timed is :class:`transforms.triton_handler.TritonModelHandler` - the handler the job
-runs inside ``RunInference`` - applied to in-memory RecordBatches: keyed ``ROW_SEED``s,
+What is timed is :class:`transforms.inference.triton.TritonModelHandler` over its
+:class:`transforms.inference.triton_client.TritonClient` - the handler the job runs inside
+``RunInference`` - applied to in-memory RecordBatches: keyed ``ROW_SEED``s,
 requests of ``batch`` rows, ``concurrency`` of them in flight (the job's ``request_rows`` and
 ``in_flight``), gRPC payloads or system shared memory, response validation and the output
 column. Each element handed to the handler holds ``batch * concurrency`` rows, so every
@@ -53,7 +54,9 @@ def run_triton(
     ``expected``: the in-process model's output for the first rows (same ``seeds``), checked
     against the warm-up answer, so wrong shared-memory offsets would not go unnoticed.
     """
-    from transforms.triton_handler import ModifierInputs, TritonModelHandler
+    from transforms.inference.tensors import ModifierInputs
+    from transforms.inference.triton import TritonModelHandler
+    from transforms.inference.triton_client import TritonClient
 
     handler = TritonModelHandler(
         url,
@@ -76,13 +79,13 @@ def run_triton(
             n = min(len(expected), got.num_rows)
             if not np.allclose(matrix(got, "emb")[:n], expected[:n], atol=1e-4):
                 raise RuntimeError(f"Triton answer differs from the in-process model ({rec})")
-        sent = dict(TritonModelHandler.shm_sent)
+        sent = dict(TritonClient.shm_sent)
         with measured(rec, table.num_rows):
             for b in batches:
                 t0 = time.perf_counter()
                 handler.request(b, conn)
                 lat.append(time.perf_counter() - t0)
-        shm_requests = TritonModelHandler.shm_sent["requests"] - sent["requests"]
+        shm_requests = TritonClient.shm_sent["requests"] - sent["requests"]
     finally:
         conn.close()
     if shm and shm_requests == 0:  # the number must be what its label says

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mass.demo.augment import AugmentConfig, augment
+from mass.digest import sha256_file as file_sha256  # re-exported: train_extractor, tests
 from mass.errors import ConfigError, InputError, UnreadableInputError
 from mass.safe_load import plain
 
@@ -251,12 +252,6 @@ def load_extractor(path: str) -> ImageEncoder:
     model.load_state_dict(payload["state_dict"])
     return model.eval()
 
-
-def file_sha256(path: str) -> str:
-    """sha256 of a file (the one implementation lives with the Triton contract)."""
-    from mass.triton_adapters import sha256_file
-
-    return sha256_file(path)
 
 
 def linear_probe(

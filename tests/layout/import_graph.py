@@ -8,7 +8,8 @@ first-party module ``b`` when it runs:
 - a package whose ``__init__`` imports its own submodules by name at run time
   (``pkgutil.iter_modules(__path__)`` + ``importlib.import_module``) -> every submodule;
 - a string literal that is exactly the dotted name of a first-party module (``"mass.x.y"``):
-  code that imports modules by name (adapters written into a Triton repository, registries).
+  code that imports modules by name (adapters written into a Triton repository, registries);
+  when it names a package, every module under it (``f"{PACKAGE}.{kind}"`` built at run time).
 
 Importing ``a.b.c`` also runs ``a/__init__.py`` and ``a/b/__init__.py``: those are edges too.
 Nothing here lists modules: the graph follows whatever the tree holds.
@@ -46,6 +47,10 @@ def module_name(path: Path) -> str:
     rel = path.resolve().relative_to(ROOT).with_suffix("")
     parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
     return ".".join(parts)
+
+
+def _members(package: str) -> list[str]:
+    return [m for m in all_modules(package.replace(".", "/")) if m != package]
 
 
 def all_modules(package: str) -> list[str]:
@@ -167,6 +172,10 @@ def edges(module: str) -> tuple[Edge, ...]:
     if v.dynamic_submodules:
         for sub in sorted(p for p in path.parent.glob("*.py") if p.name != "__init__.py"):
             out.append(Edge(module_name(sub), False, 0, "package"))
+    for e in [e for e in out if e.how == "string"]:  # a package named in a string: code that
+        pkg = module_file(e.target)  # builds "pkg.<name>" at run time may import any member
+        if pkg is not None and pkg.name == "__init__.py":
+            out += [Edge(m, e.lazy, e.line, "string") for m in _members(e.target)]
     for e in list(out):  # importing a.b.c runs a/__init__ and a/b/__init__
         for parent in _parents(e.target):
             if module_file(parent) is not None and parent != module:
