@@ -121,8 +121,7 @@ def run_one(name: str, out_dir: str, budget: float | None) -> dict:
     import torch
 
     from mass.calibrate import apply
-    from mass.methods.mass import normalize_rows
-    from mass.modifier import load_modifier
+    from mass.modifiers import load_modifier, normalize_rows
     from mass.noise import row_seeds
 
     x, labels, suppress, preserve, desc = load(name)

@@ -50,7 +50,7 @@ def main() -> None:
         import torch
 
         from mass.export import export_modifier
-        from mass.modifier import DataModifier, ModifierSpec, save_modifier
+        from mass.modifiers import DataModifier, ModifierSpec, save_modifier
 
         torch.manual_seed(0)
         (work / "run").mkdir(exist_ok=True)

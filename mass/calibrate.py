@@ -281,8 +281,7 @@ def with_output_noise(model: torch.nn.Module, level: float) -> torch.nn.Module:
     A MaSS G (alone or last in a chain) gets its ``spec.output_noise`` replaced; any other
     modifier gets a ``gaussian_noise`` modifier with sigma = level / sqrt(d) chained after it.
     """
-    from mass.methods._common import GaussianNoiseModifier, NoiseSpec
-    from mass.modifier import ChainModifier, DataModifier
+    from mass.modifiers import ChainModifier, DataModifier, GaussianNoiseModifier, NoiseSpec
 
     if isinstance(model, DataModifier):
         out = DataModifier(dataclasses.replace(model.spec, output_noise=float(level)))
@@ -381,7 +380,7 @@ class ValidationAudit:
 
     def __init__(self, val: EmbeddingDataset, suppress, preserve, policy, cfg: CalibrationConfig):
         from mass import metrics as M
-        from mass.methods.mass import normalize_rows
+        from mass.modifiers import normalize_rows
         from mass.noise import row_seeds
 
         self.suppress, self.preserve, self.policy, self.cfg = suppress, preserve, policy, cfg

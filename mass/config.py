@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from mass.errors import ConfigError
-from mass.losses import SIM_TYPES
+from mass.errors import ConfigError, MissingInputError
 
 log = logging.getLogger(__name__)
 MODES = ("faithful", "adaptive")
+SIM_TYPES = ("cos", "kl", "ce")  # the similarity measures of eq. 2 (mass.losses.similarity)
 ADVERSARY_FAMILIES = ("linear", "mlp")
 PRE_ERASERS = ("none", "leace", "quadratic")
 MATCH_KINDS = ("none", "mmd", "mean")
@@ -186,6 +186,38 @@ class MassConfig:
 
     def with_(self, **changes: Any) -> MassConfig:
         return replace(self, **changes)
+
+
+def read_yaml(path: str, *, flag: str = "--config", missing: type[Exception] = MissingInputError,
+              what: str = "config file") -> dict[str, Any]:  # fmt: skip
+    """The top-level mapping of a YAML file (the one loader of params.yaml and policy files).
+
+    A missing file raises ``missing`` naming ``flag``; bad YAML or a non-mapping, ConfigError.
+    """
+    import yaml
+
+    try:
+        with open(path) as f:
+            doc = yaml.safe_load(f)
+    except FileNotFoundError as e:
+        raise missing(f"{path}: no such {what}; check {flag}") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML ({e})") from e
+    doc = {} if doc is None else doc
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: expected a mapping at top level")
+    return doc
+
+
+def read_section(path: str | None, section: str = "train", *, flag: str = "--config") -> dict:
+    """The ``section`` of a params.yaml (or the whole file when it has no such section)."""
+    if not path:
+        return {}
+    doc = read_yaml(path, flag=flag)
+    sub = doc.get(section, doc)
+    if not isinstance(sub, dict):
+        raise ConfigError(f"{path}: section '{section}' is not a mapping")
+    return dict(sub)
 
 
 def _names(v: Any, param: str) -> tuple:

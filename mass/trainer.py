@@ -26,7 +26,7 @@ from torch import nn
 from mass import losses
 from mass.branches import AgnosticModel, AttributeClassifier
 from mass.config import MassConfig
-from mass.modifier import DataModifier, ModifierSpec, mlp
+from mass.modifiers import DataModifier, ModifierSpec, mlp
 from mass.safe_load import plain
 
 

@@ -61,7 +61,7 @@ def evaluate(modifier, branches, train, test, suppress, preserve, *, families, a
     from mass import metrics as M
     from mass.branches import LogitsOnly
     from mass.commands.train import modify
-    from mass.methods.mass import normalize_rows
+    from mass.modifiers import normalize_rows
     from mass.noise import row_seeds
 
     xtr, xte = normalize_rows(train.x), normalize_rows(test.x)

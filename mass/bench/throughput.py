@@ -256,7 +256,7 @@ def make_run(run_dir: Path, *, dim: int, noise_dim: int, seed: int) -> Path:
     """A seeded random MaSS DataModifier (default hidden sizes) saved as RUN_DIR/modifier.pt."""
     import torch
 
-    from mass.modifier import DataModifier, ModifierSpec, save_modifier
+    from mass.modifiers import DataModifier, ModifierSpec, save_modifier
 
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
@@ -295,7 +295,7 @@ def run_limit(data: Path, weights: Path, out: Path, *, batch_rows: int, threads:
     import torch
 
     from mass.io import embedding_array
-    from mass.modifier import load_modifier
+    from mass.modifiers import load_modifier
     from mass.noise import row_seeds
     from transforms.parquet_io import WRITE_OPTIONS
 
@@ -478,7 +478,7 @@ def reference(weights: Path, x: np.ndarray, seeds: np.ndarray, *, rows: int) -> 
     """The in-process modifier's output for the first ``rows`` rows (checks Triton answers)."""
     import torch
 
-    from mass.modifier import load_modifier
+    from mass.modifiers import load_modifier
 
     with torch.inference_mode():
         model = load_modifier(str(weights))
@@ -602,7 +602,7 @@ def run_training(rows: int, dim: int, *, epochs: int, threads: int, seed: int) -
     import torch
 
     from mass.config import MassConfig
-    from mass.modifier import DataModifier
+    from mass.modifiers import DataModifier
     from mass.noise import row_seeds
     from mass.trainer import ModifierTrainer
 

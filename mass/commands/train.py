@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     from mass.config import MassConfig, config_hash, validate_attributes
     from mass.io import load_embeddings
     from mass.methods import get_method
-    from mass.modifier import save_modifier
+    from mass.modifiers import save_modifier
 
     method_name, suppress, preserve, params = resolve(args)
     _check_out(args.out)
@@ -261,7 +261,7 @@ def run_calibrated(args, train, suppress: list[str], preserve: list[str], sample
     from mass.calibrate import calibrate
     from mass.config import CalibrationConfig, config_hash
     from mass.io import load_embeddings
-    from mass.modifier import save_modifier
+    from mass.modifiers import save_modifier
 
     if args.epochs is not None or args.resume:
         log.warning("--epochs/--resume apply to an explicit --config/--mode/--method run; "
@@ -326,7 +326,7 @@ def audit(res, train, val, attrs: list[str], *, families: tuple[str, ...]) -> di
     """Per attribute: majority rate, frozen accuracy on x and x', retrained attackers."""
     from mass import metrics as M
     from mass.branches import LogitsOnly
-    from mass.methods.mass import normalize_rows
+    from mass.modifiers import normalize_rows
     from mass.noise import row_seeds
 
     xtr, xva = normalize_rows(train.x), normalize_rows(val.x)

@@ -156,7 +156,7 @@ def test_a_proxy_is_refused_before_the_server_is_contacted(data, tmp_path, capsy
 
     from mass.cli import main
     from mass.export import export_modifier
-    from mass.modifier import DataModifier, ModifierSpec, save_modifier
+    from mass.modifiers import DataModifier, ModifierSpec, save_modifier
 
     src, policy = data
     torch.manual_seed(0)

@@ -38,8 +38,7 @@ MODELS = {  # served name -> (method, modifier factory)
 
 
 def _modifier(name: str):
-    from mass.methods._common import GaussianNoiseModifier, NoiseSpec
-    from mass.modifier import DataModifier, ModifierSpec
+    from mass.modifiers import DataModifier, GaussianNoiseModifier, ModifierSpec, NoiseSpec
 
     torch.manual_seed(0)
     if name == "mass_out":
@@ -51,7 +50,7 @@ def _modifier(name: str):
 def data(tmp_path_factory):
     """Synthetic input (one NaN row, so a quarantine file exists), a repository, two keys."""
     from mass.export import export_modifier
-    from mass.modifier import save_modifier
+    from mass.modifiers import save_modifier
 
     base = tmp_path_factory.mktemp("keyed")
     ds = make_synthetic(ROWS, DIM, s_classes=2, sep_s=1.0, noise=0.3, seed=1)

@@ -99,7 +99,7 @@ def export_mod(run: Path, repo: Path, *, seed: int, name: str = "mod") -> None:
     import torch
 
     from mass.export import export_modifier
-    from mass.modifier import DataModifier, ModifierSpec, save_modifier
+    from mass.modifiers import DataModifier, ModifierSpec, save_modifier
 
     torch.manual_seed(seed)
     run.mkdir(parents=True, exist_ok=True)

@@ -44,7 +44,7 @@ def export(repo: Path, run: Path, dim: int) -> None:
     import torch
 
     from mass.export import export_modifier
-    from mass.modifier import DataModifier, ModifierSpec, save_modifier
+    from mass.modifiers import DataModifier, ModifierSpec, save_modifier
 
     torch.manual_seed(0)
     run.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ import torch
 import yaml
 
 from mass.cli import main
-from mass.modifier import load_modifier, modifier_meta
+from mass.modifiers import load_modifier, modifier_meta
 from mass.synthetic import write_synthetic
 
 FAST = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from mass.modifier import DataModifier, ModifierSpec, l2_normalize, load_modifier, save_modifier
+from mass.modifiers import DataModifier, ModifierSpec, l2_normalize, load_modifier, save_modifier
 
 
 def test_l2_normalize_maps_zero_to_zero_without_nan():
@@ -58,7 +58,7 @@ def test_residual_scale_lets_modifier_outweigh_the_input():
 def test_output_noise_is_a_pure_function_of_the_row_seed():
     import torch
 
-    from mass.modifier import DataModifier, ModifierSpec
+    from mass.modifiers import DataModifier, ModifierSpec
 
     torch.manual_seed(0)
     model = DataModifier(ModifierSpec(dim=16, output_noise=0.1)).eval()
@@ -87,7 +87,7 @@ def test_output_noise_needs_seeds():
     import pytest
     import torch
 
-    from mass.modifier import DataModifier, ModifierSpec
+    from mass.modifiers import DataModifier, ModifierSpec
 
     model = DataModifier(ModifierSpec(dim=8, output_noise=0.1))
     with pytest.raises(ValueError, match="seeds"):
