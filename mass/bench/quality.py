@@ -60,8 +60,7 @@ def evaluate(modifier, branches, train, test, suppress, preserve, *, families, a
     """One row of the tables: per attribute the accuracies described in the module doc."""
     from mass import metrics as M
     from mass.branches import LogitsOnly
-    from mass.commands.train import modify
-    from mass.modifiers import normalize_rows
+    from mass.modifiers import modify, normalize_rows
     from mass.noise import row_seeds
 
     xtr, xte = normalize_rows(train.x), normalize_rows(test.x)

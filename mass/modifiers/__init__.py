@@ -12,7 +12,14 @@ methods import modifiers, never the reverse, so the served model loads only this
 """
 
 from mass.modifiers.affine import AffineModifier, AffineSpec
-from mass.modifiers.base import MODIFIER_KINDS, l2_normalize, mlp, normalize_rows, register_modifier
+from mass.modifiers.base import (
+    MODIFIER_KINDS,
+    l2_normalize,
+    mlp,
+    modify,
+    normalize_rows,
+    register_modifier,
+)
 from mass.modifiers.chain import ChainModifier, ChainSpec
 from mass.modifiers.gaussian_noise import GaussianNoiseModifier, NoiseSpec
 from mass.modifiers.genfilter import GenFilterModifier, GenFilterSpec
@@ -38,6 +45,7 @@ __all__ = [
     "load_modifier",
     "mlp",
     "modifier_meta",
+    "modify",
     "normalize_rows",
     "register_modifier",
     "save_modifier",

@@ -67,3 +67,14 @@ def build(kind: str, spec: dict, *, where: str = "modifier") -> nn.Module:
         raise ValueError(f"{where}: unknown modifier kind {kind!r}; known: {sorted(MODIFIER_KINDS)}")
     cls = MODIFIER_KINDS[kind]
     return cls(cls.spec_from_dict(spec))  # type: ignore[attr-defined]
+
+
+def modify(model: nn.Module, x: np.ndarray, seeds: np.ndarray, *, batch: int = 4096) -> np.ndarray:
+    """Apply a fitted modifier to numpy rows in batches (eval mode, no grad)."""
+    model.eval()
+    out = []
+    with torch.no_grad():
+        for i in range(0, len(x), batch):
+            xb = torch.as_tensor(x[i : i + batch], dtype=torch.float32)
+            out.append(model(xb, torch.as_tensor(seeds[i : i + batch])).numpy())
+    return np.concatenate(out) if out else np.zeros_like(x)
