@@ -46,7 +46,7 @@ import torch
 
 from mass.config import AuditPolicy, CalibrationConfig, MassConfig
 from mass.errors import CalibrationError, ConfigError, InputError
-from mass.io import EmbeddingDataset
+from mass.io import EmbeddingDataset, joint_codes
 
 log = logging.getLogger(__name__)
 
@@ -112,14 +112,6 @@ SEARCH_SPACE: tuple[Candidate, ...] = (
 
 
 # ----------------------------------------------------------------------------- data
-
-
-def joint_codes(labels: dict[str, np.ndarray], attrs: list[str]) -> np.ndarray:
-    """One integer per row for the combination of ``attrs`` labels (the strata)."""
-    if not attrs:
-        return np.zeros(len(next(iter(labels.values()))), dtype=np.int64)
-    cols = np.stack([np.asarray(labels[a]) for a in attrs], axis=1)
-    return np.unique(cols, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
 
 
 def stratified_split(

@@ -283,10 +283,9 @@ def validate_attributes(
                 )
     if not preserve:
         return
-    joint_s = np.zeros(len(labels[suppress[0]]), dtype=np.int64)
-    for a in suppress:
-        _, idx = np.unique(labels[a], return_inverse=True)
-        joint_s = joint_s * (idx.max() + 1) + idx
+    from mass.io import joint_codes
+
+    joint_s = joint_codes(labels, list(suppress))
     for r in preserve:
         h_rs, h_r = conditional_entropy(labels[r], joint_s)
         if h_r > 0 and h_rs <= dependency_threshold * h_r:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from mass.io import joint_codes
 from mass.methods import FitResult, Method, Params, register_method
 from mass.methods.base import knob
 from mass.methods.leace import erasure_inputs, leace_affine, one_hot_codes
@@ -33,8 +34,7 @@ def residual_codes(codes: torch.Tensor, preserved: dict[str, np.ndarray]) -> tor
     """``codes`` minus their mean within each combination of preserved labels."""
     if not preserved:
         return codes
-    cols = np.stack([np.asarray(v) for v in preserved.values()], axis=1)
-    cell = torch.as_tensor(np.unique(cols, axis=0, return_inverse=True)[1].reshape(-1))
+    cell = torch.as_tensor(joint_codes(preserved))
     n_cells = int(cell.max()) + 1
     sums = torch.zeros(n_cells, codes.shape[1], dtype=codes.dtype).index_add_(0, cell, codes)
     counts = torch.bincount(cell, minlength=n_cells).to(codes.dtype).clamp(min=1)
