@@ -32,7 +32,7 @@ from mass.keys import OwnerKey
 from mass.noise import keyed_row_seeds, row_noise, row_seeds, subtract_noise
 
 log = logging.getLogger(__name__)
-OUTPUT_NOISE_OFFSET = 0x5EED  # mass.modifier.DataModifier: output noise uses seed + 0x5EED
+OUTPUT_NOISE_OFFSET = 0x5EED  # mass.modifiers.DataModifier: output noise uses seed + 0x5EED
 DETERMINISTIC = {"affine", "quadratic_erasure"}
 
 
