@@ -80,7 +80,7 @@ DATASETS = ("digits", "breast_cancer", "wine", "diabetes")
 
 def split_70_30(labels: dict[str, np.ndarray], seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     from mass.calibrate import stratified_split
-    from mass.io import joint_codes
+    from mass.rows import joint_codes
 
     return stratified_split(joint_codes(labels, sorted(labels)), 0.3, seed)
 

@@ -46,7 +46,8 @@ import torch
 
 from mass.config import AuditPolicy, CalibrationConfig, MassConfig
 from mass.errors import CalibrationError, ConfigError, InputError
-from mass.io import EmbeddingDataset, joint_codes
+from mass.io import EmbeddingDataset
+from mass.rows import joint_codes
 
 log = logging.getLogger(__name__)
 

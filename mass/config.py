@@ -283,7 +283,7 @@ def validate_attributes(
                 )
     if not preserve:
         return
-    from mass.io import joint_codes
+    from mass.rows import joint_codes
 
     joint_s = joint_codes(labels, list(suppress))
     for r in preserve:

@@ -319,18 +319,3 @@ def embedding_array(x: np.ndarray) -> pa.FixedSizeListArray:
     """float32 ``[N, d]`` -> Arrow fixed-size-list column, zero-copy over the numpy buffer."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     return pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), x.shape[1])
-
-
-def joint_codes(labels: dict[str, np.ndarray], attrs: list[str] | None = None) -> np.ndarray:
-    """One int64 per row naming the combination of the ``attrs`` labels (default: all of
-    ``labels``): the strata / cells of calibration, the leakage floor and conditional erasure.
-
-    Codes are dense (0 .. cells - 1) in lexicographic order of the label values; any label
-    dtype works (each column is ranked first). No attribute: every row is cell 0.
-    """
-    attrs = list(labels) if attrs is None else list(attrs)
-    if not attrs:
-        return np.zeros(len(next(iter(labels.values()))), dtype=np.int64)
-    cols = [np.unique(np.asarray(labels[a]), return_inverse=True)[1].reshape(-1) for a in attrs]
-    _, cell = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
-    return cell.reshape(-1).astype(np.int64)

@@ -26,7 +26,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import Normalizer, StandardScaler
 from threadpoolctl import threadpool_limits
 
-from mass.io import joint_codes
+from mass.rows import joint_codes
 
 ATTACKER_FAMILIES = ("logreg", "mlp", "gboost", "knn")
 FROZEN = "frozen"  # judge name of the frozen branch model in reports and GX frames

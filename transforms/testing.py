@@ -11,11 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mass.io import embedding_array
-
-
-def _unit(v: np.ndarray) -> np.ndarray:
-    n = np.linalg.norm(v, axis=1, keepdims=True)
-    return np.where(n > 0, v / np.where(n > 0, n, 1), 0).astype(np.float32)
+from mass.rows import normalize_rows as _unit
 
 
 class NumpyModifier:

@@ -231,10 +231,9 @@ def run(args: argparse.Namespace) -> int:
 
 def adaptive_params(path: str) -> dict:
     """The ``train:`` section of a params file, without what each row sets itself."""
-    import yaml
+    from mass.config import read_yaml
 
-    with open(path) as f:
-        train = dict((yaml.safe_load(f) or {}).get("train") or {})
+    train = dict(read_yaml(path, flag="--params").get("train") or {})
     for key in ("suppress", "preserve", "method", "mode", "seed", "epochs"):
         train.pop(key, None)
     return train

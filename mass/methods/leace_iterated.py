@@ -23,11 +23,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mass.io import joint_codes
 from mass.methods import FitResult, Method, Params, register_method
 from mass.methods.base import knob
 from mass.methods.leace import erasure_inputs, leace_affine, one_hot_codes
 from mass.modifiers import AffineModifier, AffineSpec, ChainModifier
+from mass.rows import joint_codes
 
 
 def residual_codes(codes: torch.Tensor, preserved: dict[str, np.ndarray]) -> torch.Tensor:

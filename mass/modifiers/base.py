@@ -10,19 +10,17 @@ import numpy as np
 import torch
 from torch import nn
 
+from mass.rows import normalize_rows
+
+__all__ = ["MODIFIER_KINDS", "build", "l2_normalize", "mlp", "modify", "normalize_rows",
+           "register_modifier"]  # fmt: skip
+
 
 def l2_normalize(v: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
     """n(v) of eq. 1: v / ||v||, and exactly 0 where ||v|| == 0 (no NaN, no gradient blow-up)."""
     norm = torch.linalg.vector_norm(v, dim=-1, keepdim=True)
     safe = torch.where(norm > eps, norm, torch.ones_like(norm))
     return torch.where(norm > eps, v / safe, torch.zeros_like(v))
-
-
-def normalize_rows(x: np.ndarray) -> np.ndarray:
-    """n() of eq. 1 on numpy rows as float32 (zero rows stay zero): what G and the branches see."""
-    x = np.asarray(x)
-    norm = np.linalg.norm(x, axis=1, keepdims=True)
-    return np.where(norm > 0, x / np.where(norm > 0, norm, 1), 0).astype(np.float32)
 
 
 def mlp(sizes: list[int], *, batchnorm: bool = False) -> nn.Sequential:
