@@ -157,11 +157,7 @@ class MassConfig:
 
     def check_values(self) -> None:
         """Value checks that need no data; each error names the parameter."""
-        if not self.suppress:
-            raise ConfigError("suppress: empty; name at least one attribute to suppress")
-        both = sorted(set(self.suppress) & set(self.preserve))
-        if both:
-            raise ConfigError(f"suppress/preserve: {both} appear in both; an attribute is one")
+        check_attribute_names(self.suppress, self.preserve)
         if self.mode not in MODES:
             raise ConfigError(f"mode: {self.mode!r} is not one of {MODES}")
         for name in ("sim_s", "sim_r"):
@@ -254,6 +250,26 @@ def conditional_entropy(r: np.ndarray, s: np.ndarray) -> tuple[float, float]:
     return max(float(h_rs), 0.0) + 0.0, max(float(h_r), 0.0) + 0.0
 
 
+def check_attribute_names(suppress, preserve, known=None, *, source: str = "data",
+                          what: str = "labels") -> None:  # fmt: skip
+    """ConfigError for an empty S, an attribute both suppressed and preserved and, given
+    ``known`` (the label columns of ``source``), an attribute that is not among them."""
+    if not suppress:
+        raise ConfigError("suppress: empty; name at least one attribute to suppress")
+    both = sorted(set(suppress) & set(preserve))
+    if both:
+        raise ConfigError(f"suppress/preserve: {both} appear in both; an attribute is one")
+    if known is None:
+        return
+    for param, attrs in (("suppress", suppress), ("preserve", preserve)):
+        for a in attrs:
+            if a not in known:
+                raise ConfigError(
+                    f"{param}: attribute '{a}' is not a label column of {source} "
+                    f"({what}: {sorted(known)})"
+                )
+
+
 def validate_attributes(
     suppress: tuple[str, ...] | list[str],
     preserve: tuple[str, ...] | list[str],
@@ -264,18 +280,9 @@ def validate_attributes(
 ) -> None:
     """ConfigError for unknown attributes, single-class attributes, overlap and empty S;
     a warning when a preserved attribute is (almost) a function of the suppressed ones."""
-    if not suppress:
-        raise ConfigError("suppress: empty; name at least one attribute to suppress")
-    both = sorted(set(suppress) & set(preserve))
-    if both:
-        raise ConfigError(f"suppress/preserve: {both} appear in both; an attribute is one")
+    check_attribute_names(suppress, preserve, labels, source=source)
     for param, attrs in (("suppress", suppress), ("preserve", preserve)):
         for a in attrs:
-            if a not in labels:
-                raise ConfigError(
-                    f"{param}: attribute '{a}' is not a label column of {source} "
-                    f"(labels: {sorted(labels)})"
-                )
             if np.unique(labels[a]).size < 2:
                 raise ConfigError(
                     f"{param}: attribute '{a}' has a single class in {source}; "

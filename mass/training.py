@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from mass.config import read_section, read_yaml
+from mass.config import check_attribute_names, read_section, read_yaml
 from mass.errors import ConfigError, MassError
 
 log = logging.getLogger(__name__)
@@ -60,16 +60,7 @@ def check_columns(spec: str, suppress: list[str], preserve: list[str]) -> None:
         cols = set(pq.read_schema(path).names)
     except Exception:  # unreadable files get their own error from load_embeddings
         return
-    both = sorted(set(suppress) & set(preserve))
-    if both:
-        raise ConfigError(f"suppress/preserve: {both} appear in both; an attribute is one")
-    for param, attrs in (("suppress", suppress), ("preserve", preserve)):
-        for a in attrs:
-            if a not in cols:
-                raise ConfigError(
-                    f"{param}: attribute '{a}' is not a label column of {path} "
-                    f"(columns: {sorted(cols)})"
-                )
+    check_attribute_names(suppress, preserve, cols, source=path, what="columns")
 
 
 def check_out(out: str) -> None:

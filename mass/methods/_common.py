@@ -14,24 +14,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mass.errors import ConfigError
+from mass.config import check_attribute_names
 from mass.io import EmbeddingDataset
 from mass.modifiers import l2_normalize, normalize_rows
 
 
 def check_attrs(train: EmbeddingDataset, suppress: list[str], preserve: list[str]) -> None:
     """Every named attribute has labels in ``train``; a suppressed one is never preserved."""
-    if not suppress:
-        raise ConfigError("suppress: name at least one attribute to suppress")
-    for attr in [*suppress, *preserve]:
-        if attr not in train.labels:
-            raise ConfigError(
-                f"{attr!r}: no labels in {train.source or 'the training data'} "
-                f"(labels: {sorted(train.labels)}); fix suppress/preserve"
-            )
-    both = set(suppress) & set(preserve)
-    if both:
-        raise ConfigError(f"{sorted(both)}: an attribute cannot be suppressed and preserved")
+    check_attribute_names(suppress, preserve, train.labels,
+                          source=train.source or "the training data")  # fmt: skip
 
 
 def label_tensors(ds: EmbeddingDataset, attrs: list[str]) -> dict[str, torch.Tensor]:
