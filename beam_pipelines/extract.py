@@ -32,9 +32,10 @@ from beam_pipelines.options import (
 )
 from mass.errors import MissingInputError, SchemaError, ServingError
 from mass.io import check_ids, read_table
+from transforms.inference.tensors import ImageInputs, TextInputs
+from transforms.inference.triton import TritonModelHandler
 from transforms.parquet_io import ReadArrowBatches, WriteShardedParquet, input_schema
 from transforms.release import publish_release, staging_dir
-from transforms.triton_handler import ImageInputs, TextInputs, TritonModelHandler
 from transforms.validate import check_column_names, release_schema
 
 log = logging.getLogger("mass.extract")

@@ -20,6 +20,7 @@ from torch import nn
 
 from mass.augment import AugmentConfig, augment
 from mass.datasets.coloured_mnist import DEFAULT_EPOCHS
+from mass.digest import sha256_file as file_sha256  # re-exported: train_extractor, tests
 from mass.errors import ConfigError, InputError, UnreadableInputError
 from mass.safe_load import plain
 
@@ -244,12 +245,6 @@ def load_extractor(path: str) -> ImageEncoder:
     model.load_state_dict(payload["state_dict"])
     return model.eval()
 
-
-def file_sha256(path: str) -> str:
-    """sha256 of a file (the one implementation lives with the Triton contract)."""
-    from mass.triton_adapters import sha256_file
-
-    return sha256_file(path)
 
 
 def linear_probe(

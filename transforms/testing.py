@@ -1,6 +1,6 @@
 """Importable stand-ins for tests and examples (Beam workers unpickle them by reference).
 
-Each class is a zero-argument "loader" for :class:`transforms.triton_handler.FunctionModelHandler`
+Each class is a zero-argument "loader" for :class:`transforms.inference.function.FunctionModelHandler`
 returning ``infer(tensors) -> float32[n, d]``, the same contract as a Triton modifier.
 """
 
@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 
 from mass.io import embedding_array
 from mass.rows import normalize_rows as _unit
+from mass.serving.contract import EMBEDDING, ROW_SEED
 
 
 class NumpyModifier:
@@ -20,8 +21,8 @@ class NumpyModifier:
 
     def __call__(self):
         def infer(t):
-            x = _unit(np.asarray(t["EMBEDDING"], np.float32))
-            seeds = t["ROW_SEED"][:, 0].astype(np.uint64)
+            x = _unit(np.asarray(t[EMBEDDING], np.float32))
+            seeds = t[ROW_SEED][:, 0].astype(np.uint64)
             noise = (
                 (seeds[:, None] * np.uint64(2654435761) + np.arange(x.shape[1], dtype=np.uint64))
                 % np.uint64(1000)
@@ -35,14 +36,14 @@ class Bypass:
     """Returns its input unchanged: what a misconfigured model would do."""
 
     def __call__(self):
-        return lambda t: np.array(t["EMBEDDING"], np.float32)
+        return lambda t: np.array(t[EMBEDDING], np.float32)
 
 
 class WrongWidth:
     """Returns one column too many: a response the handler must refuse."""
 
     def __call__(self):
-        return lambda t: np.zeros((len(t["EMBEDDING"]), t["EMBEDDING"].shape[1] + 1), np.float32)
+        return lambda t: np.zeros((len(t[EMBEDDING]), t[EMBEDDING].shape[1] + 1), np.float32)
 
 
 def write_embeddings(

@@ -636,8 +636,8 @@ def run_training(rows: int, dim: int, *, epochs: int, threads: int, seed: int) -
 
 # -- orchestration -----------------------------------------------------------------------------
 def bench_dataset(args, work: Path, rows: int, dim: int) -> dict:
-    from mass.export import export_modifier
     from mass.serving import TritonServer
+    from mass.serving.export import export_modifier
 
     data = write_dataset(work / f"emb_{rows}x{dim}.parquet", rows=rows, dim=dim, seed=args.seed)
     run_dir = work / f"run_d{dim}"

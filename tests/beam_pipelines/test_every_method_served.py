@@ -31,7 +31,7 @@ def _name(label: str) -> str:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, triton_server_factory):
-    from mass.export import export_modifier
+    from mass.serving.export import export_modifier
 
     base = tmp_path_factory.mktemp("every_method")
     full = toy_dataset(400, dim=16, seed=5)

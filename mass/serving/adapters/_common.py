@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from mass.triton_adapters import verify_version_dir
+from mass.serving.contract import TORCH_THREADS_PARAMETER
+from mass.serving.manifest import verify_version_dir
 
 if TYPE_CHECKING:
     import torch
@@ -24,7 +25,7 @@ def setup(args: dict) -> tuple[dict, Path, dict, torch.device]:
     """(config, version folder, verified export.json, device) from Triton's initialize args.
 
     The signed manifest (every file of the version, config.pbtxt included; owner key from
-    ``MASS_SIGNING_KEY_FILE``, passed on by :mod:`mass.serving`) is verified before torch is
+    ``MASS_SIGNING_KEY_FILE``, passed on by :mod:`mass.serving.install`) is verified before torch is
     even imported: a tampered or unlisted file is refused in about a second, the model never
     loads, and nothing reaches the (weights-only) loader.
     """
@@ -34,7 +35,7 @@ def setup(args: dict) -> tuple[dict, Path, dict, torch.device]:
     import torch
 
     params = {k: v.get("string_value") for k, v in config.get("parameters", {}).items()}
-    torch.set_num_threads(int(params.get("torch_threads") or 1))
+    torch.set_num_threads(int(params.get(TORCH_THREADS_PARAMETER) or 1))
     return config, version_dir, meta, instance_device(args)
 
 
