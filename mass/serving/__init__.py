@@ -5,7 +5,8 @@
 * :mod:`.manifest` - signed export manifests (sign, verify a version or a whole repository);
 * :mod:`.export` / :mod:`.repository` - ``mass export``: version folders, config.pbtxt, model.py;
 * :mod:`.adapters` - the python-backend models that the generated ``model.py`` imports;
-* :mod:`.install` / :mod:`.server` - the local ``tritonserver`` process (:class:`TritonServer`);
+* :mod:`.install` / :mod:`.server` / :mod:`.process` - the local ``tritonserver`` process
+  (:class:`TritonServer`); :mod:`.foreground` - ``mass serve`` (run it until SIGINT/SIGTERM);
 * :mod:`.access` - the token of the restricted APIs (shared memory, model control);
 * :mod:`.health` - readiness and sha256 checks of any server before a job uses it.
 
