@@ -67,8 +67,7 @@ def evaluate(modifier, branches, train, test, suppress, preserve, *, families, a
     """One row of the tables: per attribute the accuracies described in the module doc."""
     from mass import metrics as M
     from mass.branches import LogitsOnly
-    from mass.commands.train import modify
-    from mass.methods.mass import normalize_rows
+    from mass.modifiers import modify, normalize_rows
     from mass.noise import row_seeds
 
     xtr, xte = normalize_rows(train.x), normalize_rows(test.x)
@@ -239,10 +238,9 @@ def run(args: argparse.Namespace) -> int:
 
 def adaptive_params(path: str) -> dict:
     """The ``train:`` section of a params file, without what each row sets itself."""
-    import yaml
+    from mass.config import read_yaml
 
-    with open(path) as f:
-        train = dict((yaml.safe_load(f) or {}).get("train") or {})
+    train = dict(read_yaml(path, flag="--params").get("train") or {})
     for key in ("suppress", "preserve", "method", "mode", "seed", "epochs"):
         train.pop(key, None)
     return train

@@ -49,7 +49,7 @@ def main() -> None:
     if a.triton:
         import torch
 
-        from mass.modifier import DataModifier, ModifierSpec, save_modifier
+        from mass.modifiers import DataModifier, ModifierSpec, save_modifier
         from mass.serving.export import export_modifier
 
         torch.manual_seed(0)

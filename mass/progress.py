@@ -1,9 +1,9 @@
-"""Progress for people and for cron: a bar on a terminal, a periodic rate line otherwise.
+"""Progress that fits where it is read: a tqdm bar on a terminal, a periodic log line otherwise.
 
-:class:`RateLog` is the one rate line (Beam workers' rows/s, and the training loop when its
-output is not a terminal): one ``logging`` record every ``every`` steps, never a carriage-
-return redraw, so a log file gets a line per period instead of hundreds of bar updates.
-:func:`progress_bar` picks: tqdm when stderr is a TTY, a :class:`RateLog` otherwise.
+A cron job's log gets one ``desc: step k/N (p%), R rows/s`` line every ``every`` seconds and
+one at the end, never carriage-return redraws. Interface: ``update(n)``, ``set_postfix(d)``,
+``close()`` (the subset of tqdm the callers use). :class:`RateLog` is the Beam workers' line
+(``what: N rows in s (R rows/s on this worker)`` every ``every`` batches).
 """
 
 from __future__ import annotations
@@ -11,89 +11,74 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 class RateLog:
-    """Counts units per step and logs the running count and rate every ``every`` steps.
+    """Counts rows per batch and logs the worker's rate every ``every`` batches."""
 
-    Also stands in for a tqdm bar off a terminal (``update``, ``set_postfix``, ``close``):
-    with ``total`` the line reads ``what: done/total unit in s (rate unit/s) key=value...``.
-    """
-
-    def __init__(
-        self,
-        logger: logging.Logger,
-        what: str,
-        every: int,
-        *,
-        unit: str = "rows",
-        scope: str = " on this worker",
-        total: int | None = None,
-        initial: int = 0,
-    ) -> None:
+    def __init__(self, logger: logging.Logger, what: str, every: int) -> None:
         if logger.level == logging.NOTSET:  # Beam's import-time basicConfig leaves root at WARNING
             logger.setLevel(logging.INFO)
         self._log, self._what, self._every = logger, what, max(1, every)
-        self._unit, self._scope, self._total = unit, scope, total
         self._t0, self._rows, self._batches = time.monotonic(), 0, 0
-        self._initial, self._logged_at = initial, 0
-        self._postfix: dict[str, Any] = {}
 
     def add(self, rows: int) -> None:
         self._rows += rows
         self._batches += 1
         if self._batches % self._every == 0:
-            self._emit()
+            dt = time.monotonic() - self._t0
+            self._log.info(
+                "%s: %d rows in %.1f s (%.0f rows/s on this worker)",
+                self._what,
+                self._rows,
+                dt,
+                self._rows / max(dt, 1e-9),
+            )
 
-    update = add  # tqdm's name: a RateLog replaces the bar when stderr is not a terminal
 
-    def set_postfix(self, values: dict[str, Any] | None = None, refresh: bool = False) -> None:
-        self._postfix = dict(values or {})
+class LogProgress:
+    """tqdm's interface as periodic INFO lines (for logs that are not a terminal)."""
+
+    def __init__(self, total: int, *, desc: str, initial: int = 0, rows_per_step: int = 1,
+                 every: float = 30.0) -> None:  # fmt: skip
+        self.total, self.desc, self.n = total, desc, initial
+        self.rows_per_step, self.every = rows_per_step, every
+        self.postfix: dict = {}
+        self._t0 = self._last = time.perf_counter()
+        self._n0 = initial
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        if time.perf_counter() - self._last >= self.every:
+            self._line()
+
+    def set_postfix(self, postfix: dict, refresh: bool = False) -> None:
+        self.postfix = dict(postfix)
 
     def close(self) -> None:
-        if self._batches > self._logged_at:  # the last, partial period
-            self._emit()
+        if self.n > self._n0:
+            self._line()
 
-    def _emit(self) -> None:
-        self._logged_at = self._batches
-        dt = time.monotonic() - self._t0
-        done = f"{self._rows}" if self._total is None else f"{self._initial + self._rows}/{self._total}"
-        post = "".join(f" {k}={v}" for k, v in self._postfix.items())
-        self._log.info(
-            "%s: %s %s in %.1f s (%.0f %s/s%s)%s",
-            self._what,
-            done,
-            self._unit,
-            dt,
-            self._rows / max(dt, 1e-9),
-            self._unit,
-            self._scope,
-            post,
-        )
+    def _line(self) -> None:
+        now = time.perf_counter()
+        self._last = now
+        rate = (self.n - self._n0) * self.rows_per_step / max(now - self._t0, 1e-9)
+        extra = "".join(f", {k} {v}" for k, v in self.postfix.items())
+        log.info("%s: step %d/%d (%.0f%%), %.0f rows/s%s", self.desc, self.n, self.total,
+                 100.0 * self.n / max(self.total, 1), rate, extra)  # fmt: skip
 
 
-def progress_bar(
-    total: int,
-    *,
-    desc: str,
-    unit: str,
-    initial: int = 0,
-    lines: int = 20,
-    logger: logging.Logger | None = None,
-):
-    """A tqdm bar when stderr is a terminal, else a :class:`RateLog` of about ``lines`` lines."""
-    stream = sys.stderr
+def progress(total: int, *, desc: str, enabled: bool = True, initial: int = 0,
+             rows_per_step: int = 1, unit: str = "step", stream=None):  # fmt: skip
+    """None when disabled; a tqdm bar when ``stream`` (default stderr) is a terminal; else a
+    :class:`LogProgress`."""
+    if not enabled:
+        return None
+    stream = sys.stderr if stream is None else stream
     if getattr(stream, "isatty", lambda: False)():
         from tqdm.auto import tqdm
 
-        return tqdm(total=total, initial=initial, desc=desc, unit=unit, leave=False)
-    return RateLog(
-        logger or logging.getLogger("mass.progress"),
-        desc,
-        every=max(1, (total - initial) // max(1, lines)),
-        unit=unit,
-        scope="",
-        total=total,
-        initial=initial,
-    )
+        return tqdm(total=total, initial=initial, desc=desc, unit=unit, leave=False, file=stream)
+    return LogProgress(total, desc=desc, initial=initial, rows_per_step=rows_per_step)

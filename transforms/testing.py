@@ -11,12 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mass.io import embedding_array
+from mass.rows import normalize_rows as _unit
 from mass.serving.contract import EMBEDDING, ROW_SEED
-
-
-def _unit(v: np.ndarray) -> np.ndarray:
-    n = np.linalg.norm(v, axis=1, keepdims=True)
-    return np.where(n > 0, v / np.where(n > 0, n, 1), 0).astype(np.float32)
 
 
 class NumpyModifier:

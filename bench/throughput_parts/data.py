@@ -38,7 +38,7 @@ def make_run(run_dir: Path, *, dim: int, noise_dim: int, seed: int) -> Path:
     """A seeded random MaSS DataModifier (default hidden sizes) saved as RUN_DIR/modifier.pt."""
     import torch
 
-    from mass.modifier import DataModifier, ModifierSpec, save_modifier
+    from mass.modifiers import DataModifier, ModifierSpec, save_modifier
 
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
@@ -79,7 +79,7 @@ def reference(weights: Path, table: pa.Table, seeds) -> np.ndarray:
     """
     import torch
 
-    from mass.modifier import load_modifier
+    from mass.modifiers import load_modifier
 
     x = np.ascontiguousarray(matrix(table, "emb"))
     s = np.ascontiguousarray(seeds(table.column("id").combine_chunks()).reshape(-1))

@@ -16,7 +16,7 @@ def run_limit(data: Path, weights: Path, out: Path, *, batch_rows: int, threads:
     import torch
 
     from mass.io import embedding_array
-    from mass.modifier import load_modifier
+    from mass.modifiers import load_modifier
     from mass.noise import row_seeds
     from transforms.parquet_io import WRITE_OPTIONS
 

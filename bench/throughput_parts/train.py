@@ -60,7 +60,7 @@ def run_training(rows: int, dim: int, *, epochs: int, threads: int, seed: int) -
     import torch
 
     from mass.config import MassConfig
-    from mass.modifier import DataModifier
+    from mass.modifiers import DataModifier
     from mass.noise import row_seeds
     from mass.trainer import ModifierTrainer
 

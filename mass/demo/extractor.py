@@ -86,16 +86,10 @@ class ImageEncoder(nn.Module):
 
 
 def nt_xent_loss(z1: torch.Tensor, z2: torch.Tensor, *, temperature: float) -> torch.Tensor:
-    """NT-Xent of SimCLR as used by MaSS (eqs. 5-7, w = 1): both views as anchors.
+    """NT-Xent of SimCLR as used by MaSS (eqs. 5-7, w = 1): :func:`mass.losses.nt_xent_loss`."""
+    from mass.losses import nt_xent_loss as nt_xent
 
-    Row i of ``z1`` and row i of ``z2`` are a positive pair; the other 2N - 2 rows negatives.
-    """
-    n = z1.shape[0]
-    z = F.normalize(torch.cat([z1, z2]), dim=1)
-    sim = z @ z.T / temperature
-    sim.fill_diagonal_(float("-inf"))  # a view is never its own negative
-    target = torch.cat([torch.arange(n, 2 * n), torch.arange(0, n)])
-    return F.cross_entropy(sim, target)
+    return nt_xent(z1, z2, tau=temperature)
 
 
 def projector(dim: int, out: int = 64) -> nn.Sequential:

@@ -122,7 +122,7 @@ def export_modifier(
     key: OwnerKey | None = None,
 ) -> ExportResult:
     """Export ``RUN_DIR/modifier.pt`` (any registered kind) as Triton model ``name``."""
-    from mass.modifier import load_modifier, modifier_meta
+    from mass.modifiers import load_modifier, modifier_meta
 
     check_model_name(name)
     key = signing_key(key, purpose="sign")  # before any work: an unsigned export is useless

@@ -155,7 +155,7 @@ def test_a_proxy_is_refused_before_the_server_is_contacted(data, tmp_path, capsy
     import torch
 
     from mass.cli import main
-    from mass.modifier import DataModifier, ModifierSpec, save_modifier
+    from mass.modifiers import DataModifier, ModifierSpec, save_modifier
     from mass.serving.export import export_modifier
 
     src, policy = data

@@ -15,7 +15,7 @@ from bench.compare import METHOD_ROWS
 from mass.keys import NOISE_KEY_ENV, resolve_key
 from mass.methods import get_method
 from mass.methods._common import subset, toy_dataset
-from mass.modifier import save_modifier
+from mass.modifiers import save_modifier
 from mass.noise import release_row_seeds
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]

@@ -38,8 +38,7 @@ MODELS = {  # served name -> (method, modifier factory)
 
 
 def _modifier(name: str):
-    from mass.methods._common import GaussianNoiseModifier, NoiseSpec
-    from mass.modifier import DataModifier, ModifierSpec
+    from mass.modifiers import DataModifier, GaussianNoiseModifier, ModifierSpec, NoiseSpec
 
     torch.manual_seed(0)
     if name == "mass_out":
@@ -50,7 +49,7 @@ def _modifier(name: str):
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """Synthetic input (one NaN row, so a quarantine file exists), a repository, two keys."""
-    from mass.modifier import save_modifier
+    from mass.modifiers import save_modifier
     from mass.serving.export import export_modifier
 
     base = tmp_path_factory.mktemp("keyed")

@@ -21,7 +21,7 @@ DIM = 16
 def repo(tmp_path_factory):
     """A repository with a stochastic DataModifier (16-d) and a tiny random extractor."""
     from mass.demo.extractor import EncoderConfig, ImageEncoder, save_extractor
-    from mass.modifier import DataModifier, ModifierSpec, save_modifier
+    from mass.modifiers import DataModifier, ModifierSpec, save_modifier
     from mass.serving.export import export_extractor, export_modifier
 
     base = tmp_path_factory.mktemp("triton")
@@ -60,7 +60,7 @@ def _bytes(out):
 
 def test_anonymize_on_a_local_server_matches_the_in_process_modifier(repo, emb_input, tmp_path):
     from mass.keys import NOISE_KEY_ENV, resolve_key
-    from mass.modifier import load_modifier
+    from mass.modifiers import load_modifier
     from mass.noise import release_row_seeds
 
     out = str(tmp_path / "release")

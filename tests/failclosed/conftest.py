@@ -94,7 +94,7 @@ parameters {{ key: "{version_parameter(1)}" value: {{ string_value: "{sha}" }} }
 def export_mod(run: Path, repo: Path, *, seed: int, name: str = "mod") -> None:
     import torch
 
-    from mass.modifier import DataModifier, ModifierSpec, save_modifier
+    from mass.modifiers import DataModifier, ModifierSpec, save_modifier
     from mass.serving.export import export_modifier
 
     torch.manual_seed(seed)

@@ -66,7 +66,7 @@ def _crafted(path: Path, marker: Path, *, raw: bool = False, **fields) -> Path:
 
 
 def _modifier_fields() -> dict:
-    from mass.modifier import DataModifier, ModifierSpec
+    from mass.modifiers import DataModifier, ModifierSpec
 
     model = DataModifier(ModifierSpec(DIM, hidden=(8,)))
     return {"kind": "mass", "spec": model.spec.to_dict(), "state_dict": model.state_dict()}
@@ -82,7 +82,7 @@ def test_the_crafted_file_is_live(tmp_path):
 
 @pytest.mark.parametrize("raw", [False, True], ids=["torch-zip", "raw-pickle"])
 def test_crafted_modifier_never_runs_in_export_or_load(tmp_path, fc, raw):
-    from mass.modifier import load_modifier, modifier_meta
+    from mass.modifiers import load_modifier, modifier_meta
 
     marker = tmp_path / "ran"
     run = tmp_path / "run"

@@ -10,7 +10,7 @@ import torch
 
 from mass.digest import sha256_file
 from mass.errors import ChecksumMismatchError, ConfigError, MissingInputError
-from mass.modifier import DataModifier, ModifierSpec, save_modifier
+from mass.modifiers import DataModifier, ModifierSpec, save_modifier
 from mass.serving.export import export_ensemble, export_extractor, export_modifier
 from mass.serving.manifest import verify_version_dir
 
@@ -211,9 +211,15 @@ def test_minilm_export_records_the_installed_weights(tmp_path):
 
 def test_export_json_records_the_modifier_and_whether_it_draws_noise(tmp_path):
     """Every kind says whether it is stochastic (anonymize then requires the noise key)."""
-    from mass.methods._common import AffineModifier, AffineSpec, GaussianNoiseModifier, NoiseSpec
-    from mass.methods.genfilter import GenFilterModifier, GenFilterSpec
-    from mass.modifier import ChainModifier
+    from mass.modifiers import (
+        AffineModifier,
+        AffineSpec,
+        ChainModifier,
+        GaussianNoiseModifier,
+        GenFilterModifier,
+        GenFilterSpec,
+        NoiseSpec,
+    )
 
     cases = {
         "mass_det": (DataModifier(ModifierSpec(8, hidden=(16,))), False),

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from mass.errors import ChecksumMismatchError, ServingError
-from mass.modifier import DataModifier, ModifierSpec, load_modifier, save_modifier
+from mass.modifiers import DataModifier, ModifierSpec, load_modifier, save_modifier
 from mass.noise import row_seeds
 from mass.serving import TritonServer, check_server, wait_until_ready
 from mass.serving.export import export_ensemble, export_extractor, export_minilm, export_modifier

@@ -61,7 +61,7 @@ class TorchModifierFunction:
     def __call__(self):
         import torch
 
-        from mass.modifier import load_modifier
+        from mass.modifiers import load_modifier
 
         torch.set_num_threads(self.threads)
         model = load_modifier(self.path)

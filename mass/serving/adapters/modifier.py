@@ -12,7 +12,7 @@ from mass.serving.contract import EMBEDDING, PRIVATIZED, ROW_SEED
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         config, version_dir, meta, self.device = setup(args)
-        from mass.modifier import load_modifier  # after the checksum check (imports torch)
+        from mass.modifiers import load_modifier  # after the checksum check (imports torch)
 
         self.model = load_modifier(str(version_dir / meta["weights"])).to(self.device)
         self.dim = int(meta["dim"])

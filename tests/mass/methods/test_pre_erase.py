@@ -11,7 +11,7 @@ from mass.config import MassConfig
 from mass.errors import ConfigError
 from mass.methods import get_method
 from mass.methods._common import subset, toy_dataset
-from mass.modifier import ChainModifier, load_modifier, save_modifier
+from mass.modifiers import ChainModifier, load_modifier, save_modifier
 
 
 @pytest.fixture(scope="module")
