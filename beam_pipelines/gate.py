@@ -1,7 +1,7 @@
 """The anonymize job's audit gate, decided before any data moves and run on the STAGED
 release (a failing audit publishes nothing): labels and policy (:func:`_audit_plan`), the
 --allow-columns proxy check (:func:`_check_allowed`), and the audit itself with its report
-(:func:`_audit_staged`; local or object-store report directory, :func:`mass.audit.runner.
+(:func:`_audit_staged`; local or object-store report directory, :func:`mass.audit.into.
 audit_into`). Split out of :mod:`beam_pipelines.anonymize`, which imports these names.
 """
 
@@ -125,7 +125,7 @@ def _audit_staged(args, plan: AuditPlan, staged: str, q_ids: pa.Array | None) ->
     """The gate: audit the staged release; raise :class:`AuditFailedError` (the report is
     written either way) so that nothing is published unless it passes."""
     from mass.audit import AuditRequest
-    from mass.audit.runner import audit_into
+    from mass.audit.into import audit_into
 
     attrs = list(dict.fromkeys([*plan.suppress, *plan.preserve]))
     labels, original = plan.labels, None

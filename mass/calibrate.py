@@ -47,6 +47,7 @@ import torch
 from mass.config import AuditPolicy, CalibrationConfig, MassConfig
 from mass.errors import CalibrationError, ConfigError, InputError
 from mass.io import EmbeddingDataset
+from mass.rows import joint_codes
 
 log = logging.getLogger(__name__)
 
@@ -112,14 +113,6 @@ SEARCH_SPACE: tuple[Candidate, ...] = (
 
 
 # ----------------------------------------------------------------------------- data
-
-
-def joint_codes(labels: dict[str, np.ndarray], attrs: list[str]) -> np.ndarray:
-    """One integer per row for the combination of ``attrs`` labels (the strata)."""
-    if not attrs:
-        return np.zeros(len(next(iter(labels.values()))), dtype=np.int64)
-    cols = np.stack([np.asarray(labels[a]) for a in attrs], axis=1)
-    return np.unique(cols, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
 
 
 def stratified_split(
@@ -281,8 +274,7 @@ def with_output_noise(model: torch.nn.Module, level: float) -> torch.nn.Module:
     A MaSS G (alone or last in a chain) gets its ``spec.output_noise`` replaced; any other
     modifier gets a ``gaussian_noise`` modifier with sigma = level / sqrt(d) chained after it.
     """
-    from mass.methods._common import GaussianNoiseModifier, NoiseSpec
-    from mass.modifier import ChainModifier, DataModifier
+    from mass.modifiers import ChainModifier, DataModifier, GaussianNoiseModifier, NoiseSpec
 
     if isinstance(model, DataModifier):
         out = DataModifier(dataclasses.replace(model.spec, output_noise=float(level)))
@@ -381,7 +373,7 @@ class ValidationAudit:
 
     def __init__(self, val: EmbeddingDataset, suppress, preserve, policy, cfg: CalibrationConfig):
         from mass import metrics as M
-        from mass.methods.mass import normalize_rows
+        from mass.modifiers import normalize_rows
         from mass.noise import row_seeds
 
         self.suppress, self.preserve, self.policy, self.cfg = suppress, preserve, policy, cfg

@@ -16,11 +16,15 @@ from typing import Any
 
 import numpy as np
 
-from mass.errors import ConfigError
-from mass.losses import SIM_TYPES
+from mass.errors import ConfigError, MissingInputError
 
 log = logging.getLogger(__name__)
 MODES = ("faithful", "adaptive")
+# every method `mass train --method` accepts (mass.methods registers them; a test checks the
+# two agree). Here, torch-free, so that `mass --help` lists them without importing torch.
+METHOD_NAMES = ("mass", "leace", "leace_iterated", "leace_quadratic", "inlp", "gaussian",
+                "gaussian_budget", "genfilter", "unlearning", "end")  # fmt: skip
+SIM_TYPES = ("cos", "kl", "ce")  # the similarity measures of eq. 2 (mass.losses.similarity)
 ADVERSARY_FAMILIES = ("linear", "mlp")
 PRE_ERASERS = ("none", "leace", "quadratic")
 MATCH_KINDS = ("none", "mmd", "mean")
@@ -153,11 +157,7 @@ class MassConfig:
 
     def check_values(self) -> None:
         """Value checks that need no data; each error names the parameter."""
-        if not self.suppress:
-            raise ConfigError("suppress: empty; name at least one attribute to suppress")
-        both = sorted(set(self.suppress) & set(self.preserve))
-        if both:
-            raise ConfigError(f"suppress/preserve: {both} appear in both; an attribute is one")
+        check_attribute_names(self.suppress, self.preserve)
         if self.mode not in MODES:
             raise ConfigError(f"mode: {self.mode!r} is not one of {MODES}")
         for name in ("sim_s", "sim_r"):
@@ -186,6 +186,38 @@ class MassConfig:
 
     def with_(self, **changes: Any) -> MassConfig:
         return replace(self, **changes)
+
+
+def read_yaml(path: str, *, flag: str = "--config", missing: type[Exception] = MissingInputError,
+              what: str = "config file") -> dict[str, Any]:  # fmt: skip
+    """The top-level mapping of a YAML file (the one loader of params.yaml and policy files).
+
+    A missing file raises ``missing`` naming ``flag``; bad YAML or a non-mapping, ConfigError.
+    """
+    import yaml
+
+    try:
+        with open(path) as f:
+            doc = yaml.safe_load(f)
+    except FileNotFoundError as e:
+        raise missing(f"{path}: no such {what}; check {flag}") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML ({e})") from e
+    doc = {} if doc is None else doc
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: expected a mapping at top level")
+    return doc
+
+
+def read_section(path: str | None, section: str = "train", *, flag: str = "--config") -> dict:
+    """The ``section`` of a params.yaml (or the whole file when it has no such section)."""
+    if not path:
+        return {}
+    doc = read_yaml(path, flag=flag)
+    sub = doc.get(section, doc)
+    if not isinstance(sub, dict):
+        raise ConfigError(f"{path}: section '{section}' is not a mapping")
+    return dict(sub)
 
 
 def _names(v: Any, param: str) -> tuple:
@@ -218,6 +250,26 @@ def conditional_entropy(r: np.ndarray, s: np.ndarray) -> tuple[float, float]:
     return max(float(h_rs), 0.0) + 0.0, max(float(h_r), 0.0) + 0.0
 
 
+def check_attribute_names(suppress, preserve, known=None, *, source: str = "data",
+                          what: str = "labels") -> None:  # fmt: skip
+    """ConfigError for an empty S, an attribute both suppressed and preserved and, given
+    ``known`` (the label columns of ``source``), an attribute that is not among them."""
+    if not suppress:
+        raise ConfigError("suppress: empty; name at least one attribute to suppress")
+    both = sorted(set(suppress) & set(preserve))
+    if both:
+        raise ConfigError(f"suppress/preserve: {both} appear in both; an attribute is one")
+    if known is None:
+        return
+    for param, attrs in (("suppress", suppress), ("preserve", preserve)):
+        for a in attrs:
+            if a not in known:
+                raise ConfigError(
+                    f"{param}: attribute '{a}' is not a label column of {source} "
+                    f"({what}: {sorted(known)})"
+                )
+
+
 def validate_attributes(
     suppress: tuple[str, ...] | list[str],
     preserve: tuple[str, ...] | list[str],
@@ -228,18 +280,9 @@ def validate_attributes(
 ) -> None:
     """ConfigError for unknown attributes, single-class attributes, overlap and empty S;
     a warning when a preserved attribute is (almost) a function of the suppressed ones."""
-    if not suppress:
-        raise ConfigError("suppress: empty; name at least one attribute to suppress")
-    both = sorted(set(suppress) & set(preserve))
-    if both:
-        raise ConfigError(f"suppress/preserve: {both} appear in both; an attribute is one")
+    check_attribute_names(suppress, preserve, labels, source=source)
     for param, attrs in (("suppress", suppress), ("preserve", preserve)):
         for a in attrs:
-            if a not in labels:
-                raise ConfigError(
-                    f"{param}: attribute '{a}' is not a label column of {source} "
-                    f"(labels: {sorted(labels)})"
-                )
             if np.unique(labels[a]).size < 2:
                 raise ConfigError(
                     f"{param}: attribute '{a}' has a single class in {source}; "
@@ -247,10 +290,9 @@ def validate_attributes(
                 )
     if not preserve:
         return
-    joint_s = np.zeros(len(labels[suppress[0]]), dtype=np.int64)
-    for a in suppress:
-        _, idx = np.unique(labels[a], return_inverse=True)
-        joint_s = joint_s * (idx.max() + 1) + idx
+    from mass.rows import joint_codes
+
+    joint_s = joint_codes(labels, list(suppress))
     for r in preserve:
         h_rs, h_r = conditional_entropy(labels[r], joint_s)
         if h_r > 0 and h_rs <= dependency_threshold * h_r:

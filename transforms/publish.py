@@ -26,6 +26,7 @@ ours: a first run that crashed before its first commit).
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import shutil
 import signal
@@ -34,17 +35,22 @@ import uuid
 from collections.abc import Callable
 
 from mass import fs
+from mass.digest import sha256_file
 from mass.errors import OutputPathError, ReleaseError
+from mass.io import (  # noqa: F401  (the pointer's names and reader live with the readers)
+    QUARANTINE_MARKER,
+    RELEASE_MARKER,
+    VERSIONS,
+    committed_parts,
+)
+from transforms.parquet_io import footer
 
-RELEASE_MARKER = "_release.json"
-QUARANTINE_MARKER = "_quarantine.json"
 RELEASE_FORMAT = "mass-release/1"
 QUARANTINE_FORMAT = "mass-quarantine/1"
 MARKER_FORMATS = {RELEASE_MARKER: RELEASE_FORMAT, QUARANTINE_MARKER: QUARANTINE_FORMAT}
 # Test-only: SIGKILL the job at a publication point ("before-swap", "after-swap") so the
 # crash tests kill inside the swap itself (tests/failclosed/test_atomic_publish.py).
 KILL_AT_ENV = "MASS_TEST_KILL_AT"
-VERSIONS = "_versions"  # object stores: OUT/_versions/<pid>-<uuid>-<host>/ (see above)
 _COMMITTED: set[str] = set()  # staged versions this process committed (never discarded)
 
 
@@ -305,14 +311,36 @@ def _recover_remote(out: str) -> list[str]:
 def _pointer(staging: str) -> tuple[str, dict]:
     """(marker name, manifest) of a staged version; a staging without a manifest (extract)
     gets a minimal one naming its part files."""
-    from transforms.release import _parts
-
     for marker in (RELEASE_MARKER, QUARANTINE_MARKER):
         if fs.isfile(fs.join(staging, marker)):
             return marker, fs.read_json(fs.join(staging, marker))
     parts = _parts(staging)
     return RELEASE_MARKER, {"format": RELEASE_FORMAT, "rows": sum(p["rows"] for p in parts),
                             "parts": parts}  # fmt: skip
+
+
+def part_files(directory: str) -> list[str]:
+    """``directory``'s ``part-*.parquet`` files, sorted (any filesystem)."""
+    names = fs.listdir(directory) if fs.isdir(directory) else []
+    return [fs.join(directory, n) for n in names
+            if n.startswith("part-") and n.endswith(".parquet")]  # fmt: skip
+
+
+def _sha256(path: str) -> str:
+    if not fs.is_remote(path):
+        return sha256_file(path)
+    h = hashlib.sha256()  # an object: streamed, never staged on local disk
+    with fs.open_input(path) as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _parts(directory: str) -> list[dict]:
+    return [
+        {"file": fs.basename(p), "rows": footer(p).num_rows, "sha256": _sha256(p)}
+        for p in part_files(directory)
+    ]  # fmt: skip
 
 
 def _commit_remote(staging: str, out: str, published: Callable[[], None] | None) -> None:
@@ -339,16 +367,3 @@ def discard_staging(path: str) -> None:
         fs.rmtree(path)
     else:
         shutil.rmtree(path, ignore_errors=True)
-
-
-def committed_parts(spec: str) -> list[str] | None:
-    """Part files of the version that ``spec``'s pointer names (None: no pointer there)."""
-    for marker in (RELEASE_MARKER, QUARANTINE_MARKER):
-        path = fs.join(spec, marker)
-        if not fs.isfile(path):
-            continue
-        doc = fs.read_json(path)
-        version = doc.get("version") if isinstance(doc, dict) else None
-        if isinstance(version, str) and version.startswith(VERSIONS + "/"):
-            return [fs.join(spec, version, p["file"]) for p in doc.get("parts") or []]
-    return None

@@ -18,7 +18,6 @@ directory (pyarrow, pandas, Spark, :func:`mass.io.expand_paths`) never read them
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -29,8 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mass import fs
-from mass.errors import ReleaseError, SchemaError, ServingError
-from mass.triton_adapters import sha256_file
+from mass.errors import ReleaseError, SchemaError
 from transforms.parquet_io import (
     fill_empty_shards,
     footer,
@@ -45,12 +43,14 @@ from transforms.publish import (  # noqa: F401  (re-exported: the publication AP
     QUARANTINE_MARKER,
     RELEASE_FORMAT,
     RELEASE_MARKER,
+    _parts,
     check_outputs,
     check_replaceable,
     discard_staging,
     holds_marker,
     input_roots,
     kill_point,
+    part_files,
     pid_alive,
     recover_output,
     staging_dir,
@@ -82,56 +82,6 @@ RAW_MEDIA_NAMES = {
     "binary",
     "blob",
 }
-
-
-def export_info(repository: str, model: str, version: str | int | None = None) -> dict:
-    """``export.json`` of ``repository/model/<version>`` (latest numeric version if None)."""
-    base = os.path.join(repository, model)
-    if version in (None, ""):
-        versions = (
-            sorted((int(v) for v in os.listdir(base) if v.isdigit()), reverse=True)
-            if os.path.isdir(base)
-            else []
-        )
-        if not versions:
-            raise ServingError(f"{base}: no numeric version folder; run `mass export` first")
-        version = versions[0]
-    path = os.path.join(base, str(version), "export.json")
-    try:
-        with open(path) as f:
-            info = json.load(f)
-    except FileNotFoundError as e:
-        raise ServingError(f"{path}: missing; re-export the model with `mass export`") from e
-    info.setdefault("name", model)
-    info.setdefault("version", int(version))
-    return info
-
-
-def server_info(url: str, model: str, version: str = "") -> dict:
-    """Provenance from the served model's config ``parameters`` (no repository at hand)."""
-    import tritonclient.grpc as grpcclient
-
-    try:
-        cfg = grpcclient.InferenceServerClient(url).get_model_config(model, version, as_json=True)[
-            "config"
-        ]
-    except Exception as e:
-        raise ServingError(f"Triton at {url}: no config for model '{model}' ({e})") from e
-    params = {
-        k.removeprefix("mass."): v.get("string_value", "")
-        for k, v in cfg.get("parameters", {}).items()
-    }
-    info = {"name": model, "version": version or params.get("version", "")}
-    for key in ("sha256", "method", "config_hash", "dim"):
-        info[key] = params.get(key, "")
-    for key in ("suppress", "preserve"):
-        info[key] = json.loads(params[key]) if params.get(key) else []
-    if not info["sha256"]:
-        raise ServingError(
-            f"Triton at {url}: model '{model}' carries no sha256 parameter; "
-            "pass --repository so the release records export.json"
-        )
-    return info
 
 
 def resolve_allow_columns(
@@ -204,30 +154,6 @@ def release_metadata(
         "mass.modifier": json.dumps(info.get("modifier") or {}, sort_keys=True),
     }
     return {k.encode(): v.encode() for k, v in values.items()}
-
-
-def part_files(directory: str) -> list[str]:
-    """``directory``'s ``part-*.parquet`` files, sorted (any filesystem)."""
-    names = fs.listdir(directory) if fs.isdir(directory) else []
-    return [fs.join(directory, n) for n in names
-            if n.startswith("part-") and n.endswith(".parquet")]  # fmt: skip
-
-
-def _sha256(path: str) -> str:
-    if not fs.is_remote(path):
-        return sha256_file(path)
-    h = hashlib.sha256()  # an object: streamed, never staged on local disk
-    with fs.open_input(path) as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _parts(directory: str) -> list[dict]:
-    return [
-        {"file": fs.basename(p), "rows": footer(p).num_rows, "sha256": _sha256(p)}
-        for p in part_files(directory)
-    ]  # fmt: skip
 
 
 def _write_json(path: str, doc: dict) -> None:

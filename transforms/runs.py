@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mass import fs
+from mass.embeddings import fixed_view
 from mass.errors import ReleaseError
 from mass.noise import row_seeds
 
@@ -206,9 +207,8 @@ def row_flags(batch: pa.RecordBatch, emb_col: str | None, verify_col: str) -> np
     """uint8 per row: UNMODIFIED if the output is the carried input up to scale (cosine
     similarity > :data:`BYPASS_COSINE`, computed in float64), NONFINITE if not finite."""
     n = batch.num_rows
-    dim = batch.schema.field(emb_col).type.list_size
-    out = batch.column(emb_col).flatten().to_numpy().reshape(n, dim)
-    src = batch.column(verify_col).flatten().to_numpy(zero_copy_only=False).reshape(n, -1)
+    out = fixed_view(batch.column(emb_col))
+    src = fixed_view(batch.column(verify_col), None)
     finite = np.isfinite(out).all(axis=1)
     same = np.zeros(n, bool)
     if src.shape == out.shape:

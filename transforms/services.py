@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from mass.serving import free_port
+from mass.serving.server import free_port
 
 BIN = os.path.dirname(sys.executable)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

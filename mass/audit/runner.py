@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +13,6 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from mass import fs
 from mass.audit.data import (
     Labels,
     Release,
@@ -31,6 +28,7 @@ from mass.audit.suite import JUDGE_COLUMNS, AuditOutcome, SuiteSpec, run_suites
 from mass.errors import ConfigError, InputError, MissingInputError
 from mass.keys import NOISE_KEY_ENV, OwnerKey, resolve_key
 from mass.metrics import KEYED, AttributeReport, attribute_report, z_value
+from mass.rows import normalize_rows
 
 log = logging.getLogger(__name__)
 MIN_AUDIT_ROWS = 10  # fewer joined rows cannot support k-fold attackers; the suite then fails
@@ -114,8 +112,7 @@ def _original(req: AuditRequest, release: Release, labels: Labels, pos: np.ndarr
     x = np.full(release.x.shape, np.nan, dtype=np.float32)
     x[idx >= 0] = src[idx[idx >= 0]]
     # Branch models (and every modifier, eq. 1) see unit-norm inputs; judge x the same way.
-    norm = np.linalg.norm(x, axis=1, keepdims=True)
-    x = np.divide(x, norm, out=np.zeros_like(x), where=norm > 0) if len(x) else x
+    x = normalize_rows(x)
     x[idx < 0] = np.nan
     return x, n_input, in_pos
 
@@ -312,19 +309,3 @@ def run_audit(req: AuditRequest) -> AuditResult:
                        key_status=key_status, warnings=warnings,
                        sources={"release_path": req.release, "labels_path": req.labels,
                                 "input_path": req.input})  # fmt: skip
-
-
-def audit_into(req: AuditRequest, report_dir: str, *, chart: bool = True):
-    """Run the audit and write every report file into ``report_dir`` -> (result, audit.json
-    dict). An object-store ``report_dir`` (:mod:`mass.fs`) is written locally first (GX Data
-    Docs and the chart write files) and uploaded."""
-    from mass.audit.report import write_all
-
-    if not fs.is_remote(report_dir):
-        result = run_audit(dataclasses.replace(req, report_dir=report_dir))
-        return result, write_all(result, report_dir, chart=chart)
-    with tempfile.TemporaryDirectory(prefix="mass-report-") as tmp:
-        result = run_audit(dataclasses.replace(req, report_dir=tmp))
-        metrics = write_all(result, tmp, chart=chart)
-        fs.upload_tree(tmp, report_dir)
-    return result, metrics

@@ -19,10 +19,10 @@ from beam_pipelines import anonymize
 from mass import fs
 from mass.errors import OutputPathError, ReleaseError
 from mass.io import expand_paths, read_table
+from transforms.inference.function import FunctionModelHandler
 from transforms.publish import VERSIONS, committed_parts
 from transforms.services import BIN, REPO, dask_cluster, moto_s3
 from transforms.testing import Bypass, NumpyModifier, write_embeddings
-from transforms.triton_handler import FunctionModelHandler
 
 INFO = {"name": "np", "version": 3, "sha256": "abc", "method": "test", "suppress": ["digit"],
         "preserve": [], "config_hash": "h", "dim": 16}  # fmt: skip
@@ -189,7 +189,7 @@ KILLED_JOB = """
 import sys
 from beam_pipelines import anonymize
 from transforms.testing import NumpyModifier
-from transforms.triton_handler import FunctionModelHandler
+from transforms.inference.function import FunctionModelHandler
 info = {"name": "np", "version": 3, "sha256": "abc", "method": "test", "suppress": ["digit"],
         "preserve": [], "config_hash": "h", "dim": 16}
 h = FunctionModelHandler(NumpyModifier(), output_dim=16, keep_input_as=anonymize.INPUT_COPY)
