@@ -166,7 +166,10 @@ def _glob_regex(pattern: str) -> re.Pattern:
     """A glob (``**`` spans directories, ``*``/``?``/``[..]`` do not) -> regex."""
     out, i = [], 0
     while i < len(pattern):
-        if pattern.startswith("**/", i):
+        if pattern.startswith("/**", i) and i + 3 == len(pattern):
+            out.append("(?:/.*)?")  # like glob.glob: "d/**" matches d itself too
+            i += 3
+        elif pattern.startswith("**/", i):
             out.append("(?:.*/)?")
             i += 3
         elif pattern.startswith("**", i):
