@@ -14,6 +14,10 @@ replace only a directory holding that marker (or a path that does not exist), ne
 a parent or child of it, or the other output; files, symbolic links and mount points are
 refused before any work. The marker names start with ``_`` so Parquet readers that expand a
 directory (pyarrow, pandas, Spark, :func:`mass.io.expand_paths`) never read them as data.
+
+Where a release is committed (staging names, ownership checks, recovery, the swap; on an object
+store a versioned prefix plus a pointer written last) lives in :mod:`transforms.publish`; its
+names are re-exported here. Every file is read and written through :mod:`mass.fs`.
 """
 
 from __future__ import annotations
