@@ -1,68 +1,17 @@
-"""Read a release and its held-out labels, and join them by id with Arrow.
-
-Unlike :func:`mass.io.embedding_matrix`, the release reader does not reject NaN/Inf or bad
-norms: those are audit findings that the GX suite must report, not reasons to stop early.
-"""
+"""Audit data helpers: label statistics gathered while streaming, the id join, and the
+released columns encoded as attacker features. The streaming pass is :mod:`mass.audit.scan`."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from mass import fs
-from mass.embeddings import embedding_matrix, release_matrix
-from mass.errors import InvalidValueError, LabelError, SchemaError
-from mass.io import LabelEncoding, check_ids, expand_paths, read_table
-
-
-@dataclass
-class Release:
-    source: str
-    ids: pa.Array
-    x: np.ndarray  # float32 [N, d]; NaN rows where the release has a null embedding
-    columns: list[tuple[str, str]]  # (name, Arrow type) in file order
-    metadata: dict[str, str]
-    extra: dict[str, pa.Array] = field(default_factory=dict)  # every other released column
-
-    def __len__(self) -> int:
-        return int(self.x.shape[0])
-
-
-@dataclass
-class Labels:
-    source: str
-    ids: pa.Array
-    labels: dict[str, np.ndarray]  # integer-encoded
-    encodings: dict[str, LabelEncoding]
-    columns: list[str]
-    x: np.ndarray | None = None  # the original embeddings, when the file holds them
-    extra: dict = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-
-def read_release(spec: str, *, id_col: str = "id", emb_col: str = "emb") -> Release:
-    """A release directory (or file/glob) of Parquet parts, with its mass.* metadata."""
-    table = read_table(spec)
-    with fs.open_input(expand_paths(spec)[0]) as f:  # local or object store (mass.fs)
-        meta_raw = pq.read_schema(f).metadata or {}
-    metadata = {
-        k.decode(): v.decode(errors="replace")
-        for k, v in meta_raw.items()
-        if k.startswith(b"mass.")
-    }
-    ids = check_ids(table, id_col, source=spec)
-    x = release_matrix(table, emb_col, source=spec)
-    columns = [(f.name, str(f.type)) for f in table.schema]
-    extra = {c: table.column(c).combine_chunks() for c in table.column_names
-             if c not in (id_col, emb_col)}  # fmt: skip
-    return Release(source=spec, ids=ids, x=x, columns=columns, metadata=metadata, extra=extra)
+from mass.embeddings import release_matrix
+from mass.errors import InvalidValueError, LabelError
+from mass.io import LabelEncoding
 
 
 def _standardise(m: np.ndarray) -> np.ndarray:
@@ -137,59 +86,70 @@ def encode_columns(
     return np.hstack(blocks).astype(np.float32)
 
 
-def read_labels(
-    spec: str,
-    attrs: list[str],
-    *,
-    id_col: str = "id",
-    emb_col: str = "emb",
-    encodings: dict[str, list] | None = None,
-) -> Labels:
-    """Held-out labels (+ original embeddings if present); class order from ``encodings``."""
-    table = read_table(spec)
-    ids = check_ids(table, id_col, source=spec)
-    labels, encs = {}, {}
-    for attr in attrs:
-        if attr not in table.column_names:
-            raise SchemaError(
-                f"{spec}: no label column '{attr}' (columns: {table.column_names}); "
-                "check --suppress/--preserve"
-            )
-        values = table.column(attr).combine_chunks()
-        if values.null_count:
-            raise InvalidValueError(f"{spec}: label column '{attr}' has {values.null_count} nulls")
-        if encodings and attr in encodings:
-            enc = LabelEncoding(attr, tuple(encodings[attr]))
-        else:
-            enc = LabelEncoding(attr, tuple(sorted(pc.unique(values).to_pylist())))
-        labels[attr] = enc.encode(values, source=spec)
-        if len(pc.unique(values)) < 2:
-            # One observed class: every attacker scores 100% = majority, so suppression
-            # would "pass" without measuring anything.
-            raise LabelError(
-                f"{spec}: label column '{attr}' has a single class "
-                f"{pc.unique(values).to_pylist()}; the audit cannot measure it: use a held-out "
-                "split with every class, or drop it from --suppress/--preserve"
-            )
-        counts = np.bincount(labels[attr], minlength=len(enc.classes))
-        if (rare := np.flatnonzero((counts > 0) & (counts < 2))).size:
-            # Stratified splits need two rows per class: name it instead of sklearn's ValueError.
-            row = int(np.flatnonzero(labels[attr] == rare[0])[0])
-            raise LabelError(
-                f"{spec}: label column '{attr}' class {enc.classes[rare[0]]!r} has a single row "
-                f"(row {row}); the audit's stratified splits need >= 2 per class: add rows of "
-                "that class or drop them"
-            )
-        encs[attr] = enc
-    x = embedding_matrix(table, emb_col, source=spec) if emb_col in table.column_names else None
-    columns = [c for c in table.column_names if c not in (id_col, emb_col)]
-    return Labels(source=spec, ids=ids, labels=labels, encodings=encs, columns=columns, x=x)
+class LabelStats:
+    """Classes, counts, nulls and first rows of the label columns, batch by batch (the
+    ``on_batch`` of :func:`mass.audit.stream.partition`); :meth:`encodings` then checks them:
+    no nulls, >= 2 classes, >= 2 rows per class (stratified splits)."""
 
+    def __init__(self, spec: str, attrs: list[str], encodings: dict[str, list] | None):
+        self.spec, self.attrs, self.given = spec, attrs, encodings or {}
+        self.nulls = dict.fromkeys(attrs, 0)
+        self.seen: dict[str, dict] = {a: {} for a in attrs}  # value -> [count, first row]
 
-def read_original(spec: str, *, id_col: str = "id", emb_col: str = "emb"):
-    """The --input embeddings: (ids, x) validated by :mod:`mass.io`."""
-    table = read_table(spec, columns=[id_col, emb_col])
-    return check_ids(table, id_col, source=spec), embedding_matrix(table, emb_col, source=spec)
+    def __call__(self, path: str, batch: pa.RecordBatch, first_row: int) -> None:
+        rows = pa.array(np.arange(first_row, first_row + batch.num_rows, dtype=np.int64))
+        for attr in self.attrs:
+            col = batch.column(attr)
+            self.nulls[attr] += col.null_count
+            g = pa.table({"v": col, "r": rows}).group_by("v").aggregate(
+                [("r", "min"), ("r", "count")])  # fmt: skip
+            seen = self.seen[attr]
+            for v, lo, n in zip(g.column("v").to_pylist(), g.column("r_min").to_pylist(),
+                                g.column("r_count").to_pylist(), strict=True):  # fmt: skip
+                if v is None:
+                    continue
+                if v in seen:
+                    seen[v][0] += n
+                else:
+                    seen[v] = [n, lo]
+
+    def encodings(self) -> dict[str, LabelEncoding]:
+        spec, encs = self.spec, {}
+        for attr in self.attrs:
+            if self.nulls[attr]:
+                raise InvalidValueError(f"{spec}: label column '{attr}' has {self.nulls[attr]} "
+                                        "nulls")  # fmt: skip
+            seen = self.seen[attr]
+            if attr in self.given:
+                enc = LabelEncoding(attr, tuple(self.given[attr]))
+                unseen = [(first, v) for v, (_n, first) in seen.items() if v not in enc.classes]
+                if unseen:
+                    row, value = min(unseen)
+                    raise LabelError(
+                        f"{spec}: label column '{attr}' row {row} has value {value!r}, unseen "
+                        f"at training time (known: {list(enc.classes)})"
+                    )
+            else:
+                enc = LabelEncoding(attr, tuple(sorted(seen)))
+            if len(seen) < 2:
+                # One observed class: every attacker scores 100% = majority, so suppression
+                # would "pass" without measuring anything.
+                raise LabelError(
+                    f"{spec}: label column '{attr}' has a single class {list(seen)}; the audit "
+                    "cannot measure it: use a held-out split with every class, or drop it from "
+                    "--suppress/--preserve"
+                )
+            rare = [(first, v) for v, (n, first) in seen.items() if n < 2]
+            if rare:
+                # Stratified splits need two rows per class: name it instead of sklearn's error.
+                row, value = min(rare)
+                raise LabelError(
+                    f"{spec}: label column '{attr}' class {value!r} has a single row "
+                    f"(row {row}); the audit's stratified splits need >= 2 per class: add rows "
+                    "of that class or drop them"
+                )
+            encs[attr] = enc
+        return encs
 
 
 def positions(ids: pa.Array, reference: pa.Array) -> np.ndarray:

@@ -11,24 +11,16 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
-from mass.audit.data import (
-    Labels,
-    Release,
-    encode_columns,
-    positions,
-    read_labels,
-    read_original,
-    read_release,
-)
+from mass.audit.data import encode_columns
 from mass.audit.keyed import is_stochastic, keyless_view, modifier_parts
 from mass.audit.policy import AuditPolicy
-from mass.audit.suite import JUDGE_COLUMNS, AuditOutcome, SuiteSpec, run_suites
-from mass.errors import ConfigError, InputError, MissingInputError
+from mass.audit.scan import Scan, scan
+from mass.audit.stream import PARTITION_ROWS
+from mass.audit.suite import JUDGE_COLUMNS, AuditOutcome, SuiteSpec, Validator
+from mass.errors import ConfigError, MissingInputError
 from mass.keys import NOISE_KEY_ENV, OwnerKey, resolve_key
 from mass.metrics import KEYED, AttributeReport, attribute_report, z_value
-from mass.rows import normalize_rows
 
 log = logging.getLogger(__name__)
 MIN_AUDIT_ROWS = 10  # fewer joined rows cannot support k-fold attackers; the suite then fails
@@ -50,6 +42,7 @@ class AuditRequest:
     # the owner's noise key for the key-compromised figure; default: $MASS_NOISE_KEY_FILE
     noise_key_file: str | None = None
     noise_key: OwnerKey | None = field(default=None, repr=False)
+    partition_rows: int = PARTITION_ROWS  # rows per id-hash partition (mass.audit.stream)
 
 
 @dataclass
@@ -89,66 +82,31 @@ def load_run(run_dir: str) -> tuple[dict, dict]:
     return classifiers, encodings
 
 
-def _original(req: AuditRequest, release: Release, labels: Labels, pos: np.ndarray):
-    """Original embeddings aligned to the release rows (NaN where unknown), plus --input."""
-    n_input, in_pos = None, None
-    if req.input:
-        in_ids, in_x = read_original(req.input, id_col=req.id_col, emb_col=req.emb_col)
-        n_input, in_pos = len(in_ids), positions(release.ids, in_ids)
-    if labels.x is not None:
-        src, idx = labels.x, pos
-    elif in_pos is not None:
-        src, idx = in_x, in_pos
-    else:
-        raise InputError(
-            f"{req.labels}: no '{req.emb_col}' column with the original embeddings; the audit "
-            "needs them for the original accuracy: use the held-out features split or --input"
-        )
-    if src.shape[1] != release.x.shape[1]:
-        raise InputError(
-            f"{req.release}: embedding dimension {release.x.shape[1]} differs from the "
-            f"original's {src.shape[1]}"
-        )
-    x = np.full(release.x.shape, np.nan, dtype=np.float32)
-    x[idx >= 0] = src[idx[idx >= 0]]
-    # Branch models (and every modifier, eq. 1) see unit-norm inputs; judge x the same way.
-    x = normalize_rows(x)
-    x[idx < 0] = np.nan
-    return x, n_input, in_pos
-
-
-def measure(req: AuditRequest) -> tuple[Release, Labels, dict[str, pd.DataFrame], SuiteSpec,
-                                        list[AttributeReport], dict]:  # fmt: skip
-    """Everything the suites validate: frames + spec, and the per-attribute reports."""
+def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd.DataFrame],
+                                                          SuiteSpec, list[AttributeReport]]:  # fmt: skip
+    """One streaming pass (the row checks validated into ``validator``, partition by
+    partition), then the attackers on the seeded sample; the other suites' frames + spec."""
     attrs = list(dict.fromkeys([*req.suppress, *req.preserve]))
     overlap = set(req.suppress) & set(req.preserve)
     if overlap:
         raise ConfigError(f"--preserve: {sorted(overlap)} also in --suppress; pick one role")
     frozen, encodings = load_run(req.run_dir) if req.run_dir else ({}, {})
-    release = read_release(req.release, id_col=req.id_col, emb_col=req.emb_col)
-    labels = read_labels(req.labels, attrs, id_col=req.id_col, emb_col=req.emb_col,
-                         encodings=encodings)  # fmt: skip
-    pos = positions(release.ids, labels.ids)
-    x_orig, n_input, in_pos = _original(req, release, labels, pos)
-    finite = np.isfinite(release.x).all(axis=1)
-    norm = np.linalg.norm(np.where(finite[:, None], release.x, 0.0), axis=1)
-    rows = pd.DataFrame({"id": release.ids.to_pandas(), "in_labels": pos >= 0,
-                         "finite": finite, "norm": np.where(finite, norm, np.nan)})  # fmt: skip
-    if in_pos is not None:
-        rows["in_input"] = in_pos >= 0
     pol = req.policy
-    # Bypass check: a row (nearly) parallel to its original is unmodified, whatever its bytes.
-    both = finite & np.isfinite(x_orig).all(axis=1)
-    xr = np.where(both[:, None], release.x, 0.0).astype(np.float64)
-    cos = np.sum(xr * np.where(both[:, None], x_orig, 0.0), axis=1) / np.maximum(
-        np.linalg.norm(xr, axis=1), 1e-30
-    )  # x_orig rows are unit-norm already
-    rows["cosine"] = np.where(both, cos, np.nan)
-    use = (pos >= 0) & both
-    x, xp = x_orig[use], release.x[use]
-    y = {a: labels.labels[a][pos[use]] for a in attrs}
-    extra = encode_columns(release.extra, len(release), max_levels=pol.max_levels)[use]
-    key_x, key_status, public_noise = _keyless(req, release, use, extra)
+    # the column expectations of release_rows do not depend on the counts known after the scan
+    validator.spec = _spec(req, 0, 0 if req.input else None, [])
+    whole: list[pd.DataFrame] = []
+
+    def sink(i: int, n_parts: int, frame: pd.DataFrame) -> None:
+        if n_parts == 1:
+            whole.append(frame)  # one partition: the suite runs on it whole, as it always did
+        else:
+            validator.validate_rows_part(i, frame)
+
+    s = scan(req, sink, attrs=attrs, encodings=encodings)
+    n_audit = 0 if s.x is None else len(s.x)
+    extra = encode_columns(s.extra, n_audit, max_levels=pol.max_levels) if n_audit else None
+    key_x, key_status, public_noise = _keyless(req, s, extra) if n_audit else (
+        None, "no audited rows: not computed", False)  # fmt: skip
     # noise anyone can recompute protects nothing: its judges are then always required
     gate_key = pol.gate_key_compromised or public_noise
     kw: dict[str, Any] = dict(
@@ -156,58 +114,54 @@ def measure(req: AuditRequest) -> tuple[Release, Labels, dict[str, pd.DataFrame]
         confidence=pol.confidence, curve=pol.curve, curve_tol=pol.curve_tol,
     )  # fmt: skip
     reports: list[AttributeReport] = []
-    if int(use.sum()) >= MIN_AUDIT_ROWS:
+    if s.counts["audited"] >= MIN_AUDIT_ROWS:
+        x, xp, y = s.x, s.xp, s.y
         for a in req.suppress:
             if req.run_dir and a not in frozen:
                 log.warning("%s: no frozen branch model for '%s'", req.run_dir, a)
             keep = {r: y[r] for r in req.preserve}
-            reports.append(
-                attribute_report(
-                    a,
-                    y[a],
-                    x,
-                    xp,
-                    role="suppressed",
-                    preserved=keep,
-                    frozen=frozen.get(a),
-                    margins=pol.margins(a),
-                    extra=extra,
-                    key_x=key_x,
-                    gate_key=gate_key,
-                    **kw,
-                )
-            )
+            reports.append(attribute_report(
+                a, y[a], x, xp, role="suppressed", preserved=keep, frozen=frozen.get(a),
+                margins=pol.margins(a), extra=extra, key_x=key_x, gate_key=gate_key, **kw,
+            ))  # fmt: skip
         for a in req.preserve:
             reports.append(attribute_report(a, y[a], x, xp, role="preserved",
                                             frozen=frozen.get(a), min_fraction=pol.fraction(a),
                                             extra=extra, **kw))  # fmt: skip
+    spec = _spec(req, s.n_labels, s.n_input, reports, gate_key=gate_key,
+                 label_columns=s.label_columns)
+    validator.spec = spec
+    if whole:
+        validator.validate("release_rows", whole[0])
+    else:
+        validator.finish_rows(s.counts["release"] or 0)
+    frames = {
+        "release_columns": pd.DataFrame(s.columns, columns=["column", "arrow_type"]),
+        "release_metadata": pd.DataFrame(list(s.metadata.items()), columns=["key", "value"]),
+        "attribute_privacy": judge_frame(reports),
+    }
+    s.counts["key_status"] = key_status  # type: ignore[assignment]
+    return s, frames, spec, reports
+
+
+def _spec(req: AuditRequest, n_labels: int, n_input: int | None, reports, *,
+          gate_key: bool = False, label_columns: list[str] | None = None) -> SuiteSpec:  # fmt: skip
+    pol = req.policy
     allowed = tuple(dict.fromkeys([*pol.allow_columns, *req.allow]))
     forbidden = tuple(req.suppress) + tuple(
-        c for c in labels.columns if c not in allowed and c not in req.suppress
+        c for c in (label_columns or []) if c not in allowed and c not in req.suppress
     )
     judged = {r.name: r.margins for r in reports if r.role == "suppressed"}
     suppressed = {a: dict(judged.get(a) or pol.margins(a)) for a in req.suppress}
     if gate_key:  # required even when no key figure could be computed
         for a, m in suppressed.items():
             m.update({f + KEYED: pol.margins(a)[f] for f in pol.families})
-    spec = SuiteSpec(
+    return SuiteSpec(
         id_col=req.id_col, emb_col=req.emb_col, allowed=allowed, forbidden=forbidden,
-        n_labels=len(labels), n_input=n_input, norm_tol=pol.norm_tol,
+        n_labels=n_labels, n_input=n_input, norm_tol=pol.norm_tol,
         suppressed=suppressed, preserved={a: pol.fraction(a) for a in req.preserve},
         max_cosine=pol.max_cosine,
     )  # fmt: skip
-    frames = {
-        "release_columns": pd.DataFrame(release.columns, columns=["column", "arrow_type"]),
-        "release_metadata": pd.DataFrame(list(release.metadata.items()),
-                                         columns=["key", "value"]),
-        "release_rows": rows,
-        "attribute_privacy": judge_frame(reports),
-    }  # fmt: skip
-    counts = {"release": len(release), "labels": len(labels), "input": n_input,
-              "matched": int((pos >= 0).sum()), "nonfinite": int((~finite).sum()),
-              "audited": int(use.sum())}  # fmt: skip
-    counts["key_status"] = key_status  # type: ignore[assignment]
-    return release, labels, frames, spec, reports, counts
 
 
 def min_rows(chance: float, margin: float, confidence: float) -> int:
@@ -217,7 +171,7 @@ def min_rows(chance: float, margin: float, confidence: float) -> int:
     return int(np.ceil(((z + 2.0) / max(margin, 1e-6)) ** 2 * chance * (1 - chance)))
 
 
-def _keyless(req: AuditRequest, release: Release, use: np.ndarray, extra: np.ndarray):
+def _keyless(req: AuditRequest, s: Scan, extra: np.ndarray):
     """(features of the audited rows with the release noise removed, or None; status;
     whether the noise was public).
 
@@ -225,7 +179,7 @@ def _keyless(req: AuditRequest, release: Release, use: np.ndarray, extra: np.nda
     absent or empty) drew its noise from the public ``row_seeds(id)``: it is removed without
     any key, and that view is judged whatever the policy says.
     """
-    parts = modifier_parts(release.metadata)
+    parts = modifier_parts(s.metadata)
     if parts is None:
         return None, "no mass.modifier metadata: not computed", False
     stochastic = is_stochastic(parts)
@@ -233,10 +187,10 @@ def _keyless(req: AuditRequest, release: Release, use: np.ndarray, extra: np.nda
         return None, f"unknown modifier kind in {[k for k, _ in parts]}: not computed", False
     if not stochastic:
         return None, "deterministic modifier: no noise, nothing rests on the key", False
-    released = release.metadata.get("mass.noise_key_fingerprint", "")
-    ids = release.ids.filter(pa.array(use))
+    released = s.metadata.get("mass.noise_key_fingerprint", "")
+    ids = s.ids
     if not released:
-        view = keyless_view(release.x[use], ids, parts, None)
+        view = keyless_view(s.xp, ids, parts, None)
         status = (f"release noise is not keyed (no mass.noise_key_fingerprint): anyone removes "
                   f"it from the public ids; stripped {list(view.stripped)}"
                   + (f", noise as features {list(view.appended)}" if view.appended else "")
@@ -251,8 +205,8 @@ def _keyless(req: AuditRequest, release: Release, use: np.ndarray, extra: np.nda
                     "figure", req.release, released, key.fingerprint)  # fmt: skip
         status = f"key {key.fingerprint} is not the release's ({released}): not computed"
         return None, status, False
-    view = keyless_view(release.x[use], ids, parts, key,
-                        context=release.metadata.get("mass.sha256", ""))  # fmt: skip
+    view = keyless_view(s.xp, ids, parts, key,
+                        context=s.metadata.get("mass.sha256", ""))  # fmt: skip
     x = np.hstack([view.x, extra]) if extra.shape[1] else view.x
     status = f"key {key.fingerprint}: stripped {list(view.stripped)}"
     if view.appended:
@@ -277,9 +231,13 @@ def judge_frame(reports: list[AttributeReport]) -> pd.DataFrame:
 def run_audit(req: AuditRequest) -> AuditResult:
     """Measure, validate with GX (Data Docs into report_dir/data_docs) and return the result."""
     t0 = time.perf_counter()
-    release, _labels, frames, spec, reports, counts = measure(req)
     docs = os.path.join(req.report_dir, "data_docs") if req.report_dir else None
-    outcome = run_suites(frames, spec, docs_dir=docs)
+    validator = Validator(_spec(req, 0, None, []), docs_dir=docs)
+    s, frames, _spec_final, reports = measure(req, validator)
+    for name in ("release_columns", "release_metadata", "attribute_privacy"):
+        validator.validate(name, frames[name])
+    outcome = validator.finish()
+    counts = s.counts
     key_status = str(counts.pop("key_status", ""))
     warnings = []
     for r in reports:
@@ -303,8 +261,8 @@ def run_audit(req: AuditRequest) -> AuditResult:
     for w in warnings:
         log.warning("%s", w)
     return AuditResult(outcome=outcome, reports=reports, counts=counts,
-                       release_meta=release.metadata,
-                       released_columns=[c for c, _ in release.columns],
+                       release_meta=s.metadata,
+                       released_columns=[c for c, _ in s.columns],
                        seconds=time.perf_counter() - t0, policy=req.policy,
                        key_status=key_status, warnings=warnings,
                        sources={"release_path": req.release, "labels_path": req.labels,

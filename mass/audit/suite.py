@@ -166,49 +166,117 @@ def run_suites(
     frames: dict[str, pd.DataFrame], spec: SuiteSpec, *, docs_dir: str | None = None
 ) -> AuditOutcome:
     """Validate each frame against its suite; build Data Docs into ``docs_dir`` if given."""
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
-    import great_expectations as gx
-    from great_expectations.data_context.types.base import ProgressBarsConfig
+    v = Validator(spec, docs_dir=docs_dir)
+    for name in build_suites(spec):
+        v.validate(name, frames[name])
+    return v.finish()
 
-    # base.py pins its own logger at INFO and announces a temporary docs dir on every context
-    logging.getLogger("great_expectations.data_context.types.base").setLevel(logging.WARNING)
-    ctx = gx.get_context(mode="ephemeral")
-    ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
-    if docs_dir is not None:
-        docs_dir = os.path.abspath(docs_dir)
-        shutil.rmtree(docs_dir, ignore_errors=True)  # no stale pages from an earlier audit
-        ctx.add_data_docs_site(site_name=SITE, site_config={
-            "class_name": "SiteBuilder",
-            "store_backend": {"class_name": "TupleFilesystemStoreBackend",
-                              "base_directory": docs_dir},
-            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
-        })  # fmt: skip
-    source = ctx.data_sources.add_pandas("mass_release")
-    outcomes: list[ExpectationOutcome] = []
-    success = True
-    for name, expectations in build_suites(spec).items():
-        if not expectations:
-            continue
-        batch = source.add_dataframe_asset(name).add_batch_definition_whole_dataframe("all")
-        suite = ctx.suites.add(gx.ExpectationSuite(name=name, expectations=expectations))
-        vd = ctx.validation_definitions.add(
-            gx.ValidationDefinition(name=name, data=batch, suite=suite)
+
+TABLE_LEVEL = "expect_table_row_count_to_equal"
+
+
+class Validator:
+    """One ephemeral GX context; suites validated whole or, for ``release_rows`` of a release
+    read in partitions (:mod:`mass.audit.stream`), partition by partition.
+
+    Partitioned rows: each partition's frame is validated against the suite's column
+    expectations, and the table-level ones (row counts) once on a column-less frame of the
+    release's row count (a ``RangeIndex``: no memory per row). The results merge into one
+    outcome per expectation: it succeeds iff it succeeded on every partition, and reports
+    the summed unexpected count with the first examples.
+    """
+
+    def __init__(self, spec: SuiteSpec, *, docs_dir: str | None = None):
+        os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+        import great_expectations as gx
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        # base.py pins its own logger at INFO and announces a temporary docs dir per context
+        logging.getLogger("great_expectations.data_context.types.base").setLevel(logging.WARNING)
+        self._gx, self.spec = gx, spec
+        self.ctx = gx.get_context(mode="ephemeral")
+        self.ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
+        self.docs_dir = os.path.abspath(docs_dir) if docs_dir is not None else None
+        if self.docs_dir is not None:
+            shutil.rmtree(self.docs_dir, ignore_errors=True)  # no stale pages from earlier
+            self.ctx.add_data_docs_site(site_name=SITE, site_config={
+                "class_name": "SiteBuilder",
+                "store_backend": {"class_name": "TupleFilesystemStoreBackend",
+                                  "base_directory": self.docs_dir},
+                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+            })  # fmt: skip
+        self.source = self.ctx.data_sources.add_pandas("mass_release")
+        self.success = True
+        self.outcomes: dict[str, list[ExpectationOutcome]] = {}
+        self._parts: dict[int, list] = {}  # expectation -> [success, unexpected, sample, result]
+
+    def _run(self, name: str, vd_name: str, expectations: list, frame: pd.DataFrame) -> list:
+        gx = self._gx
+        batch = self.source.add_dataframe_asset(vd_name).add_batch_definition_whole_dataframe(
+            "all")  # fmt: skip
+        suite = self.ctx.suites.add(gx.ExpectationSuite(name=vd_name, expectations=expectations))
+        vd = self.ctx.validation_definitions.add(
+            gx.ValidationDefinition(name=vd_name, data=batch, suite=suite)
         )
-        result = vd.run(batch_parameters={"dataframe": frames[name]}, result_format="SUMMARY")
-        success = success and bool(result.success)
-        for r in result.results:
-            cfg = r.expectation_config
-            assert cfg is not None  # GX attaches the configuration to every result it returns
-            outcomes.append(ExpectationOutcome(
-                suite=name, attribute=cfg.kwargs.get("attribute"), expectation=cfg.type,
-                description=cfg.description or "",
-                success=bool(r.success), observed=_observed(r),
-            ))  # fmt: skip
-    index = None
-    if docs_dir is not None:
-        ctx.build_data_docs(site_names=[SITE])
-        index = os.path.join(docs_dir, "index.html")
-    return AuditOutcome(success=success, expectations=outcomes, docs_index=index)
+        result = vd.run(batch_parameters={"dataframe": frame}, result_format="SUMMARY")
+        self.success = self.success and bool(result.success)
+        return list(result.results)
+
+    def validate(self, name: str, frame: pd.DataFrame) -> None:
+        """One suite on one whole frame."""
+        expectations = build_suites(self.spec)[name]
+        if expectations:
+            self.outcomes[name] = [_outcome(name, r) for r in self._run(name, name, expectations,
+                                                                       frame)]  # fmt: skip
+
+    def validate_rows_part(self, i: int, frame: pd.DataFrame) -> None:
+        """Partition ``i``'s ``release_rows`` frame against the column expectations."""
+        exps = [e for e in build_suites(self.spec)["release_rows"]
+                if e.expectation_type != TABLE_LEVEL]  # fmt: skip
+        for k, r in enumerate(self._run("release_rows", f"release_rows_part{i:05d}", exps, frame)):
+            res = r.result or {}
+            acc = self._parts.setdefault(k, [True, 0, [], r])
+            acc[0] = acc[0] and bool(r.success)
+            acc[1] += int(res.get("unexpected_count") or 0)
+            acc[2] += list(res.get("partial_unexpected_list") or [])[: 20 - len(acc[2])]
+            if not r.success and acc[3].success:
+                acc[3] = r  # an error or failure is what the outcome shows
+
+    def finish_rows(self, n_rows: int) -> None:
+        """Merge the partitions' results; the row counts on a column-less frame."""
+        table = [e for e in build_suites(self.spec)["release_rows"]
+                 if e.expectation_type == TABLE_LEVEL]  # fmt: skip
+        frame = pd.DataFrame(index=pd.RangeIndex(n_rows))
+        out = [_outcome("release_rows", r)
+               for r in self._run("release_rows", "release_rows", table, frame)]  # fmt: skip
+        for k in sorted(self._parts):
+            ok, count, sample, r = self._parts[k]
+            o = _outcome("release_rows", r)
+            if not (r.exception_info or {}).get("raised_exception"):
+                observed = f"{count} unexpected" + (f", e.g. {sample[:3]}" if sample else "")
+                o = ExpectationOutcome(o.suite, o.attribute, o.expectation, o.description, ok,
+                                       observed if count or not ok else o.observed)  # fmt: skip
+            out.append(o)
+        self.outcomes["release_rows"] = out
+
+    def finish(self) -> AuditOutcome:
+        index = None
+        if self.docs_dir is not None:
+            self.ctx.build_data_docs(site_names=[SITE])
+            index = os.path.join(self.docs_dir, "index.html")
+        order = list(build_suites(self.spec))
+        outcomes = [o for name in order for o in self.outcomes.get(name, [])]
+        success = self.success and all(o.success for o in outcomes)
+        return AuditOutcome(success=success, expectations=outcomes, docs_index=index)
+
+
+def _outcome(name: str, r) -> ExpectationOutcome:
+    cfg = r.expectation_config
+    assert cfg is not None  # GX attaches the configuration to every result it returns
+    return ExpectationOutcome(
+        suite=name, attribute=cfg.kwargs.get("attribute"), expectation=cfg.type,
+        description=cfg.description or "", success=bool(r.success), observed=_observed(r),
+    )  # fmt: skip
 
 
 def _observed(r) -> str:
