@@ -327,7 +327,7 @@ class CalibrationConfig:
     val_fraction: float = 0.25  # held out for the validation audit when --val is not given
     seed: int = 0
     families: tuple[str, ...] = ("logreg", "knn", "gboost", "mlp")  # retrained judges
-    attacker_rows: int = 3000  # rows per attacker fit on the validation release (seeded cap)
+    attacker_rows: int = 4000  # validation rows the attackers see (seeded cap, 5-fold CV)
     room: float = 0.05  # stop early once utility beats the policy by this much
 
     def __post_init__(self) -> None:

@@ -483,6 +483,7 @@ def attribute_report(
     curve_tol: float = 0.02,
     key_x=None,
     gate_key: bool = False,
+    original: Mapping[str, float] | None = None,
 ) -> AttributeReport:
     """Audit one attribute: baselines, frozen judge on x and x', attackers retrained on x'.
 
@@ -506,7 +507,9 @@ def attribute_report(
     z = z_value(confidence)
     sup = role == "suppressed"
     kw: dict[str, Any] = dict(families=families, folds=folds, seed=seed)
-    original = {f: float((p[1.0] == y).mean()) for f, p in attack_predictions(x, y, **kw).items()}
+    if original is None:
+        original = {f: float((p[1.0] == y).mean())
+                    for f, p in attack_predictions(x, y, **kw).items()}  # fmt: skip
     feats = x_prime if extra is None or extra.shape[1] == 0 else np.hstack([x_prime, extra])
     fractions = CURVE_FRACTIONS if sup and curve else (1.0,)
     preds = attack_predictions(feats, y, fractions=fractions, **kw)
@@ -548,7 +551,7 @@ def attribute_report(
         majority=majority_rate(y),
         floor=leakage_floor(y, preserved, folds=folds, seed=seed),
         original=max(original.values()),
-        original_by_family=original,
+        original_by_family=dict(original),
         frozen_x=None if frozen is None else frozen_accuracy(frozen, x, y),
         frozen_xprime=scores[FROZEN].accuracy if FROZEN in scores else None,
         attackers={f: scores[f].accuracy for f in families},

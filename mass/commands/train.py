@@ -170,6 +170,8 @@ def run(args: argparse.Namespace) -> int:
     train, sample_note = _load_training(args, suppress, preserve)
     validate_attributes(suppress, preserve, train.labels, source=args.data)
     if calibrating(args):
+        from mass.calibrate.flow import run_calibrated
+
         return run_calibrated(args, train, suppress, preserve, sample_note)
     val = None
     if args.val:
@@ -226,100 +228,13 @@ def calibrating(args: argparse.Namespace) -> bool:
 
 
 def _load_training(args, suppress: list[str], preserve: list[str]):
-    from mass.calibrate import load_training
+    from mass.calibrate.sampling import load_training
     from mass.config import CalibrationConfig
 
     cfg = CalibrationConfig(max_rows=args.max_rows, seed=args.seed or 0)
     return load_training(args.data, id_col=args.id_col, emb_col=args.emb_col,
                          label_cols=list(dict.fromkeys(suppress + preserve)),
                          max_rows=cfg.max_rows, seed=cfg.seed)  # fmt: skip
-
-
-def read_policy(path: str | None):
-    """The audit policy: ``path``'s ``audit:`` section, else ./params.yaml's, else defaults."""
-    from mass.config import AuditPolicy
-
-    if path is None and os.path.exists("params.yaml"):
-        try:
-            import yaml
-
-            with open("params.yaml") as f:
-                doc = yaml.safe_load(f) or {}
-        except Exception:
-            doc = {}
-        if isinstance(doc, dict) and isinstance(doc.get("audit"), dict):
-            path = "params.yaml"
-    if path is None:
-        return AuditPolicy()
-    sub = read_params(path, "audit")
-    return AuditPolicy.from_dict(sub, source=f"{path} (audit:)")
-
-
-def run_calibrated(args, train, suppress: list[str], preserve: list[str], sample_note) -> int:
-    """`mass train` without an explicit config: search a configuration that meets the policy
-    on validation data (mass.calibrate), then write the run directory as for any method."""
-    from mass.calibrate import calibrate
-    from mass.config import CalibrationConfig, config_hash
-    from mass.io import load_embeddings
-    from mass.modifier import save_modifier
-
-    if args.epochs is not None or args.resume:
-        log.warning("--epochs/--resume apply to an explicit --config/--mode/--method run; "
-                    "calibration chooses its own and ignores them")  # fmt: skip
-    policy = read_policy(args.policy)
-    cfg = CalibrationConfig(budget_minutes=args.budget_minutes, max_rows=args.max_rows,
-                            seed=args.seed or 0)  # fmt: skip
-    val = None
-    if args.val:
-        val = load_embeddings(args.val, id_col=args.id_col, emb_col=args.emb_col,
-                              label_cols=list(train.labels), encodings=train.encodings,
-                              expected_dim=train.x.shape[1])  # fmt: skip
-    os.makedirs(args.out, exist_ok=True)
-    t0 = time.perf_counter()
-    res = calibrate(train, suppress=suppress, preserve=preserve, policy=policy, cfg=cfg,
-                    val=val, out_dir=args.out, sample_note=sample_note)  # fmt: skip
-    seconds = time.perf_counter() - t0
-    chosen = {
-        "candidate": res.candidate.name, "method": res.candidate.method,
-        "output_noise": res.noise, "report": "calibration.json", "policy": policy.to_dict(),
-        "seconds": round(seconds, 1),
-    }  # fmt: skip
-    resolved = {**res.config, "calibration": chosen}
-    chash = config_hash(resolved)
-    encodings = {a: list(e.classes) for a, e in train.encodings.items()}
-    save_modifier(res.modifier, os.path.join(args.out, "modifier.pt"),
-                  method=res.candidate.method, suppress=suppress, preserve=preserve,
-                  config_hash=chash, dim=int(train.x.shape[1]), encodings=encodings,
-                  calibration=chosen)  # fmt: skip
-    _save_branches(args.out, res)
-    _write_yaml(os.path.join(args.out, "config.yaml"), resolved)
-    with open(os.path.join(args.out, "encodings.json"), "w") as f:
-        json.dump(encodings, f, indent=2, default=str)
-    metrics = {
-        "method": res.candidate.method, "config_hash": chash, "train_seconds": seconds,
-        "calibration_seconds": seconds, "calibration": chosen,
-        "history": res.fit.history, "rows": len(train),
-        "val": res.report["chosen"],
-    }  # fmt: skip
-    if sample_note:
-        metrics["sample"] = sample_note
-    with open(os.path.join(args.out, "metrics.json"), "w") as f:
-        json.dump(metrics, f, indent=2, default=float)
-    log.info("calibrated %s: %s, output noise %s (%.0fs); report %s/calibration.json",
-             args.out, res.candidate.name, res.noise, seconds, args.out)  # fmt: skip
-    return 0
-
-
-def _save_branches(out: str, res) -> None:
-    """branches.pt: MaSS's frozen judges where the chosen method has them, else empty."""
-    from mass.branches import save_branches
-
-    objs = res.fit.extra.get("branches_obj")
-    if objs is not None:
-        save_branches(os.path.join(out, "branches.pt"), objs.classifiers, objs.agnostic)
-    else:
-        torch.save({"classifiers": {}, "agnostic": None, "method": res.candidate.method},
-                   os.path.join(out, "branches.pt"))  # fmt: skip
 
 
 def audit(res, train, val, attrs: list[str], *, families: tuple[str, ...]) -> dict:
