@@ -361,6 +361,17 @@ def suppressed_ok(accuracy: float, baseline: float, margin: float) -> bool:
     return accuracy <= baseline + margin + 1e-12
 
 
+def judge_ok(ci_high: float, baseline: float, balanced_ci_high: float | None,
+             balanced_baseline: float, margin: float) -> bool:
+    """One suppression judge on both scales (the rule of docs/audit.md, in one place): the
+    upper bound of its accuracy within ``baseline`` + margin and, when measured, of its
+    balanced accuracy within ``balanced_baseline`` + margin. A NaN bound fails."""
+    ok = suppressed_ok(ci_high, baseline, margin)
+    if balanced_ci_high is not None:
+        ok = ok and suppressed_ok(balanced_ci_high, balanced_baseline, margin)
+    return bool(ok)
+
+
 def preserved_ok(accuracy: float, original: float, min_fraction: float) -> bool:
     """The preservation rule: keep at least ``min_fraction`` of the original accuracy."""
     return original <= 0 or utility_retention(accuracy, original) >= min_fraction - 1e-12
@@ -444,12 +455,9 @@ class AttributeReport:
 
     def judge_ok(self, judge: str) -> bool:
         """Suppressed: the judge's upper bounds stay within both limits."""
-        m = self.margins[judge]
-        acc = self.ci_high.get(judge, self.accuracies[judge])
-        ok = suppressed_ok(acc, self.baseline, m)
-        if judge in self.balanced_ci_high:
-            ok = ok and suppressed_ok(self.balanced_ci_high[judge], self.balanced_baseline, m)
-        return ok
+        return judge_ok(self.ci_high.get(judge, self.accuracies[judge]), self.baseline,
+                        self.balanced_ci_high.get(judge), self.balanced_baseline,
+                        self.margins[judge])  # fmt: skip
 
     @property
     def passed(self) -> bool:
