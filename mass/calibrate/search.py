@@ -245,7 +245,7 @@ def calibrate(
             units = (int(params.get("epochs", 30))
                      + 0.5 * int(params.get("branch_epochs", 30)) * len(attrs))  # fmt: skip
             per_row_epoch = entry["fit_seconds"] / (len(fit_ds) * units * fits_per_candidate)
-        found = bisect_noise(parts, audit, deadline)
+        found = bisect_noise(parts, audit, deadline, comfortable=min(0.99, room_fraction))
         entry["points"] = [{k: v for k, v in p.items() if k != "reports"} for p in found["points"]]
         for p in found["points"]:
             points.append({"candidate": c.name, **p})

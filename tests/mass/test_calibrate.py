@@ -293,3 +293,34 @@ def test_sample_table_is_a_bounded_stratified_reader_for_any_parquet(tmp_path):
     with pytest.raises(InputError, match="null.parquet: column 'g' has a null"):
         sample_table(str(tmp_path / "null.parquet"), columns=["id"], strata_cols=["g"],
                      max_rows=100, seed=0)  # fmt: skip
+
+
+def test_noise_search_takes_privacy_room_when_utility_is_to_spare(monkeypatch):
+    """Bisection finds the smallest private level; a measured level above it with more privacy
+    room at utility still to spare is preferred (the smallest is borderline by construction),
+    and without utility to spare the smallest private level stays."""
+    from mass.calibrate import noise as N
+
+    monkeypatch.setattr(N, "with_output_noise", lambda model, level: level)
+    monkeypatch.setattr(N, "apply", lambda level, x, seeds: np.full_like(x, level))
+    excess = {0.0: 0.2, 0.2: 0.06, 0.3: 0.045, 0.5: 0.03, 0.8: 0.02, 1.2: 0.025}
+
+    class Audit:
+        x, seeds = np.zeros((4, 2), np.float32), np.zeros(4, np.int64)
+
+        def __init__(self, fraction):
+            self.fraction = fraction
+
+        def measure(self, xp, *, full=False, known=None):
+            level = round(float(xp[0, 0]), 2)
+            e = excess.get(level, 0.2 - level / 4)
+            return {"privacy_ok": e <= 0.05, "utility_ok": True, "passed": e <= 0.05,
+                    "excess": e, "fraction": self.fraction(level), "complete": full}
+
+    far = 1e12
+    roomy = N.bisect_noise([(None, np.arange(4))], Audit(lambda lv: 0.99), far, comfortable=0.95)
+    tight = N.bisect_noise([(None, np.arange(4))], Audit(lambda lv: 0.99 - lv / 10), far,
+                           comfortable=0.95)  # fmt: skip
+    # measured: 0 and 0.08-0.2 fail; 0.3 (+0.045), 0.5 (+0.03), 1.2 (+0.025) pass
+    assert roomy["chosen"]["noise"] == 1.2 and roomy["chosen"]["excess"] == 0.025
+    assert tight["chosen"]["noise"] == 0.3  # 0.5 keeps only 0.94 < 0.95: the smallest stays
