@@ -274,11 +274,12 @@ def calibrate(
     if chosen is None:
         report["chosen"] = None
         report["verdict"] = verdict(infeasible, points, policy, base)
-        need = rows_needed(base, policy)
+        need = rows_needed(base, policy, audit.confidence)
         if need and not infeasible:
             report["verdict"] += (
                 f"; {base.n_eval} validation rows are too few for the policy's margin: a "
-                f"release at chance keeps its 95% upper bound 2 standard errors under the limit "
+                f"release at chance keeps its validation upper bound 2 standard errors under "
+                f"the limit "
                 f"only from {max(need.values())} rows on ({need}): more rows (or --val)")
         write_report(out_dir, report, points, None, policy)
         raise CalibrationError(failure_message(report, base))
@@ -325,11 +326,12 @@ def infeasible_attributes(base: Baselines, policy: AuditPolicy) -> list[str]:
     return out
 
 
-def rows_needed(base: Baselines, policy: AuditPolicy) -> dict[str, int]:
-    """Suppressed attributes whose validation rows are too few for the policy's margin
-    (the audit's own warning, mass.audit.runner.min_rows): attribute -> rows needed."""
+def rows_needed(base: Baselines, policy: AuditPolicy, confidence: float) -> dict[str, int]:
+    """Suppressed attributes whose validation rows are too few for the policy's margin at the
+    validation ``confidence`` (the audit's own warning, mass.audit.runner.min_rows):
+    attribute -> rows needed."""
     from mass.audit.runner import min_rows
 
-    need = {s: min_rows(base.baseline(s), min(policy.margins(s).values()), policy.confidence)
+    need = {s: min_rows(base.baseline(s), min(policy.margins(s).values()), confidence)
             for s in base.suppress}  # fmt: skip
     return {s: n for s, n in need.items() if base.n_eval < n}

@@ -41,9 +41,11 @@ def _ring(path, n=900, seed=0) -> None:
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("calib")
-    t = to_table(make_synthetic(n=1200, dim=16, seed=0))
-    pq.write_table(t.slice(0, 800), str(d / "easy.parquet"))
-    pq.write_table(t.slice(800), str(d / "test.parquet"))  # unseen rows, same distribution
+    # 2,400 training rows: validation bounds sit at z = 2.96 (the gate's 95 % + 1 SE), so a
+    # release at chance needs ~900 rows before its bound is even under chance + 0.05
+    t = to_table(make_synthetic(n=3200, dim=16, seed=0))
+    pq.write_table(t.slice(0, 2400), str(d / "easy.parquet"))
+    pq.write_table(t.slice(2400), str(d / "test.parquet"))  # unseen rows, same distribution
     write_synthetic(str(d / "determined.parquet"), n=600, dim=16, seed=1, rho=1.0)
     _ring(str(d / "ring.parquet"))
     return d
@@ -147,8 +149,8 @@ def test_budget_exhausted_reports_budget(files, tmp_path):
 def test_multi_attribute_calibrates_jointly():
     import dataclasses
 
-    a = make_synthetic(n=1600, dim=16, s_classes=2, u_classes=3, seed=5, s_name="a", u_name="c")
-    b = make_synthetic(n=1600, dim=16, s_classes=3, u_classes=2, seed=6, s_name="b", u_name="d")
+    a = make_synthetic(n=2400, dim=16, s_classes=2, u_classes=3, seed=5, s_name="a", u_name="c")
+    b = make_synthetic(n=2400, dim=16, s_classes=3, u_classes=2, seed=6, s_name="b", u_name="d")
     ds = dataclasses.replace(a, x=np.hstack([a.x, b.x]), labels={**a.labels, **b.labels},
                              encodings={**a.encodings, **b.encodings})  # fmt: skip
     res = C.calibrate(ds, suppress=["a", "b"], preserve=["c", "d"], policy=AuditPolicy(),
@@ -258,11 +260,11 @@ def test_stream_sample_is_stratified_seeded_and_bounded(tmp_path):
 
 def test_above_max_rows_trains_on_a_sample_and_says_so(files, tmp_path):
     out = tmp_path / "run"
-    assert _train(files / "easy.parquet", out, "--max-rows", "400") == 0
+    assert _train(files / "easy.parquet", out, "--max-rows", "1800") == 0
     rep = json.loads((out / "calibration.json").read_text())
-    assert rep["sample"]["input_rows"] == 800 and rep["sample"]["sampled_rows"] < 600
+    assert rep["sample"]["input_rows"] == 2400 and rep["sample"]["sampled_rows"] < 2200
     assert rep["validation"]["train_rows"] == rep["sample"]["sampled_rows"]  # out-of-fold
-    assert json.loads((out / "metrics.json").read_text())["sample"]["max_rows"] == 400
+    assert json.loads((out / "metrics.json").read_text())["sample"]["max_rows"] == 1800
 
 
 def test_sample_table_is_a_bounded_stratified_reader_for_any_parquet(tmp_path):
