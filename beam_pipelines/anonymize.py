@@ -60,21 +60,21 @@ from mass.errors import (
 from mass.io import expand_paths, read_table
 from mass.keys import NOISE_KEY_ENV, resolve_key
 from mass.noise import KeyedSeeds
-from mass.triton_adapters import verify_version_dir
+from mass.serving.contract import export_info, server_info
+from mass.serving.manifest import verify_version_dir
+from transforms.inference.tensors import ModifierInputs
+from transforms.inference.triton import TritonModelHandler
 from transforms.modify import ModifyRowGroupFn, pick
 from transforms.parquet_io import IDS_DIR, MergeShards, WriteShardedParquet, plan_row_groups
 from transforms.quarantine import publish_quarantine, quarantine_schema
 from transforms.release import (
     check_outputs,
-    export_info,
     publish_release,
     recover_output,
     release_metadata,
     resolve_allow_columns,
-    server_info,
     staging_dir,
 )
-from transforms.triton_handler import ModifierInputs, TritonModelHandler
 from transforms.validate import CheckedInput, check_dim, check_input, release_schema
 
 log = logging.getLogger("mass.anonymize")
@@ -85,8 +85,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", required=True, help="embedding Parquet file, dir or glob")
     parser.add_argument("--output", required=True, help="release directory (replaced atomically)")
     parser.add_argument("--model", required=True, help="modifier name in the Triton repository")
-    parser.add_argument("--id-col", default="id")
-    parser.add_argument("--emb-col", default="emb")
+    parser.add_argument("--id-col", default="id", help="row id column (int64, unique; what keyed noise and joins use)")
+    parser.add_argument("--emb-col", default="emb", help="embedding column (fixed-size list of float32)")
     parser.add_argument(
         "--allow-columns",
         type=csv_list,
@@ -168,7 +168,7 @@ def run(
     """Parse ``argv`` (unknown flags go to Beam) and run the job; returns the summary.
 
     ``model_handler``/``model_info`` swap the Triton call for another handler (e.g. an
-    in-process :class:`transforms.triton_handler.FunctionModelHandler`) and its provenance.
+    in-process :class:`transforms.inference.function.FunctionModelHandler`) and its provenance.
     """
     parser = argparse.ArgumentParser(prog="anonymize")
     add_arguments(parser)

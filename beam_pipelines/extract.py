@@ -32,9 +32,10 @@ from beam_pipelines.options import (
 )
 from mass.errors import MissingInputError, SchemaError, ServingError
 from mass.io import check_ids, read_table
+from transforms.inference.tensors import ImageInputs, TextInputs
+from transforms.inference.triton import TritonModelHandler
 from transforms.parquet_io import ReadArrowBatches, WriteShardedParquet, input_schema
 from transforms.release import publish_release, staging_dir
-from transforms.triton_handler import ImageInputs, TextInputs, TritonModelHandler
 from transforms.validate import check_column_names, release_schema
 
 log = logging.getLogger("mass.extract")
@@ -51,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="comma-separated columns copied to the output (labels)",
     )
-    parser.add_argument("--id-col", default="id")
+    parser.add_argument("--id-col", default="id", help="row id column (int64, unique; what keyed noise and joins use)")
     parser.add_argument("--emb-col", default="emb", help="name of the output embedding column")
     add_serving_arguments(parser)
 

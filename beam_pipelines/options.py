@@ -14,7 +14,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from mass.errors import ConfigError
-from transforms.progress import RateLog
+from mass.progress import RateLog
 
 log = logging.getLogger("mass.beam")
 

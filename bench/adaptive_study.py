@@ -19,8 +19,8 @@ import torch
 
 from mass.io import load_embeddings
 from mass.methods import get_method
-from mass.methods.mass import normalize_rows
 from mass.metrics import majority_rate, retrained_attackers
+from mass.modifiers import normalize_rows
 from mass.noise import row_seeds
 
 

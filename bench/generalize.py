@@ -35,7 +35,8 @@ DATASETS = tuple(LOADERS)
 
 
 def split_70_30(labels: dict[str, np.ndarray], seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    from mass.calibrate import joint_codes, stratified_split
+    from mass.calibrate import stratified_split
+    from mass.rows import joint_codes
 
     return stratified_split(joint_codes(labels, sorted(labels)), 0.3, seed)
 
@@ -84,8 +85,7 @@ def run_one(name: str, out_dir: str, budget: float | None) -> dict:
 
     from mass.audit.policy import load_policy
     from mass.calibrate import apply
-    from mass.methods.mass import normalize_rows
-    from mass.modifier import load_modifier
+    from mass.modifiers import load_modifier, normalize_rows
     from mass.noise import row_seeds
 
     policy = load_policy("params.yaml")

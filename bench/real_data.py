@@ -54,7 +54,8 @@ def _numeric(df, drop: list[str]) -> np.ndarray:
 def _cap(x, labels, seed: int = 0):
     if len(x) <= MAX_ROWS:
         return x, labels
-    from mass.calibrate.sampling import joint_codes, stratified_split
+    from mass.calibrate.sampling import stratified_split
+    from mass.rows import joint_codes
 
     _, keep = stratified_split(joint_codes(labels, sorted(labels)), MAX_ROWS / len(x), seed)
     return x[keep], {k: v[keep] for k, v in labels.items()}
@@ -123,7 +124,8 @@ def names(seed: int = 0) -> Loaded:
     labels = {"gender": np.array(gender, np.int64), "region": np.array(region, np.int64)}
     n_all = len(rows_a)
     if n_all > MAX_ROWS:
-        from mass.calibrate.sampling import joint_codes, stratified_split
+        from mass.calibrate.sampling import stratified_split
+        from mass.rows import joint_codes
 
         _, keep = stratified_split(joint_codes(labels, sorted(labels)), MAX_ROWS / n_all, seed)
         rows_a, labels = rows_a[keep], {k: v[keep] for k, v in labels.items()}

@@ -49,8 +49,8 @@ def main() -> None:
     if a.triton:
         import torch
 
-        from mass.export import export_modifier
-        from mass.modifier import DataModifier, ModifierSpec, save_modifier
+        from mass.modifiers import DataModifier, ModifierSpec, save_modifier
+        from mass.serving.export import export_modifier
 
         torch.manual_seed(0)
         (work / "run").mkdir(exist_ok=True)
@@ -66,8 +66,8 @@ def main() -> None:
         print(line[-1] if line else r.stderr[-2000:])
     else:
         from beam_pipelines import anonymize
+        from transforms.inference.function import FunctionModelHandler
         from transforms.testing import NumpyModifier
-        from transforms.triton_handler import FunctionModelHandler
 
         info = {"name": "np", "version": 1, "sha256": "0", "method": "test", "suppress": ["s"],
                 "preserve": [], "config_hash": "h", "dim": DIM}  # fmt: skip

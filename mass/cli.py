@@ -44,6 +44,31 @@ DESCRIPTIONS = {
 }
 
 
+class _KnownImportNoise(logging.Filter):
+    """Drops what Beam's Google Cloud IO modules log about their own optional clients while
+    being imported (apitools, bigquery_storage absent): this product never uses GCP IO and the
+    lines ask nothing of the user. Errors, and everything else, pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        gcp_io = "apache_beam/io/gcp/" in record.pathname.replace("\\", "/")
+        return not (gcp_io and record.levelno <= logging.WARNING)
+
+
+_IMPORT_NOISE = _KnownImportNoise()
+
+
+def _configure_logging(argv: list[str]) -> None:
+    """Before any command module is imported: an import that logs would otherwise configure
+    the root logger itself (Python's default format) and our format would never apply."""
+    verbose = any(a in ("-v", "--verbose") for a in argv)
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_IMPORT_NOISE)
+
+
 def _quiet_network_tools() -> None:
     # Both tools phone home by default; this product runs offline and in CI.
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
@@ -83,12 +108,9 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     _quiet_network_tools()
     argv = list(sys.argv[1:] if argv is None else argv)
+    _configure_logging(argv)
     parser = build_parser(argv)
     args, extra = parser.parse_known_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     if extra and not getattr(args, "_accepts_extra", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args._extra = extra

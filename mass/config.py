@@ -16,11 +16,15 @@ from typing import Any
 
 import numpy as np
 
-from mass.errors import ConfigError
-from mass.losses import SIM_TYPES
+from mass.errors import ConfigError, MissingInputError
 
 log = logging.getLogger(__name__)
 MODES = ("faithful", "adaptive")
+# every method `mass train --method` accepts (mass.methods registers them; a test checks the
+# two agree). Here, torch-free, so that `mass --help` lists them without importing torch.
+METHOD_NAMES = ("mass", "leace", "leace_iterated", "leace_quadratic", "inlp", "gaussian",
+                "gaussian_budget", "genfilter", "unlearning", "end")  # fmt: skip
+SIM_TYPES = ("cos", "kl", "ce")  # the similarity measures of eq. 2 (mass.losses.similarity)
 ADVERSARY_FAMILIES = ("linear", "mlp")
 PRE_ERASERS = ("none", "leace", "quadratic")
 MATCH_KINDS = ("none", "mmd", "mean")
@@ -153,11 +157,7 @@ class MassConfig:
 
     def check_values(self) -> None:
         """Value checks that need no data; each error names the parameter."""
-        if not self.suppress:
-            raise ConfigError("suppress: empty; name at least one attribute to suppress")
-        both = sorted(set(self.suppress) & set(self.preserve))
-        if both:
-            raise ConfigError(f"suppress/preserve: {both} appear in both; an attribute is one")
+        check_attribute_names(self.suppress, self.preserve)
         if self.mode not in MODES:
             raise ConfigError(f"mode: {self.mode!r} is not one of {MODES}")
         for name in ("sim_s", "sim_r"):
@@ -186,6 +186,38 @@ class MassConfig:
 
     def with_(self, **changes: Any) -> MassConfig:
         return replace(self, **changes)
+
+
+def read_yaml(path: str, *, flag: str = "--config", missing: type[Exception] = MissingInputError,
+              what: str = "config file") -> dict[str, Any]:  # fmt: skip
+    """The top-level mapping of a YAML file (the one loader of params.yaml and policy files).
+
+    A missing file raises ``missing`` naming ``flag``; bad YAML or a non-mapping, ConfigError.
+    """
+    import yaml
+
+    try:
+        with open(path) as f:
+            doc = yaml.safe_load(f)
+    except FileNotFoundError as e:
+        raise missing(f"{path}: no such {what}; check {flag}") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML ({e})") from e
+    doc = {} if doc is None else doc
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: expected a mapping at top level")
+    return doc
+
+
+def read_section(path: str | None, section: str = "train", *, flag: str = "--config") -> dict:
+    """The ``section`` of a params.yaml (or the whole file when it has no such section)."""
+    if not path:
+        return {}
+    doc = read_yaml(path, flag=flag)
+    sub = doc.get(section, doc)
+    if not isinstance(sub, dict):
+        raise ConfigError(f"{path}: section '{section}' is not a mapping")
+    return dict(sub)
 
 
 def _names(v: Any, param: str) -> tuple:
@@ -218,6 +250,26 @@ def conditional_entropy(r: np.ndarray, s: np.ndarray) -> tuple[float, float]:
     return max(float(h_rs), 0.0) + 0.0, max(float(h_r), 0.0) + 0.0
 
 
+def check_attribute_names(suppress, preserve, known=None, *, source: str = "data",
+                          what: str = "labels") -> None:  # fmt: skip
+    """ConfigError for an empty S, an attribute both suppressed and preserved and, given
+    ``known`` (the label columns of ``source``), an attribute that is not among them."""
+    if not suppress:
+        raise ConfigError("suppress: empty; name at least one attribute to suppress")
+    both = sorted(set(suppress) & set(preserve))
+    if both:
+        raise ConfigError(f"suppress/preserve: {both} appear in both; an attribute is one")
+    if known is None:
+        return
+    for param, attrs in (("suppress", suppress), ("preserve", preserve)):
+        for a in attrs:
+            if a not in known:
+                raise ConfigError(
+                    f"{param}: attribute '{a}' is not a label column of {source} "
+                    f"({what}: {sorted(known)})"
+                )
+
+
 def validate_attributes(
     suppress: tuple[str, ...] | list[str],
     preserve: tuple[str, ...] | list[str],
@@ -228,18 +280,9 @@ def validate_attributes(
 ) -> None:
     """ConfigError for unknown attributes, single-class attributes, overlap and empty S;
     a warning when a preserved attribute is (almost) a function of the suppressed ones."""
-    if not suppress:
-        raise ConfigError("suppress: empty; name at least one attribute to suppress")
-    both = sorted(set(suppress) & set(preserve))
-    if both:
-        raise ConfigError(f"suppress/preserve: {both} appear in both; an attribute is one")
+    check_attribute_names(suppress, preserve, labels, source=source)
     for param, attrs in (("suppress", suppress), ("preserve", preserve)):
         for a in attrs:
-            if a not in labels:
-                raise ConfigError(
-                    f"{param}: attribute '{a}' is not a label column of {source} "
-                    f"(labels: {sorted(labels)})"
-                )
             if np.unique(labels[a]).size < 2:
                 raise ConfigError(
                     f"{param}: attribute '{a}' has a single class in {source}; "
@@ -247,10 +290,9 @@ def validate_attributes(
                 )
     if not preserve:
         return
-    joint_s = np.zeros(len(labels[suppress[0]]), dtype=np.int64)
-    for a in suppress:
-        _, idx = np.unique(labels[a], return_inverse=True)
-        joint_s = joint_s * (idx.max() + 1) + idx
+    from mass.rows import joint_codes
+
+    joint_s = joint_codes(labels, list(suppress))
     for r in preserve:
         h_rs, h_r = conditional_entropy(labels[r], joint_s)
         if h_r > 0 and h_rs <= dependency_threshold * h_r:
@@ -262,63 +304,6 @@ def validate_attributes(
 
 
 @dataclass(frozen=True)
-class AuditPolicy:
-    """The data owner's audit policy (params.yaml ``audit:``), as calibration reads it.
-
-    A suppressed attribute passes when every retrained attacker family stays within its margin
-    of max(majority rate, leakage floor); a preserved one when the best attacker keeps
-    ``min_utility_fraction`` of its accuracy on the original embeddings.
-    """
-
-    attacker_margin: dict[str, float] = field(
-        default_factory=lambda: {"logreg": 0.05, "mlp": 0.05, "gboost": 0.05, "knn": 0.05}
-    )
-    frozen_margin: float = 0.05
-    min_utility_fraction: float = 0.9
-    source: str = "built-in defaults"
-
-    def margin(self, family: str) -> float:
-        return float(self.attacker_margin.get(family, self.frozen_margin))
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any] | None, *, source: str = "policy") -> AuditPolicy:
-        d = dict(d or {})
-        known = {"attacker_margin", "frozen_margin", "min_utility_fraction"}
-        extra = sorted(set(d) - known)
-        if extra:
-            log.info("%s: audit keys %s are not used by calibration", source, extra)
-        base = cls()
-        margins = d.get("attacker_margin", base.attacker_margin)
-        if isinstance(margins, (int, float)):
-            margins = dict.fromkeys(base.attacker_margin, float(margins))
-        if not isinstance(margins, dict):
-            raise ConfigError(f"{source}: audit.attacker_margin must be a number or a mapping")
-        try:
-            policy = cls(
-                attacker_margin={str(k): float(v) for k, v in margins.items()},
-                frozen_margin=float(d.get("frozen_margin", base.frozen_margin)),
-                min_utility_fraction=float(
-                    d.get("min_utility_fraction", base.min_utility_fraction)
-                ),
-                source=source,
-            )
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"{source}: audit policy values must be numbers ({e})") from e
-        for k, v in policy.attacker_margin.items():
-            if not 0 <= v < 1:
-                raise ConfigError(f"{source}: audit.attacker_margin.{k}={v} must be in [0, 1)")
-        if not 0 < policy.min_utility_fraction <= 1:
-            raise ConfigError(
-                f"{source}: audit.min_utility_fraction={policy.min_utility_fraction} "
-                "must be in (0, 1]"
-            )
-        return policy
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
 class CalibrationConfig:
     """Bounds of `mass train`'s calibration (docs/calibration.md)."""
 
@@ -326,7 +311,6 @@ class CalibrationConfig:
     max_rows: int = 200_000  # above this, train on a seeded stratified sample (streaming)
     val_fraction: float = 0.25  # held out for the validation audit when --val is not given
     seed: int = 0
-    families: tuple[str, ...] = ("logreg", "knn", "gboost", "mlp")  # retrained judges
     attacker_rows: int = 4000  # validation rows the attackers see (seeded cap, 5-fold CV)
     room: float = 0.05  # stop early once utility beats the policy by this much
 

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from mass.embeddings import embedding_array, embedding_matrix  # noqa: F401 (public here too)
 from mass.errors import (
     InvalidValueError,
     LabelError,
@@ -142,65 +143,6 @@ def read_table(spec: str, columns: list[str] | None = None) -> pa.Table:
         raise SchemaError(f"{spec}: files have different schemas ({e})") from e
 
 
-def embedding_matrix(
-    table: pa.Table, column: str, *, source: str, expected_dim: int | None = None
-) -> np.ndarray:
-    """Column of fixed-size lists or lists of floats -> C-contiguous float32 ``[N, d]``.
-
-    Rejects ragged lists, nulls, non-float values, NaN/Inf and a dimension other than
-    ``expected_dim``; each message names ``source``, ``column`` and the first bad row.
-    """
-    if column not in table.column_names:
-        raise SchemaError(
-            f"{source}: no embedding column '{column}' (columns: {table.column_names}); "
-            "pass --emb-col"
-        )
-    arr = table.column(column).combine_chunks()
-    typ = arr.type
-    if not (
-        pa.types.is_fixed_size_list(typ) or pa.types.is_list(typ) or pa.types.is_large_list(typ)
-    ):
-        raise SchemaError(f"{source}: column '{column}' has type {typ}; expected a list of floats")
-    if not (pa.types.is_floating(typ.value_type) or pa.types.is_integer(typ.value_type)):
-        raise SchemaError(
-            f"{source}: column '{column}' holds {typ.value_type}; expected float32 or float64"
-        )
-    n = len(arr)
-    if arr.null_count:
-        row = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
-        raise InvalidValueError(f"{source}: column '{column}' row {row} is null")
-    if pa.types.is_fixed_size_list(typ):
-        dim = typ.list_size
-    else:
-        lengths = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
-        dim = int(lengths[0]) if n else 0
-        bad = np.flatnonzero(lengths != dim)
-        if bad.size:
-            raise InvalidValueError(
-                f"{source}: column '{column}' is ragged: row {int(bad[0])} has "
-                f"{int(lengths[bad[0]])} values, row 0 has {dim}"
-            )
-    if expected_dim is not None and dim != expected_dim:
-        raise SchemaError(
-            f"{source}: column '{column}' has dimension {dim}, the model expects {expected_dim}"
-        )
-    flat = arr.flatten() if n else pa.array([], type=pa.float32())
-    if flat.null_count:
-        pos = int(np.flatnonzero(flat.is_null().to_numpy(zero_copy_only=False))[0])
-        raise InvalidValueError(
-            f"{source}: column '{column}' row {pos // max(dim, 1)} has a null value"
-        )
-    values = flat.to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
-    mat = values.reshape(n, dim)
-    finite = np.isfinite(mat).all(axis=1)
-    if not finite.all():
-        row = int(np.flatnonzero(~finite)[0])
-        raise InvalidValueError(
-            f"{source}: column '{column}' row {row} has NaN or Inf; clean or drop it"
-        )
-    return np.ascontiguousarray(mat)
-
-
 def check_ids(table: pa.Table, column: str, *, source: str) -> pa.Array:
     """The id column must exist, hold no nulls and no duplicates; returns the ids, decoded
     when dictionary-encoded (a pandas ``category`` of strings is strings)."""
@@ -314,8 +256,3 @@ def load_embeddings(
         encs[col] = enc
     return EmbeddingDataset(ids=ids, x=x, labels=labels, encodings=encs, source=spec)
 
-
-def embedding_array(x: np.ndarray) -> pa.FixedSizeListArray:
-    """float32 ``[N, d]`` -> Arrow fixed-size-list column, zero-copy over the numpy buffer."""
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    return pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), x.shape[1])

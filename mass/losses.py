@@ -12,7 +12,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-SIM_TYPES = ("cos", "kl", "ce")
+from mass.config import SIM_TYPES
 
 
 def cos_sim(z_mod: torch.Tensor, z_orig: torch.Tensor) -> torch.Tensor:

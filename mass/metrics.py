@@ -26,6 +26,8 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import Normalizer, StandardScaler
 from threadpoolctl import threadpool_limits
 
+from mass.rows import joint_codes
+
 ATTACKER_FAMILIES = ("logreg", "mlp", "gboost", "knn")
 FROZEN = "frozen"  # judge name of the frozen branch model in reports and GX frames
 
@@ -152,12 +154,6 @@ def remap_predictions(y, pred, *, seed: int = 0, balanced: bool = False) -> np.n
     return out
 
 
-def _cells(preserved: Mapping[str, np.ndarray]) -> np.ndarray:
-    cols = [np.unique(np.asarray(v), return_inverse=True)[1] for v in preserved.values()]
-    _, cell = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
-    return cell.reshape(-1)
-
-
 def leakage_floor(
     y_s, preserved: Mapping[str, np.ndarray], *, folds: int = 5, seed: int = 0,
     balanced: bool = False,
@@ -175,7 +171,7 @@ def leakage_floor(
     if not preserved or y.size == 0:
         return chance_level(y) if balanced else majority_rate(y)
     _, y_idx = np.unique(y, return_inverse=True)
-    cell = _cells(preserved)
+    cell = joint_codes(dict(preserved))
     n_cells, n_classes = int(cell.max()) + 1, int(y_idx.max()) + 1
     pred = np.empty_like(y_idx)
     for train, test in _folds(y_idx, folds, seed):

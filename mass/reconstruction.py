@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from mass.errors import InputError
-from mass.modifier import mlp
+from mass.modifiers import mlp
 
 
 @dataclass(frozen=True)

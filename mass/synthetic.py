@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mass.io import EmbeddingDataset, LabelEncoding, embedding_array
+from mass.rows import normalize_rows
 
 
 def make_synthetic(
@@ -44,8 +45,7 @@ def make_synthetic(
     u = np.where(rng.random(n) < rho, s % u_classes, u_free)
     dirs_s = rng.standard_normal((s_classes, dim))
     dirs_u = rng.standard_normal((u_classes, dim))
-    dirs_s /= np.linalg.norm(dirs_s, axis=1, keepdims=True)
-    dirs_u /= np.linalg.norm(dirs_u, axis=1, keepdims=True)
+    dirs_s, dirs_u = normalize_rows(dirs_s, np.float64), normalize_rows(dirs_u, np.float64)
     x = sep_s * dirs_s[s] + sep_u * dirs_u[u] + noise * rng.standard_normal((n, dim))
     if spread_s > 0:  # drawn after everything else: spread_s=0 leaves the data unchanged
         if s_classes * spread_dims > dim:
@@ -54,7 +54,7 @@ def make_synthetic(
         sub = basis[:, : s_classes * spread_dims].T.reshape(s_classes, spread_dims, dim)
         z = rng.standard_normal((n, spread_dims))
         x += spread_s * np.einsum("nk,nkd->nd", z, sub[s])
-    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    x = normalize_rows(x, np.float64)
     labels = {s_name: s.astype(np.int64), u_name: u.astype(np.int64)}
     encodings = {
         s_name: LabelEncoding(s_name, tuple(range(s_classes))),
@@ -77,7 +77,7 @@ def block_attributes(n: int, dim: int, *, seed: int = 0) -> dict[str, np.ndarray
     x = rng.normal(scale=0.15, size=(n, dim))
     x[np.arange(n), s] += 1.0
     x[np.arange(n), 8 + r] += 1.0
-    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    x = normalize_rows(x)
     return {"id": np.arange(n, dtype=np.int64) + 1000, "s": s, "r": r, "x": x}
 
 

@@ -26,7 +26,8 @@ from torch import nn
 from mass import losses
 from mass.branches import AgnosticModel, AttributeClassifier
 from mass.config import MassConfig
-from mass.modifier import DataModifier, ModifierSpec, mlp
+from mass.modifiers import DataModifier, ModifierSpec, mlp
+from mass.progress import progress as progress_bar
 from mass.safe_load import plain
 
 
@@ -237,7 +238,9 @@ class ModifierTrainer:
         for m in [*self.branches.classifiers.values(), self.branches.agnostic]:
             if m is not None:
                 m.eval()  # BatchNorm of a frozen branch must use its running statistics
-        bar = _bar(total, progress, initial=self.start_epoch * steps_per_epoch)
+        bar = progress_bar(total, desc="train G", enabled=progress,
+                           initial=self.start_epoch * steps_per_epoch,
+                           rows_per_step=cfg.batch_size)  # fmt: skip
         try:
             end = (
                 cfg.epochs if stop_after is None else min(cfg.epochs, self.start_epoch + stop_after)
@@ -328,11 +331,3 @@ class ModifierTrainer:
             self.adversaries.opt.load_state_dict(blob["adversaries"]["opt"])
         self.history = list(blob["history"])
         self.start_epoch = int(blob["epoch"]) + 1
-
-
-def _bar(total: int, enabled: bool, *, initial: int):
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=initial, desc="train G", unit="step", leave=False)

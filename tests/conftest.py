@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
+# bench/ is a top-level directory of the checkout, not an installed package: tests import it
+# from here however pytest was started (`pytest`, `python -m pytest`, any cwd).
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:
+    sys.path.append(_ROOT)
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 

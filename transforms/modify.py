@@ -9,7 +9,7 @@ the only elements are row-group specs in and ``(shard, run path)`` pairs out, so
 never leave Arrow buffers between the Parquet reader, the model handler and the spill files.
 The next batch's read and validation overlap the current batch's model call (one helper
 thread; pyarrow and gRPC release the GIL). Works with any handler of
-:mod:`transforms.triton_handler` (``load_model`` / ``run_inference``), so tests and
+:mod:`transforms.inference` (``load_model`` / ``run_inference``), so tests and
 in-process runs swap the server for a function without changing the graph.
 
 Outputs are tagged tuples (DaskRunner does not route tagged outputs): ``("run", (shard,
@@ -24,8 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import apache_beam as beam
 
+from mass.progress import RateLog
 from transforms.parquet_io import RowGroupSpec, ShardSpiller, read_row_group
-from transforms.progress import RateLog
 from transforms.quarantine import validate_batch
 
 log = logging.getLogger("mass.anonymize")

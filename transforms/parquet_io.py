@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from mass.embeddings import fixed_view
 from mass.errors import ReleaseError, UnreadableInputError
 from mass.io import expand_paths
 from mass.noise import row_seeds
@@ -495,9 +496,8 @@ def _row_flags(batch: pa.RecordBatch, emb_col: str | None, verify_col: str) -> n
     """uint8 per row: UNMODIFIED if the output is the carried input up to scale (cosine
     similarity > :data:`BYPASS_COSINE`, computed in float64), NONFINITE if not finite."""
     n = batch.num_rows
-    dim = batch.schema.field(emb_col).type.list_size
-    out = batch.column(emb_col).flatten().to_numpy().reshape(n, dim)
-    src = batch.column(verify_col).flatten().to_numpy(zero_copy_only=False).reshape(n, -1)
+    out = fixed_view(batch.column(emb_col))
+    src = fixed_view(batch.column(verify_col), None)
     finite = np.isfinite(out).all(axis=1)
     same = np.zeros(n, bool)
     if src.shape == out.shape:

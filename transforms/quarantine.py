@@ -37,8 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mass.errors import SchemaError
-from mass.io import embedding_array
+from mass.embeddings import PER_ROW, decode, embedding_array
 from transforms.parquet_io import (
     decode_dictionaries,
     fill_empty_shards,
@@ -84,34 +83,9 @@ def validate_batch(
     """
     batch = decode_dictionaries(batch)  # a pandas category id/column is its values
     arr = batch.column(emb_col)
-    n = batch.num_rows
-    typ = arr.type
-    if pa.types.is_fixed_size_list(typ):
-        if typ.list_size != dim:
-            raise SchemaError(
-                f"column '{emb_col}' has dimension {typ.list_size}, the model "
-                f"expects {dim}; pass the matching --model or --emb-col"
-            )
-        values = arr.values.slice(arr.offset * dim, n * dim)
-        right_dim = np.ones(n, bool)
-        mat = (
-            pc.fill_null(values.cast(pa.float32()), np.nan)
-            .to_numpy(zero_copy_only=False)
-            .reshape(n, dim)
-        )
-    elif pa.types.is_list(typ) or pa.types.is_large_list(typ):
-        lengths = pc.fill_null(pc.list_value_length(arr), -1).to_numpy(zero_copy_only=False)
-        right_dim = lengths == dim
-        mat = np.full((n, dim), np.nan, np.float32)
-        good = arr.filter(pa.array(right_dim))
-        if len(good):
-            mat[right_dim] = (
-                pc.fill_null(good.flatten().cast(pa.float32()), np.nan)
-                .to_numpy(zero_copy_only=False)
-                .reshape(-1, dim)
-            )
-    else:
-        raise SchemaError(f"column '{emb_col}' has type {typ}; expected a list of floats")
+    n, typ = batch.num_rows, arr.type
+    decoded = decode(arr, column=emb_col, dim=dim, policy=PER_ROW)
+    mat, right_dim = decoded.x, decoded.right_dim
     codes = np.zeros(n, np.int8)
     finite = np.isfinite(mat).all(axis=1)
     codes[~finite] = NONFINITE

@@ -30,8 +30,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mass.errors import OutputPathError, ReleaseError, SchemaError, ServingError
-from mass.triton_adapters import sha256_file
+from mass.digest import sha256_file
+from mass.errors import OutputPathError, ReleaseError, SchemaError
 from transforms.parquet_io import fill_empty_shards, read_sidecars, remove_sidecars
 
 META_KEYS = (
@@ -67,56 +67,6 @@ RAW_MEDIA_NAMES = {
     "binary",
     "blob",
 }
-
-
-def export_info(repository: str, model: str, version: str | int | None = None) -> dict:
-    """``export.json`` of ``repository/model/<version>`` (latest numeric version if None)."""
-    base = os.path.join(repository, model)
-    if version in (None, ""):
-        versions = (
-            sorted((int(v) for v in os.listdir(base) if v.isdigit()), reverse=True)
-            if os.path.isdir(base)
-            else []
-        )
-        if not versions:
-            raise ServingError(f"{base}: no numeric version folder; run `mass export` first")
-        version = versions[0]
-    path = os.path.join(base, str(version), "export.json")
-    try:
-        with open(path) as f:
-            info = json.load(f)
-    except FileNotFoundError as e:
-        raise ServingError(f"{path}: missing; re-export the model with `mass export`") from e
-    info.setdefault("name", model)
-    info.setdefault("version", int(version))
-    return info
-
-
-def server_info(url: str, model: str, version: str = "") -> dict:
-    """Provenance from the served model's config ``parameters`` (no repository at hand)."""
-    import tritonclient.grpc as grpcclient
-
-    try:
-        cfg = grpcclient.InferenceServerClient(url).get_model_config(model, version, as_json=True)[
-            "config"
-        ]
-    except Exception as e:
-        raise ServingError(f"Triton at {url}: no config for model '{model}' ({e})") from e
-    params = {
-        k.removeprefix("mass."): v.get("string_value", "")
-        for k, v in cfg.get("parameters", {}).items()
-    }
-    info = {"name": model, "version": version or params.get("version", "")}
-    for key in ("sha256", "method", "config_hash", "dim"):
-        info[key] = params.get(key, "")
-    for key in ("suppress", "preserve"):
-        info[key] = json.loads(params[key]) if params.get(key) else []
-    if not info["sha256"]:
-        raise ServingError(
-            f"Triton at {url}: model '{model}' carries no sha256 parameter; "
-            "pass --repository so the release records export.json"
-        )
-    return info
 
 
 def resolve_allow_columns(

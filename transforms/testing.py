@@ -1,6 +1,6 @@
 """Importable stand-ins for tests and examples (Beam workers unpickle them by reference).
 
-Each class is a zero-argument "loader" for :class:`transforms.triton_handler.FunctionModelHandler`
+Each class is a zero-argument "loader" for :class:`transforms.inference.function.FunctionModelHandler`
 returning ``infer(tensors) -> float32[n, d]``, the same contract as a Triton modifier.
 """
 
@@ -11,11 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mass.io import embedding_array
-
-
-def _unit(v: np.ndarray) -> np.ndarray:
-    n = np.linalg.norm(v, axis=1, keepdims=True)
-    return np.where(n > 0, v / np.where(n > 0, n, 1), 0).astype(np.float32)
+from mass.rows import normalize_rows as _unit
+from mass.serving.contract import EMBEDDING, ROW_SEED
 
 
 class NumpyModifier:
@@ -24,8 +21,8 @@ class NumpyModifier:
 
     def __call__(self):
         def infer(t):
-            x = _unit(np.asarray(t["EMBEDDING"], np.float32))
-            seeds = t["ROW_SEED"][:, 0].astype(np.uint64)
+            x = _unit(np.asarray(t[EMBEDDING], np.float32))
+            seeds = t[ROW_SEED][:, 0].astype(np.uint64)
             noise = (
                 (seeds[:, None] * np.uint64(2654435761) + np.arange(x.shape[1], dtype=np.uint64))
                 % np.uint64(1000)
@@ -39,14 +36,14 @@ class Bypass:
     """Returns its input unchanged: what a misconfigured model would do."""
 
     def __call__(self):
-        return lambda t: np.array(t["EMBEDDING"], np.float32)
+        return lambda t: np.array(t[EMBEDDING], np.float32)
 
 
 class WrongWidth:
     """Returns one column too many: a response the handler must refuse."""
 
     def __call__(self):
-        return lambda t: np.zeros((len(t["EMBEDDING"]), t["EMBEDDING"].shape[1] + 1), np.float32)
+        return lambda t: np.zeros((len(t[EMBEDDING]), t[EMBEDDING].shape[1] + 1), np.float32)
 
 
 def write_embeddings(

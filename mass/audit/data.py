@@ -14,8 +14,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from mass.embeddings import embedding_matrix, release_matrix
 from mass.errors import InvalidValueError, LabelError, SchemaError
-from mass.io import LabelEncoding, check_ids, embedding_matrix, expand_paths, read_table
+from mass.io import LabelEncoding, check_ids, expand_paths, read_table
 
 
 @dataclass
@@ -43,40 +44,6 @@ class Labels:
 
     def __len__(self) -> int:
         return len(self.ids)
-
-
-def release_matrix(table: pa.Table, column: str, *, source: str) -> np.ndarray:
-    """Embedding column -> float32 [N, d], keeping NaN/Inf and mapping null rows to NaN."""
-    if column not in table.column_names:
-        raise SchemaError(
-            f"{source}: no embedding column '{column}' (columns: {table.column_names}); "
-            "pass --emb-col"
-        )
-    arr = table.column(column).combine_chunks()
-    typ = arr.type
-    if pa.types.is_fixed_size_list(typ):
-        dim = typ.list_size
-        vals = arr.values.slice(arr.offset * dim, len(arr) * dim)
-    elif pa.types.is_list(typ) or pa.types.is_large_list(typ):
-        lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False)
-        valid = ~arr.is_null().to_numpy(zero_copy_only=False)
-        dim = int(lengths[valid][0]) if valid.any() else 0
-        bad = np.flatnonzero(valid & (lengths != dim))
-        if bad.size:
-            raise InvalidValueError(
-                f"{source}: column '{column}' is ragged: row {int(bad[0])} has "
-                f"{int(lengths[bad[0]])} values, others {dim}"
-            )
-        arr = pc.if_else(arr.is_null(), pa.scalar([np.nan] * dim, typ), arr)
-        vals = arr.flatten()
-    else:
-        raise SchemaError(f"{source}: column '{column}' has type {typ}; expected a list of floats")
-    if not (pa.types.is_floating(vals.type) or pa.types.is_integer(vals.type)):
-        raise SchemaError(f"{source}: column '{column}' holds {vals.type}; expected floats")
-    x = vals.to_numpy(zero_copy_only=False).astype(np.float32).reshape(len(arr), dim)
-    if arr.null_count:
-        x[arr.is_null().to_numpy(zero_copy_only=False)] = np.nan
-    return x
 
 
 def read_release(spec: str, *, id_col: str = "id", emb_col: str = "emb") -> Release:

@@ -30,9 +30,10 @@ import torch
 
 from mass.keys import OwnerKey
 from mass.noise import keyed_row_seeds, row_noise, row_seeds, subtract_noise
+from mass.rows import normalize_rows
 
 log = logging.getLogger(__name__)
-OUTPUT_NOISE_OFFSET = 0x5EED  # mass.modifier.DataModifier: output noise uses seed + 0x5EED
+OUTPUT_NOISE_OFFSET = 0x5EED  # mass.modifiers.DataModifier: output noise uses seed + 0x5EED
 DETERMINISTIC = {"affine", "quadratic_erasure"}
 
 
@@ -122,7 +123,7 @@ def _noise(seeds: torch.Tensor, offset: int, width: int) -> np.ndarray:
 def strip_unit_noise(x_prime: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Invert x' = n(y + w) for unit-norm y, given w (:func:`mass.noise.subtract_noise`)."""
     xp = np.asarray(x_prime, dtype=np.float64)
-    return subtract_noise(xp / np.maximum(np.linalg.norm(xp, axis=1, keepdims=True), 1e-30), w)
+    return subtract_noise(normalize_rows(xp, np.float64), w)
 
 
 def keyless_view(

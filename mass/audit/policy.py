@@ -37,8 +37,6 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import yaml
-
 from mass.errors import ConfigError
 from mass.metrics import ATTACKER_FAMILIES, FROZEN
 
@@ -193,15 +191,9 @@ def load_policy(params_path: str | None) -> AuditPolicy:
     """Read ``audit:`` from a params.yaml (a missing file or section -> defaults)."""
     if params_path is None:
         return AuditPolicy()
-    try:
-        with open(params_path) as f:
-            params = yaml.safe_load(f) or {}
-    except FileNotFoundError as e:
-        raise ConfigError(f"{params_path}: no such params file; pass --params") from e
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{params_path}: not valid YAML ({e})") from e
-    if not isinstance(params, Mapping):
-        raise ConfigError(f"{params_path}: expected a mapping at the top level")
+    from mass.config import read_yaml
+
+    params = read_yaml(params_path, flag="--params", missing=ConfigError, what="params file")
     section = params.get("audit")
     if section is not None and not isinstance(section, Mapping):
         raise ConfigError(f"{params_path}: audit: expected a mapping of thresholds")

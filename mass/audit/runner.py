@@ -28,6 +28,7 @@ from mass.audit.suite import JUDGE_COLUMNS, AuditOutcome, SuiteSpec, run_suites
 from mass.errors import ConfigError, InputError, MissingInputError
 from mass.keys import NOISE_KEY_ENV, OwnerKey, resolve_key
 from mass.metrics import KEYED, AttributeReport, attribute_report, z_value
+from mass.rows import normalize_rows
 
 log = logging.getLogger(__name__)
 MIN_AUDIT_ROWS = 10  # fewer joined rows cannot support k-fold attackers; the suite then fails
@@ -111,8 +112,7 @@ def _original(req: AuditRequest, release: Release, labels: Labels, pos: np.ndarr
     x = np.full(release.x.shape, np.nan, dtype=np.float32)
     x[idx >= 0] = src[idx[idx >= 0]]
     # Branch models (and every modifier, eq. 1) see unit-norm inputs; judge x the same way.
-    norm = np.linalg.norm(x, axis=1, keepdims=True)
-    x = np.divide(x, norm, out=np.zeros_like(x), where=norm > 0) if len(x) else x
+    x = normalize_rows(x)
     x[idx < 0] = np.nan
     return x, n_input, in_pos
 

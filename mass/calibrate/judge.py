@@ -109,7 +109,7 @@ class ValidationAudit:
     def __init__(self, val: EmbeddingDataset, suppress, preserve, policy: AuditPolicy,
                  cfg: CalibrationConfig):  # fmt: skip
         from mass import metrics as M
-        from mass.methods.mass import normalize_rows
+        from mass.modifiers import normalize_rows
         from mass.noise import row_seeds
 
         self.suppress, self.preserve, self.policy, self.cfg = suppress, preserve, policy, cfg

@@ -21,8 +21,7 @@ def with_output_noise(model: torch.nn.Module, level: float) -> torch.nn.Module:
     A MaSS G (alone or last in a chain) gets its ``spec.output_noise`` replaced; any other
     modifier gets a ``gaussian_noise`` modifier with sigma = level / sqrt(d) chained after it.
     """
-    from mass.methods._common import GaussianNoiseModifier, NoiseSpec
-    from mass.modifier import ChainModifier, DataModifier
+    from mass.modifiers import ChainModifier, DataModifier, GaussianNoiseModifier, NoiseSpec
 
     if isinstance(model, DataModifier):
         out = DataModifier(dataclasses.replace(model.spec, output_noise=float(level)))

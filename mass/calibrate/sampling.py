@@ -17,16 +17,9 @@ import numpy as np
 
 from mass.errors import InputError
 from mass.io import EmbeddingDataset
+from mass.rows import joint_codes  # noqa: F401  (re-exported for calibration callers)
 
 log = logging.getLogger(__name__)
-
-
-def joint_codes(labels: dict[str, np.ndarray], attrs: list[str]) -> np.ndarray:
-    """One integer per row for the combination of ``attrs`` labels (the strata)."""
-    if not attrs:
-        return np.zeros(len(next(iter(labels.values()))), dtype=np.int64)
-    cols = np.stack([np.asarray(labels[a]) for a in attrs], axis=1)
-    return np.unique(cols, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
 
 
 def stratified_split(

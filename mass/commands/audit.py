@@ -31,8 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", required=True, help="report directory")
     parser.add_argument("--run-dir", help="training run (branches.pt, encodings.json)")
     parser.add_argument("--params", help="params.yaml holding the audit: policy")
-    parser.add_argument("--id-col", default="id")
-    parser.add_argument("--emb-col", default="emb")
+    parser.add_argument("--id-col", default="id", help="row id column (int64, unique; what keyed noise and joins use)")
+    parser.add_argument("--emb-col", default="emb", help="embedding column (fixed-size list of float32)")
     parser.add_argument("--input", help="original embeddings Parquet (ids must match)")
     parser.add_argument(
         "--allow-columns",

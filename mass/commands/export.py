@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from mass.errors import ConfigError
+from mass.serving.export import KINDS
 
 HELP = "export a trained run into a Triton model repository (signed with the owner key)"
 
@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--kind",
-        choices=["modifier", "extractor", "ensemble", "minilm"],
+        choices=KINDS,
         default="modifier",
         help="what to export (default: modifier)",
     )
@@ -72,40 +72,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mass import export
-    from mass.keys import SIGNING_KEY_ENV, resolve_key
+    from mass.serving.export import export_kind
 
-    export.check_model_name(args.name)
-    common = {"version": args.version, "instances": args.instances, "gpu_variant": args.gpu_variant}
-    if args.kind != "ensemble":
-        key = resolve_key(args.signing_key_file, SIGNING_KEY_ENV)
-        common["key"] = export.signing_key(key, purpose="sign")
-    if args.max_batch_size is not None:
-        common["max_batch_size"] = args.max_batch_size
-    if args.kind in ("modifier", "extractor") and args.run_dir is None:
-        raise ConfigError(f"--kind {args.kind} needs RUN_DIR (the trained run or checkpoint)")
-    if args.kind == "modifier":
-        result = export.export_modifier(args.run_dir, args.repository, args.name, **common)
-    elif args.kind == "extractor":
-        result = export.export_extractor(args.run_dir, args.repository, args.name, **common)
-    elif args.kind == "minilm":
-        result = export.export_minilm(args.repository, args.name, **common)
-    else:
-        if args.modifier is None:
-            raise ConfigError("--kind ensemble needs --modifier NAME (an exported modifier)")
-        path = export.export_ensemble(
-            args.repository, extractor=args.extractor, modifier=args.modifier, name=args.name
-        )
-        print(json.dumps({"name": args.name, "version": 1, "path": str(path)}))
-        return 0
-    print(
-        json.dumps(
-            {
-                "name": result.name,
-                "version": result.version,
-                "path": str(result.version_dir),
-                "sha256": result.sha256,
-            }
-        )
+    summary = export_kind(
+        args.kind,
+        args.repository,
+        args.name,
+        run_dir=args.run_dir,
+        signing_key_file=args.signing_key_file,
+        version=args.version,
+        max_batch_size=args.max_batch_size,
+        instances=args.instances,
+        gpu_variant=args.gpu_variant,
+        extractor=args.extractor,
+        modifier=args.modifier,
     )
+    print(json.dumps(summary))
     return 0

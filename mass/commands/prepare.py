@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from mass.datasets.coloured_mnist import write_splits
+from mass.demo.coloured_mnist import write_splits
 
 HELP = "write coloured MNIST-5k (images + labels) to Parquet splits"
 log = logging.getLogger(__name__)

@@ -13,9 +13,6 @@ random token: the line's ``access_file`` (0600) holds it; jobs of the same user 
 from __future__ import annotations
 
 import argparse
-import json
-import signal
-import threading
 
 HELP = "start the local Triton server on a model repository and wait"
 
@@ -37,7 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Triton --model-control-mode (poll reloads new exports)",
     )
     parser.add_argument("--log", default=None, metavar="FILE", help="server log file")
-    parser.add_argument("--startup-timeout", type=float, default=300.0)
+    parser.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=300.0,
+        help="seconds to wait for the server and its models to be ready (default 300)",
+    )
     parser.add_argument(
         "--signing-key-file",
         default=None,
@@ -47,41 +49,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mass.serving import TritonServer
+    from mass.serving.foreground import serve
 
-    stop = threading.Event()
-    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        with TritonServer(
-            args.repository,
-            grpc_port=args.grpc_port,
-            http_port=args.http_port,
-            metrics_port=args.metrics_port,
-            log_path=args.log,
-            startup_timeout=args.startup_timeout,
-            model_control=args.model_control,
-            signing_key_file=args.signing_key_file,
-        ) as server:
-            proc = server.process
-            assert proc is not None  # start() succeeded
-            print(
-                json.dumps(
-                    {
-                        "grpc_url": server.grpc_url,
-                        "http_url": server.http_url,
-                        "metrics_url": server.metrics_url,
-                        "log": str(server.log_path),
-                        "pid": proc.pid,
-                        "access_file": str(server.write_access_file()),
-                    }
-                ),
-                flush=True,
-            )
-            while not stop.wait(1.0):
-                if proc.poll() is not None:
-                    print(f"tritonserver exited unexpectedly; log tail:\n{server.log_tail()}")
-                    return 1
-        return 0
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    return serve(
+        args.repository,
+        grpc_port=args.grpc_port,
+        http_port=args.http_port,
+        metrics_port=args.metrics_port,
+        log_path=args.log,
+        startup_timeout=args.startup_timeout,
+        model_control=args.model_control,
+        signing_key_file=args.signing_key_file,
+    )

@@ -1,6 +1,6 @@
 """Train the SimCLR CNN feature extractor on a raw split's images (labels unused).
 
-Writes OUT/extractor.pt (``mass.extractor.load_extractor`` reads it) and OUT/probe.json
+Writes OUT/extractor.pt (``mass.demo.extractor.load_extractor`` reads it) and OUT/probe.json
 (training time, loss curve and, with --probe-val, linear-probe accuracy per attribute).
 With --features-out DIR it also embeds the raw splits in process (same numbers as the
 Triton-served model) into DIR/<split>.parquet; --checkpoint skips training and only embeds.
@@ -22,16 +22,20 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from mass.extractor import TrainConfig
+    from mass.demo.extractor import TrainConfig
 
     d = TrainConfig()
     parser.add_argument("--data", default="data/raw/train.parquet", help="raw training split")
     parser.add_argument("--out", default="models/extractor", help="output directory")
-    parser.add_argument("--epochs", type=int, default=d.epochs)
-    parser.add_argument("--batch-size", type=int, default=d.batch_size)
-    parser.add_argument("--lr", type=float, default=d.lr)
-    parser.add_argument("--temperature", type=float, default=d.temperature)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--epochs", type=int, default=d.epochs, help=f"SimCLR epochs (default {d.epochs})")
+    parser.add_argument(
+        "--batch-size", type=int, default=d.batch_size, help=f"images per SimCLR batch (default {d.batch_size})"
+    )
+    parser.add_argument("--lr", type=float, default=d.lr, help=f"learning rate (default {d.lr})")
+    parser.add_argument(
+        "--temperature", type=float, default=d.temperature, help=f"NT-Xent temperature (default {d.temperature})"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of weights and augmentations")
     parser.add_argument(
         "--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)"
     )
@@ -60,13 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mass.extractor import (
-        TrainConfig,
-        file_sha256,
-        load_extractor,
-        train_and_save,
-        write_features,
-    )
+    from mass.demo.extractor import TrainConfig, file_sha256, load_extractor
+    from mass.demo.features import train_and_save, write_features
 
     if args.threads:
         torch.set_num_threads(args.threads)

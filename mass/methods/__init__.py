@@ -1,59 +1,26 @@
 """Registry of anonymization methods selectable by name (``method:`` in the config).
 
-A method turns training embeddings into a fitted modifier (see :class:`Method`). Importing
-this package imports every method module so their modifier kinds are registered for
-:func:`mass.modifier.load_modifier`.
+A method *fits* a modifier (:class:`mass.methods.base.Method`, with a typed params dataclass
+each); what it fits is one of the servable kinds of :mod:`mass.modifiers`. Methods import
+modifiers, never the reverse: loading a modifier.pt needs none of this package.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-from torch import nn
 
 from mass.errors import ConfigError
-from mass.io import EmbeddingDataset
+from mass.methods.base import FitResult, Method, Params
 
-
-@dataclass
-class FitResult:
-    """What a method returns: the modifier and what it learned on the way."""
-
-    modifier: nn.Module  # a registered modifier kind: forward(x, seeds=None) -> x'
-    branches: dict[str, nn.Module] = field(default_factory=dict)  # frozen judges, if any
-    history: list[dict[str, float]] = field(default_factory=list)  # one dict per epoch
-    seconds: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-class Method(Protocol):
-    """``fit`` learns a modifier that suppresses ``suppress`` and preserves ``preserve``."""
-
-    name: str
-
-    def fit(
-        self,
-        train: EmbeddingDataset,
-        *,
-        suppress: list[str],
-        preserve: list[str],
-        params: dict[str, Any],
-        val: EmbeddingDataset | None = None,
-        seed: int = 0,
-        progress: bool = True,
-    ) -> FitResult: ...
-
-
-METHODS: dict[str, type] = {}
+METHODS: dict[str, type[Method]] = {}
+_HELPERS = ("base", "_common")  # modules that define no method
 
 
 def register_method(name: str):
     """Class decorator: make a method selectable by ``name``."""
 
-    def wrap(cls: type) -> type:
+    def wrap(cls: type[Method]) -> type[Method]:
         if name in METHODS and METHODS[name] is not cls:
             raise ValueError(f"method {name!r} registered twice")
         METHODS[name] = cls
@@ -70,9 +37,19 @@ def get_method(name: str) -> Method:
     return METHODS[name]()
 
 
+def method_names() -> list[str]:
+    """Every registered method name, sorted (what ``--method`` accepts)."""
+    _import_all()
+    return sorted(METHODS)
+
+
 def _import_all() -> None:
     for info in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{info.name}")
+        if info.name not in _HELPERS:
+            importlib.import_module(f"{__name__}.{info.name}")
 
+
+__all__ = ["METHODS", "FitResult", "Method", "Params", "get_method", "method_names",
+           "register_method"]  # fmt: skip
 
 _import_all()

@@ -1,56 +1,28 @@
-"""Shared pieces of the comparison methods: parameter checks, label tensors, small training
-loops, the affine and Gaussian-noise modifier kinds, and mutual-information estimators.
+"""Shared pieces of the fitting code of the comparison methods: attribute checks, label
+tensors, small training loops, toy data and mutual-information estimators.
 
-Every modifier here ends with L2 normalisation like the MaSS modifier (eq. 1's n()), so the
-same export / anonymize / audit pipeline handles any method's release unchanged.
+What they fit are the servable kinds of :mod:`mass.modifiers`; every kind ends with L2
+normalisation (eq. 1's n()), so one export / anonymize / audit pipeline handles any method.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mass.errors import ConfigError
+from mass.config import check_attribute_names
 from mass.io import EmbeddingDataset
-from mass.modifier import l2_normalize, register_modifier
-from mass.noise import row_noise
-
-
-def param(params: dict[str, Any], name: str, default: Any, *, lo: float | None = None) -> Any:
-    """``params[name]`` (or ``default``) cast to the default's type; ``lo`` is a lower bound."""
-    value = params.get(name, default)
-    try:
-        if isinstance(default, bool):
-            value = bool(value)
-        elif isinstance(default, int):
-            value = int(value)
-        elif isinstance(default, float):
-            value = float(value)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"params.{name}={value!r}: expected {type(default).__name__}") from e
-    if lo is not None and value < lo:
-        raise ConfigError(f"params.{name}={value}: must be >= {lo}")
-    return value
+from mass.modifiers import l2_normalize, normalize_rows
 
 
 def check_attrs(train: EmbeddingDataset, suppress: list[str], preserve: list[str]) -> None:
     """Every named attribute has labels in ``train``; a suppressed one is never preserved."""
-    if not suppress:
-        raise ConfigError("suppress: name at least one attribute to suppress")
-    for attr in [*suppress, *preserve]:
-        if attr not in train.labels:
-            raise ConfigError(
-                f"{attr!r}: no labels in {train.source or 'the training data'} "
-                f"(labels: {sorted(train.labels)}); fix suppress/preserve"
-            )
-    both = set(suppress) & set(preserve)
-    if both:
-        raise ConfigError(f"{sorted(both)}: an attribute cannot be suppressed and preserved")
+    check_attribute_names(suppress, preserve, train.labels,
+                          source=train.source or "the training data")  # fmt: skip
 
 
 def label_tensors(ds: EmbeddingDataset, attrs: list[str]) -> dict[str, torch.Tensor]:
@@ -122,69 +94,6 @@ def entropy_of(y: torch.Tensor, k: int) -> float:
     p = torch.bincount(y, minlength=k).double() / max(len(y), 1)
     p = p[p > 0]
     return float(-(p * p.log()).sum())
-
-
-@dataclass(frozen=True)
-class AffineSpec:
-    dim: int
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@register_modifier("affine")
-class AffineModifier(nn.Module):
-    """x' = n(W n(x) + b): the closed-form erasers (LEACE, INLP) as one servable kind."""
-
-    @classmethod
-    def spec_from_dict(cls, d: dict) -> AffineSpec:
-        return AffineSpec(dim=int(d["dim"]))
-
-    stochastic = False  # draws no noise; export.json records it, so no key is required
-
-    def __init__(self, spec: AffineSpec) -> None:
-        super().__init__()
-        self.spec = spec
-        self.register_buffer("weight", torch.eye(spec.dim))
-        self.register_buffer("bias", torch.zeros(spec.dim))
-
-    def set(self, weight: torch.Tensor, bias: torch.Tensor) -> AffineModifier:
-        self.weight.copy_(weight.to(torch.float32))
-        self.bias.copy_(bias.to(torch.float32))
-        return self
-
-    def forward(self, x: torch.Tensor, seeds: torch.Tensor | None = None) -> torch.Tensor:
-        return l2_normalize(l2_normalize(x) @ self.weight.T + self.bias)
-
-
-@dataclass(frozen=True)
-class NoiseSpec:
-    dim: int
-    sigma: float
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@register_modifier("gaussian_noise")
-class GaussianNoiseModifier(nn.Module):
-    """x' = n(n(x) + sigma * eps(seed)): the feature-noise baseline (MaSS Table 5, row 1)."""
-
-    @classmethod
-    def spec_from_dict(cls, d: dict) -> NoiseSpec:
-        return NoiseSpec(dim=int(d["dim"]), sigma=float(d["sigma"]))
-
-    stochastic = True  # eps comes from ROW_SEED: the release needs the owner's noise key
-
-    def __init__(self, spec: NoiseSpec) -> None:
-        super().__init__()
-        self.spec = spec
-
-    def forward(self, x: torch.Tensor, seeds: torch.Tensor | None = None) -> torch.Tensor:
-        if seeds is None:
-            raise ValueError("gaussian_noise modifier needs per-row seeds (keyed_row_seeds)")
-        eps = row_noise(seeds, self.spec.dim).to(x.device)
-        return l2_normalize(l2_normalize(x) + self.spec.sigma * eps)
 
 
 def knn_mutual_information(x: np.ndarray, y: np.ndarray, *, k: int = 3) -> float:
@@ -266,11 +175,11 @@ def toy_dataset(
         y = rng.integers(0, k, size=n)
         x += scale * rng.normal(size=(k, dim))[y] / np.sqrt(dim)
         labels[attr] = y.astype(np.int64)
-    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    x = normalize_rows(x)
     encodings = {a: LabelEncoding(a, tuple(range(k))) for a, k in classes.items()}
     return EmbeddingDataset(
         ids=pa.array(np.arange(n, dtype=np.int64)),
-        x=x.astype(np.float32),
+        x=x,
         labels=labels,
         encodings=encodings,
         source="toy",

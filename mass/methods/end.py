@@ -16,22 +16,16 @@ input) are in the compare bench and :mod:`mass.reconstruction`.
 
 from __future__ import annotations
 
-import time
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mass.io import EmbeddingDataset
-from mass.methods import FitResult, register_method
-from mass.methods._common import (
-    classifier,
-    fit_inputs,
-    param,
-    train_with_aux,
-)
-from mass.modifier import DataModifier, ModifierSpec
+from mass.methods import FitResult, Method, Params, register_method
+from mass.methods._common import classifier, fit_inputs, train_with_aux
+from mass.methods.base import knob
+from mass.modifiers import DataModifier, ModifierSpec
 
 
 def gram(h: torch.Tensor) -> torch.Tensor:
@@ -59,29 +53,28 @@ def entangle_loss(k: torch.Tensor, target: torch.Tensor, bias: torch.Tensor) -> 
     return 1.0 - ((1.0 + k[mask]) / 2.0).mean()
 
 
-@register_method("end")
-class EnD:
-    """``params``: alpha (1.0), beta (0.5), epochs (30), batch_size (256), lr (1e-3), hidden."""
+@dataclass(frozen=True)
+class EndParams(Params):
+    alpha: float = knob(1.0, lo=0.0, help="weight of the disentangling term R_perp")
+    beta: float = knob(0.5, lo=0.0, help="weight of the entangling term R_par")
+    epochs: int = knob(30, lo=1, help="passes over the training rows")
+    batch_size: int = knob(256, lo=2, help="rows per step (pairs are formed within a batch)")
+    lr: float = knob(1e-3, help="Adam learning rate")
+    hidden: tuple[int, ...] = knob((256, 128, 256), help="hidden widths of G (MaSS's default)")
 
-    def fit(
-        self,
-        train: EmbeddingDataset,
-        *,
-        suppress: list[str],
-        preserve: list[str],
-        params: dict[str, Any],
-        val: EmbeddingDataset | None = None,
-        seed: int = 0,
-        progress: bool = True,
-    ) -> FitResult:
-        start = time.perf_counter()
-        x, gen, attrs, ks, labels = fit_inputs(train, suppress, preserve, seed=seed)
-        hidden = tuple(int(h) for h in params.get("hidden", (256, 128, 256)))
-        modifier = DataModifier(ModifierSpec(dim=x.shape[1], hidden=hidden))
+
+@register_method("end")
+class EnD(Method):
+    """G = MaSS's DataModifier trained with the EnD regulariser and target heads."""
+
+    Params = EndParams
+
+    def fit_params(self, train, hp: EndParams, *, suppress, preserve, val, progress, **_):
+        x, gen, attrs, ks, labels = fit_inputs(train, suppress, preserve, seed=hp.seed)
+        modifier = DataModifier(ModifierSpec(dim=x.shape[1], hidden=hp.hidden))
         # The target heads train with G (EnD regularises a model trained on its task).
         heads = nn.ModuleDict({p: classifier(x.shape[1], ks[p]) for p in preserve})
-        alpha = param(params, "alpha", 1.0, lo=0.0)
-        beta = param(params, "beta", 0.5, lo=0.0)
+        alpha, beta = hp.alpha, hp.beta
 
         class _Joint(nn.Module):
             def __init__(self):
@@ -109,11 +102,9 @@ class EnD:
             labels,
             aux_loss=None,
             mod_loss=mod_loss,
-            epochs=param(params, "epochs", 30, lo=1),
-            batch_size=param(params, "batch_size", 256, lo=2),
-            lr=param(params, "lr", 1e-3),
+            epochs=hp.epochs,
+            batch_size=hp.batch_size,
+            lr=hp.lr,
             gen=gen,
         )
-        return FitResult(
-            modifier=modifier.eval(), history=history, seconds=time.perf_counter() - start
-        )
+        return FitResult(modifier=modifier.eval(), history=history)

@@ -24,7 +24,6 @@ noise N(0, s^2 I) with s chosen so the expected KL distortion equals the same bu
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -32,17 +31,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mass.errors import ConfigError
-from mass.io import EmbeddingDataset
-from mass.methods import FitResult, register_method
-from mass.methods._common import (
-    batches,
-    classifier,
-    fit_inputs,
-    param,
+from mass.methods import FitResult, Method, Params, register_method
+from mass.methods._common import batches, classifier, fit_inputs
+from mass.methods.base import knob
+from mass.modifiers.genfilter import (
+    GenFilterModifier,
+    GenFilterSpec,
+    kl_distortion,
+    project_to_budget,
 )
-from mass.modifier import l2_normalize, mlp, register_modifier
-from mass.noise import row_noise
 
 
 def kl_to_prior(mu: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:
@@ -73,18 +70,6 @@ def vae_loss(
     return (x - recon).pow(2).sum(dim=1).mean() + beta * kl_to_prior(mu, logvar) + gamma * lip
 
 
-def kl_distortion(delta: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:
-    """Per-row KL(N(mu + delta, S) || N(mu, S)) = 1/2 sum_j delta_j^2 / sigma_j^2 (eq. 10)."""
-    return 0.5 * (delta.pow(2) * (-logvar).exp()).sum(dim=1)
-
-
-def project_to_budget(delta: torch.Tensor, logvar: torch.Tensor, budget: float) -> torch.Tensor:
-    """Scale each row's offset onto the KL ball {KL <= budget} (the constraint of eq. 5)."""
-    kl = kl_distortion(delta, logvar)
-    scale = torch.sqrt(budget / kl.clamp_min(1e-12)).clamp(max=1.0)
-    return delta * scale.unsqueeze(1)
-
-
 def filter_loss(
     adv_logits: list[torch.Tensor],
     adv_y: list[torch.Tensor],
@@ -106,69 +91,6 @@ def gaussian_budget_sigma(logvar: torch.Tensor, budget: float) -> float:
     """s with E[KL(N(mu + s w, S) || N(mu, S))] = budget for w ~ N(0, I): the eq. 12 baseline."""
     inv_var = (-logvar).exp().sum(dim=1).mean()
     return float(torch.sqrt(2.0 * budget / inv_var))
-
-
-@dataclass(frozen=True)
-class GenFilterSpec:
-    dim: int
-    latent: int = 16
-    hidden: int = 256
-    noise_dim: int = 16
-    label_classes: tuple[int, ...] = ()  # classes of each suppressed attribute fed to the filter
-    budget: float = 1.0
-    mode: str = "filter"  # "filter" | "gaussian"
-    sigma: float = 0.0  # latent noise std of the gaussian mode
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["label_classes"] = list(self.label_classes)
-        return d
-
-
-@register_modifier("genfilter")
-class GenFilterModifier(nn.Module):
-    """x' = n(Dec(mu(x) + delta)), delta = proj_b(W [w(seed); onehot(predicted s)]) or s * w."""
-
-    @classmethod
-    def spec_from_dict(cls, d: dict) -> GenFilterSpec:
-        return GenFilterSpec(**{**d, "label_classes": tuple(d.get("label_classes", ()))})
-
-    def __init__(self, spec: GenFilterSpec) -> None:
-        super().__init__()
-        self.spec = spec
-        self.encoder = mlp([spec.dim, spec.hidden, 2 * spec.latent])
-        self.decoder = mlp([spec.latent, spec.hidden, spec.dim])
-        self.filter = nn.Linear(spec.noise_dim + sum(spec.label_classes), spec.latent)
-        self.predictors = nn.ModuleList(nn.Linear(spec.latent, k) for k in spec.label_classes)
-
-    @property
-    def stochastic(self) -> bool:
-        """Noise w(ROW_SEED) reaches the output (the release then needs the noise key)."""
-        if self.spec.mode == "gaussian":
-            return self.spec.sigma > 0 and self.spec.latent > 0
-        return self.spec.noise_dim > 0
-
-    def encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mu, logvar = self.encoder(l2_normalize(x)).chunk(2, dim=1)
-        return mu, logvar.clamp(-12.0, 6.0)
-
-    def offset(self, w: torch.Tensor, onehots: list[torch.Tensor], logvar: torch.Tensor):
-        if self.spec.mode == "gaussian":
-            return self.spec.sigma * w
-        delta = self.filter(torch.cat([w, *onehots], dim=1))
-        return project_to_budget(delta, logvar, self.spec.budget)
-
-    def forward(self, x: torch.Tensor, seeds: torch.Tensor | None = None) -> torch.Tensor:
-        if seeds is None:
-            raise ValueError("genfilter modifier needs per-row seeds (keyed_row_seeds)")
-        mu, logvar = self.encode(x)
-        width = self.spec.latent if self.spec.mode == "gaussian" else self.spec.noise_dim
-        w = row_noise(seeds, width).to(x.device)
-        onehots = [
-            F.one_hot(p(mu).argmax(dim=1), k).float()
-            for p, k in zip(self.predictors, self.spec.label_classes, strict=True)
-        ]
-        return l2_normalize(self.decoder(mu + self.offset(w, onehots, logvar)))
 
 
 def train_vae(
@@ -221,53 +143,48 @@ def _fit_predictors(
     return acc
 
 
-class _GenFilterBase:
-    mode = "filter"
+@dataclass(frozen=True)
+class GenFilterParams(Params):
+    # a unit-norm embedding VAE has small posterior variances, so 1 nat barely moves a row
+    budget: float = knob(20.0, lo=0.0, help="KL distortion budget per row, in nats")
+    rho: float = knob(1.0, lo=0.0, help="weight of the utility classifiers' CE")
+    latent: int = knob(16, lo=1, help="VAE latent width")
+    hidden: int = knob(256, lo=1, help="VAE hidden width")
+    noise_dim: int = knob(16, lo=1, help="noise inputs w of the filter")
+    beta: float = knob(0.01, lo=0.0, help="weight of the VAE's KL to the prior")
+    gamma: float = knob(0.1, lo=0.0, help="weight of the decoder's Lipschitz term (eq. 6)")
+    vae_epochs: int = knob(60, lo=1, help="VAE training passes")
+    filter_epochs: int = knob(60, lo=1, help="filter min-max training passes")
+    label_source: str = knob("predicted", choices=("predicted", "none"),
+                             help="feed the filter the predicted private label, or none")  # fmt: skip
 
-    def fit(
-        self,
-        train: EmbeddingDataset,
-        *,
-        suppress: list[str],
-        preserve: list[str],
-        params: dict[str, Any],
-        val: EmbeddingDataset | None = None,
-        seed: int = 0,
-        progress: bool = True,
-    ) -> FitResult:
-        start = time.perf_counter()
-        x, gen, _, ks, labels = fit_inputs(train, suppress, preserve, seed=seed)
-        budget = param(params, "budget", 20.0, lo=0.0)
-        label_source = str(params.get("label_source", "predicted"))
-        if label_source not in ("predicted", "none"):
-            raise ConfigError(f"params.label_source={label_source!r}: choose 'predicted' or 'none'")
-        use_labels = self.mode == "filter" and label_source == "predicted"
+
+class _GenFilterBase(Method):
+    mode = "filter"
+    Params = GenFilterParams
+
+    def fit_params(self, train, p: GenFilterParams, *, suppress, preserve, val, progress, **_):
+        x, gen, _, ks, labels = fit_inputs(train, suppress, preserve, seed=p.seed)
+        use_labels = self.mode == "filter" and p.label_source == "predicted"
         spec = GenFilterSpec(
             dim=x.shape[1],
-            latent=param(params, "latent", 16, lo=1),
-            hidden=param(params, "hidden", 256, lo=1),
-            noise_dim=param(params, "noise_dim", 16, lo=1),
+            latent=p.latent,
+            hidden=p.hidden,
+            noise_dim=p.noise_dim,
             label_classes=tuple(ks[a] for a in suppress) if use_labels else (),
-            budget=budget,
+            budget=p.budget,
             mode=self.mode,
         )
         model = GenFilterModifier(spec)
-        history = train_vae(
-            model,
-            x,
-            epochs=param(params, "vae_epochs", 60, lo=1),
-            beta=param(params, "beta", 0.01, lo=0.0),
-            gamma=param(params, "gamma", 0.1, lo=0.0),
-            gen=gen,
-        )
-        for p in [*model.encoder.parameters(), *model.decoder.parameters()]:
-            p.requires_grad_(False)  # "the VAE remains fixed for all ... private labels"
+        history = train_vae(model, x, epochs=p.vae_epochs, beta=p.beta, gamma=p.gamma, gen=gen)
+        for prm in [*model.encoder.parameters(), *model.decoder.parameters()]:
+            prm.requires_grad_(False)  # "the VAE remains fixed for all ... private labels"
         with torch.no_grad():
             mu, logvar = model.encode(x)
             recon_cos = float(F.cosine_similarity(model.decoder(mu), x).mean())
-        extra: dict[str, Any] = {"vae_recon_cosine": recon_cos, "budget": budget}
+        extra: dict[str, Any] = {"vae_recon_cosine": recon_cos, "budget": p.budget}
         if self.mode == "gaussian":
-            sigma = gaussian_budget_sigma(logvar, budget)
+            sigma = gaussian_budget_sigma(logvar, p.budget)
             model.spec = spec = GenFilterSpec(
                 **{**asdict(spec), "sigma": sigma, "label_classes": ()}
             )
@@ -277,23 +194,21 @@ class _GenFilterBase:
                 acc = _fit_predictors(model, mu, [labels[a] for a in suppress], gen, 20)
                 extra["predictor_accuracy"] = {suppress[i]: v for i, v in acc.items()}
             history += self._train_filter(
-                model, mu, logvar, labels, suppress, preserve, ks, params, gen, use_labels
+                model, mu, logvar, labels, suppress, preserve, ks, p, gen, use_labels
             )
-        return FitResult(
-            modifier=model.eval(), history=history, seconds=time.perf_counter() - start, extra=extra
-        )
+        return FitResult(modifier=model.eval(), history=history, extra=extra)
 
     def _train_filter(
-        self, model, mu, logvar, labels, suppress, preserve, ks, params, gen, use_labels
+        self, model, mu, logvar, labels, suppress, preserve, ks, p, gen, use_labels
     ):
         """Step 2: alternate adversary/utility updates with filter updates (eqs. 2-5)."""
-        rho = param(params, "rho", 1.0, lo=0.0)
+        rho = p.rho
         advs = nn.ModuleList(classifier(model.spec.latent, ks[a]) for a in suppress)
         utils = nn.ModuleList(classifier(model.spec.latent, ks[a]) for a in preserve)
         opt_d = torch.optim.Adam([*advs.parameters(), *utils.parameters()], lr=1e-3)
         opt_f = torch.optim.Adam(model.filter.parameters(), lr=1e-3)
         history = []
-        for _ in range(param(params, "filter_epochs", 60, lo=1)):
+        for _ in range(p.filter_epochs):
             total = 0.0
             for idx in batches(len(mu), 128, gen):
                 w = torch.randn(len(idx), model.spec.noise_dim, generator=gen)
@@ -324,10 +239,7 @@ class _GenFilterBase:
 
 @register_method("genfilter")
 class GenFilter(_GenFilterBase):
-    """``params``: budget (KL nats per row, 20.0; a unit-norm embedding VAE has small posterior
-    variances, so 1 nat barely moves a row), rho (1.0), latent (16), hidden (256),
-    noise_dim (16), beta (0.01), gamma (0.1), vae_epochs (60), filter_epochs (60),
-    label_source ("predicted" | "none")."""
+    """The filter of eqs. 2-5 in the latent of a fixed VAE (``GenFilterParams``)."""
 
     mode = "filter"
 

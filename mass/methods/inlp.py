@@ -4,20 +4,20 @@ Repeat: fit a linear classifier for each suppressed attribute on the current pro
 features, add its weight rows to the erased subspace, and project onto the nullspace of
 everything erased so far. After ``iterations`` rounds, x' = P (x - mu) + mu with
 P = I - B B^T (B an orthonormal basis of the stacked classifier directions); the map is
-stored as the ``affine`` modifier kind and the output renormalised.
+served as the ``affine`` modifier kind and the output renormalised.
 """
 
 from __future__ import annotations
 
-import time
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from mass.io import EmbeddingDataset
-from mass.methods import FitResult, register_method
-from mass.methods._common import AffineModifier, AffineSpec, check_attrs, param, unit_x
+from mass.methods import FitResult, Method, Params, register_method
+from mass.methods._common import check_attrs, unit_x
+from mass.methods.base import knob
+from mass.modifiers import AffineModifier, AffineSpec
 
 
 def nullspace_projection(directions: np.ndarray, dim: int) -> np.ndarray:
@@ -67,32 +67,28 @@ def inlp_projection(
     return proj, history
 
 
-@register_method("inlp")
-class Inlp:
-    """``params``: ``iterations`` (int, default 15), ``margin`` (float, default 0.02)."""
+@dataclass(frozen=True)
+class InlpParams(Params):
+    iterations: int = knob(15, lo=1, help="nullspace-projection rounds at most")
+    margin: float = knob(0.02, lo=0.0, help="stop once held-out accuracy is this near majority")
 
-    def fit(
-        self,
-        train: EmbeddingDataset,
-        *,
-        suppress: list[str],
-        preserve: list[str],
-        params: dict[str, Any],
-        val: EmbeddingDataset | None = None,
-        seed: int = 0,
-        progress: bool = True,
-    ) -> FitResult:
-        start = time.perf_counter()
+
+@register_method("inlp")
+class Inlp(Method):
+    """Iterative nullspace projection, served as one ``affine`` modifier."""
+
+    Params = InlpParams
+
+    def fit_params(self, train, p: InlpParams, *, suppress, preserve, val, progress, **_):
         check_attrs(train, suppress, preserve)
-        iterations = param(params, "iterations", 15, lo=1)
         x = unit_x(train).double().numpy()
         mu = x.mean(axis=0)
         proj, history = inlp_projection(
             x - mu,
             [train.labels[a] for a in suppress],
-            iterations=iterations,
-            seed=seed,
-            margin=param(params, "margin", 0.02, lo=0.0),
+            iterations=p.iterations,
+            seed=p.seed,
+            margin=p.margin,
         )
         weight = torch.as_tensor(proj)
         bias = torch.as_tensor(mu - proj @ mu)
@@ -103,6 +99,5 @@ class Inlp:
         return FitResult(
             modifier=modifier,
             history=named,
-            seconds=time.perf_counter() - start,
             extra={"erased_rank": int(round(x.shape[1] - np.trace(proj)))},
         )

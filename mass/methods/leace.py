@@ -1,25 +1,25 @@
-"""LEACE and its quadratic variant, from the ``concept-erasure`` package, as servable modifiers.
+"""LEACE and its quadratic variant, from the ``concept-erasure`` package: the fitters.
 
 ``leace``: least-squares concept erasure (Belrose et al. 2023) fits one affine map
 x' = P x + (I - P) mu that leaves no *linear* information about the concept. Several suppressed
-attributes are erased jointly by fitting on their concatenated one-hot codes. The map is stored
-as the ``affine`` modifier kind (then renormalised, like every release).
+attributes are erased jointly by fitting on their concatenated one-hot codes. The map is served
+as the ``affine`` modifier kind (:mod:`mass.modifiers.affine`; then renormalised, like every
+release).
 
 ``leace_quadratic``: the package's ``QuadraticEraser`` transports each class of the concept to
 the Wasserstein barycenter of the class-conditional Gaussians, which also removes second-order
 (covariance) information. It needs the row's class *at transform time*. The released data's
-labels are exactly what the serving model must not need, so the served modifier predicts the
-class with a linear classifier fitted on the training features (stored inside the modifier)
-and transports with the predicted class. Rows the predictor gets wrong are transported with
-the wrong map; ``FitResult.extra['predictor_accuracy']`` records how often that happens on the
-training split. Attributes are erased one after the other (each fit on the previous output).
+labels are exactly what the serving model must not need, so the served modifier
+(:mod:`mass.modifiers.quadratic`) predicts the class with a linear classifier fitted here on
+the training features and transports with the predicted class. Rows the predictor gets wrong
+are transported with the wrong map; ``FitResult.extra['predictor_accuracy']`` records how often
+that happens on the training split. Attributes are erased one after the other (each fit on the
+previous output).
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -27,17 +27,10 @@ from torch import nn
 
 from mass.errors import ConfigError
 from mass.io import EmbeddingDataset
-from mass.methods import FitResult, register_method
-from mass.methods._common import (
-    AffineModifier,
-    AffineSpec,
-    check_attrs,
-    label_tensors,
-    n_classes,
-    param,
-    unit_x,
-)
-from mass.modifier import l2_normalize, register_modifier
+from mass.methods import FitResult, Method, Params, register_method
+from mass.methods._common import check_attrs, label_tensors, n_classes, unit_x
+from mass.methods.base import knob
+from mass.modifiers import AffineModifier, AffineSpec, QuadraticErasureModifier, QuadraticSpec
 
 
 def leace_affine(
@@ -65,116 +58,55 @@ def one_hot_codes(labels: dict[str, torch.Tensor], ks: dict[str, int]) -> torch.
     return torch.cat([nn.functional.one_hot(labels[a], ks[a]).float() for a in labels], dim=1)
 
 
-class _Base:
-    def _setup(self, train, suppress, preserve):
-        check_attrs(train, suppress, preserve)
-        return (
-            unit_x(train),
-            label_tensors(train, suppress),
-            {a: n_classes(train, a) for a in suppress},
-        )
-
-
-@register_method("leace")
-class Leace(_Base):
-    """``params``: ``method`` ("leace" | "orth"), ``shrinkage`` (bool, default True)."""
-
-    def fit(
-        self,
-        train: EmbeddingDataset,
-        *,
-        suppress: list[str],
-        preserve: list[str],
-        params: dict[str, Any],
-        val: EmbeddingDataset | None = None,
-        seed: int = 0,
-        progress: bool = True,
-    ) -> FitResult:
-        start = time.perf_counter()
-        x, labels, ks = self._setup(train, suppress, preserve)
-        method = str(params.get("method", "leace"))
-        if method not in ("leace", "orth"):
-            raise ConfigError(f"params.method={method!r}: choose 'leace' or 'orth'")
-        weight, bias = leace_affine(
-            x, one_hot_codes(labels, ks), method=method, shrinkage=param(params, "shrinkage", True)
-        )
-        modifier = AffineModifier(AffineSpec(dim=x.shape[1])).set(weight, bias).eval()
-        rank = int(torch.linalg.matrix_rank(torch.eye(x.shape[1]) - weight, atol=1e-4))
-        return FitResult(
-            modifier=modifier, seconds=time.perf_counter() - start, extra={"erased_rank": rank}
-        )
+def erasure_inputs(train: EmbeddingDataset, suppress: list[str], preserve: list[str]):
+    """(unit x, suppressed labels, their class counts) after the attribute checks."""
+    check_attrs(train, suppress, preserve)
+    return (
+        unit_x(train),
+        label_tensors(train, suppress),
+        {a: n_classes(train, a) for a in suppress},
+    )
 
 
 @dataclass(frozen=True)
-class QuadraticSpec:
-    dim: int
-    classes: tuple[int, ...]  # number of classes of each erased attribute, in erasure order
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["classes"] = list(self.classes)
-        return d
+class LeaceParams(Params):
+    estimator: str = knob("leace", choices=("leace", "orth"),
+                          help="concept-erasure's LeaceFitter method")  # fmt: skip
+    shrinkage: bool = knob(True, help="shrink the covariance estimate (concept-erasure)")
 
 
-@register_modifier("quadratic_erasure")
-class QuadraticErasureModifier(nn.Module):
-    """Per attribute: predict class c = argmax(A x + a), then x <- (x - mu_c) T_c^T + mu."""
+@register_method("leace")
+class Leace(Method):
+    """One affine LEACE eraser for all suppressed attributes jointly."""
 
-    @classmethod
-    def spec_from_dict(cls, d: dict) -> QuadraticSpec:
-        return QuadraticSpec(dim=int(d["dim"]), classes=tuple(int(k) for k in d["classes"]))
+    Params = LeaceParams
 
-    stochastic = False  # draws no noise; export.json records it, so no key is required
+    def fit_params(self, train, p: LeaceParams, *, suppress, preserve, val, progress, **_):
+        x, labels, ks = erasure_inputs(train, suppress, preserve)
+        weight, bias = leace_affine(
+            x, one_hot_codes(labels, ks), method=p.estimator, shrinkage=p.shrinkage
+        )
+        modifier = AffineModifier(AffineSpec(dim=x.shape[1])).set(weight, bias).eval()
+        rank = int(torch.linalg.matrix_rank(torch.eye(x.shape[1]) - weight, atol=1e-4))
+        return FitResult(modifier=modifier, extra={"erased_rank": rank})
 
-    def __init__(self, spec: QuadraticSpec) -> None:
-        super().__init__()
-        self.spec = spec
-        d = spec.dim
-        for i, k in enumerate(spec.classes):
-            self.register_buffer(f"means_{i}", torch.zeros(k, d))
-            self.register_buffer(f"center_{i}", torch.zeros(d))
-            self.register_buffer(f"maps_{i}", torch.eye(d).repeat(k, 1, 1))
-            self.register_buffer(f"pred_w_{i}", torch.zeros(k, d))
-            self.register_buffer(f"pred_b_{i}", torch.zeros(k))
 
-    def erase_one(self, i: int, x: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
-        means, maps = getattr(self, f"means_{i}"), getattr(self, f"maps_{i}")
-        out = torch.empty_like(x)
-        for c in range(self.spec.classes[i]):  # k small; avoids an [N, d, d] gather
-            rows = cls == c
-            out[rows] = (x[rows] - means[c]) @ maps[c].T + getattr(self, f"center_{i}")
-        return out
-
-    def predict(self, i: int, x: torch.Tensor) -> torch.Tensor:
-        return (x @ getattr(self, f"pred_w_{i}").T + getattr(self, f"pred_b_{i}")).argmax(dim=1)
-
-    def forward(self, x: torch.Tensor, seeds: torch.Tensor | None = None) -> torch.Tensor:
-        x = l2_normalize(x)
-        for i in range(len(self.spec.classes)):
-            x = self.erase_one(i, x, self.predict(i, x))
-        return l2_normalize(x)
+@dataclass(frozen=True)
+class QuadraticParams(Params):
+    shrinkage: bool = knob(True, help="shrink the covariance estimates (concept-erasure)")
 
 
 @register_method("leace_quadratic")
-class LeaceQuadratic(_Base):
-    """``params``: ``shrinkage`` (bool, default True). See the module docstring for serving."""
+class LeaceQuadratic(Method):
+    """Quadratic erasure with a stored class predictor; see the module docstring for serving."""
 
-    def fit(
-        self,
-        train: EmbeddingDataset,
-        *,
-        suppress: list[str],
-        preserve: list[str],
-        params: dict[str, Any],
-        val: EmbeddingDataset | None = None,
-        seed: int = 0,
-        progress: bool = True,
-    ) -> FitResult:
+    Params = QuadraticParams
+
+    def fit_params(self, train, p: QuadraticParams, *, suppress, preserve, val, progress, **_):
         from concept_erasure import QuadraticFitter
         from sklearn.linear_model import LogisticRegression
 
-        start = time.perf_counter()
-        x, labels, ks = self._setup(train, suppress, preserve)
+        x, labels, ks = erasure_inputs(train, suppress, preserve)
         for a, k in ks.items():
             counts = torch.bincount(labels[a], minlength=k)
             if int(counts.min()) < 2:
@@ -187,16 +119,11 @@ class LeaceQuadratic(_Base):
         cur = x.double()
         for i, a in enumerate(suppress):
             eraser = (
-                QuadraticFitter(
-                    x.shape[1],
-                    ks[a],
-                    dtype=torch.float64,
-                    shrinkage=param(params, "shrinkage", True),
-                )
+                QuadraticFitter(x.shape[1], ks[a], dtype=torch.float64, shrinkage=p.shrinkage)
                 .update(cur, labels[a])
                 .eraser
             )
-            clf = LogisticRegression(max_iter=1000, random_state=seed).fit(
+            clf = LogisticRegression(max_iter=1000, random_state=p.seed).fit(
                 cur.numpy(), labels[a].numpy()
             )
             w = np.zeros((ks[a], x.shape[1]))
@@ -214,8 +141,4 @@ class LeaceQuadratic(_Base):
             pred = modifier.predict(i, cur.float())
             accuracy[a] = float((pred == labels[a]).float().mean())
             cur = modifier.erase_one(i, cur.float(), pred).double()
-        return FitResult(
-            modifier=modifier.eval(),
-            seconds=time.perf_counter() - start,
-            extra={"predictor_accuracy": accuracy},
-        )
+        return FitResult(modifier=modifier.eval(), extra={"predictor_accuracy": accuracy})

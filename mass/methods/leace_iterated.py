@@ -18,61 +18,54 @@ Two gaps between plain ``leace`` and a release that retrained attackers cannot r
 
 from __future__ import annotations
 
-import time
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from mass.io import EmbeddingDataset
-from mass.methods import FitResult, register_method
-from mass.methods._common import AffineModifier, AffineSpec, param
-from mass.methods.leace import _Base, leace_affine, one_hot_codes
-from mass.modifier import ChainModifier
+from mass.methods import FitResult, Method, Params, register_method
+from mass.methods.base import knob
+from mass.methods.leace import erasure_inputs, leace_affine, one_hot_codes
+from mass.modifiers import AffineModifier, AffineSpec, ChainModifier
+from mass.rows import joint_codes
 
 
 def residual_codes(codes: torch.Tensor, preserved: dict[str, np.ndarray]) -> torch.Tensor:
     """``codes`` minus their mean within each combination of preserved labels."""
     if not preserved:
         return codes
-    cols = np.stack([np.asarray(v) for v in preserved.values()], axis=1)
-    cell = torch.as_tensor(np.unique(cols, axis=0, return_inverse=True)[1].reshape(-1))
+    cell = torch.as_tensor(joint_codes(preserved))
     n_cells = int(cell.max()) + 1
     sums = torch.zeros(n_cells, codes.shape[1], dtype=codes.dtype).index_add_(0, cell, codes)
     counts = torch.bincount(cell, minlength=n_cells).to(codes.dtype).clamp(min=1)
     return codes - (sums / counts[:, None])[cell]
 
 
-@register_method("leace_iterated")
-class LeaceIterated(_Base):
-    """``params``: ``rounds`` (int, default 3), ``given_preserved`` (bool, default True),
-    ``shrinkage`` (bool, default True)."""
+@dataclass(frozen=True)
+class IteratedParams(Params):
+    rounds: int = knob(3, lo=1, help="LEACE fits, each on the previous renormalised output")
+    given_preserved: bool = knob(True, help="erase only what the preserved labels do not explain")
+    shrinkage: bool = knob(True, help="shrink the covariance estimate (concept-erasure)")
 
-    def fit(
-        self,
-        train: EmbeddingDataset,
-        *,
-        suppress: list[str],
-        preserve: list[str],
-        params: dict[str, Any],
-        val: EmbeddingDataset | None = None,
-        seed: int = 0,
-        progress: bool = True,
-    ) -> FitResult:
-        start = time.perf_counter()
-        rounds = param(params, "rounds", 3, lo=1)
-        conditional = param(params, "given_preserved", True)
-        x, labels, ks = self._setup(train, suppress, preserve)
+
+@register_method("leace_iterated")
+class LeaceIterated(Method):
+    """LEACE repeated through the renormalisation, served as a chain of affine modifiers."""
+
+    Params = IteratedParams
+
+    def fit_params(self, train, p: IteratedParams, *, suppress, preserve, val, progress, **_):
+        x, labels, ks = erasure_inputs(train, suppress, preserve)
         codes = one_hot_codes(labels, ks)
-        if conditional:
+        if p.given_preserved:
             codes = residual_codes(codes, {r: train.labels[r] for r in preserve})
         parts = []
-        for _ in range(rounds):
-            weight, bias = leace_affine(x, codes, shrinkage=param(params, "shrinkage", True))
+        for _ in range(p.rounds):
+            weight, bias = leace_affine(x, codes, shrinkage=p.shrinkage)
             part = AffineModifier(AffineSpec(dim=x.shape[1])).set(weight, bias).eval()
             parts.append(part)
             with torch.no_grad():
                 x = part(x)
         modifier = parts[0] if len(parts) == 1 else ChainModifier.of(*parts)
-        return FitResult(modifier=modifier.eval(), seconds=time.perf_counter() - start,
-                         extra={"rounds": rounds, "given_preserved": conditional})  # fmt: skip
+        return FitResult(modifier=modifier.eval(),
+                         extra={"rounds": p.rounds, "given_preserved": p.given_preserved})  # fmt: skip

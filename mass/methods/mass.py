@@ -13,18 +13,13 @@ import torch
 from mass.branches import load_branches, save_branches, train_agnostic, train_classifier
 from mass.config import MassConfig
 from mass.io import EmbeddingDataset
-from mass.methods import FitResult, register_method
-from mass.modifier import ChainModifier
+from mass.methods import FitResult, Method, register_method
+from mass.modifiers import ChainModifier, normalize_rows
 from mass.noise import row_seeds
 from mass.trainer import Branches, ModifierTrainer
 
 log = logging.getLogger(__name__)
-
-
-def normalize_rows(x: np.ndarray) -> np.ndarray:
-    """n() of eq. 1 on numpy rows (zero rows stay zero): G and the branches see unit inputs."""
-    norm = np.linalg.norm(x, axis=1, keepdims=True)
-    return np.where(norm > 0, x / np.where(norm > 0, norm, 1), 0).astype(np.float32)
+__all__ = ["MassMethod", "fit_mass", "normalize_rows", "pre_erase", "pretrain_branches"]
 
 
 def pretrain_branches(
@@ -131,26 +126,27 @@ def pre_erase(train: EmbeddingDataset, cfg: MassConfig):
 
 
 @register_method("mass")
-class MassMethod:
-    """MaSS (Chen et al., ICLR 2024), faithful or adaptive per ``params['mode']``."""
+class MassMethod(Method):
+    """MaSS (Chen et al., ICLR 2024), faithful or adaptive per ``mode``; the params dataclass
+    is :class:`mass.config.MassConfig` (which also carries suppress/preserve)."""
 
-    def fit(
-        self,
-        train: EmbeddingDataset,
-        *,
-        suppress: list[str],
-        preserve: list[str],
-        params: dict[str, Any],
-        val: EmbeddingDataset | None = None,
-        seed: int = 0,
-        progress: bool = True,
-        run_dir: str | None = None,
-        resume: bool = False,
-        branches: Branches | None = None,
-    ) -> FitResult:
-        params = dict(params or {})
-        params.setdefault("seed", seed)
-        cfg = MassConfig.from_dict(params, suppress=list(suppress), preserve=list(preserve))
-        return fit_mass(
-            train, cfg, branches=branches, run_dir=run_dir, resume=resume, progress=progress
-        )
+    Params = MassConfig
+
+    def parse(self, params: Any, *, suppress: list[str], preserve: list[str],
+              seed: int | None = None) -> MassConfig:  # fmt: skip
+        if isinstance(params, MassConfig):
+            return params
+        d = dict(params or {})
+        if seed is not None:
+            d.setdefault("seed", seed)
+        return MassConfig.from_dict({**d, "method": "mass"}, suppress=list(suppress),
+                                    preserve=list(preserve))  # fmt: skip
+
+    def resolve(self, params: Any, *, suppress: list[str], preserve: list[str]) -> dict:
+        return self.parse(params, suppress=suppress, preserve=preserve).to_dict()
+
+    def fit_params(self, train, p: MassConfig, *, suppress, preserve, val, progress,
+                   run_dir: str | None = None, resume: bool = False,
+                   branches: Branches | None = None, **_) -> FitResult:  # fmt: skip
+        return fit_mass(train, p, branches=branches, run_dir=run_dir, resume=resume,
+                        progress=progress)  # fmt: skip

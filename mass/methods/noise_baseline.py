@@ -3,43 +3,34 @@
 MaSS Table 5 / Appx. D: "we added zero-mean [Gaussian noise] with different standard deviations
 (sigma) into the original feature vectors". Here x' = n(n(x) + sigma * eps) where eps is drawn
 from the row's seed (:func:`mass.noise.row_noise`), so re-running a release is byte-identical.
-Nothing is learned; ``fit`` only records sigma.
+Nothing is learned; ``fit`` only records sigma (served as :mod:`mass.modifiers.gaussian_noise`).
 """
 
 from __future__ import annotations
 
-import time
-from typing import Any
+from dataclasses import dataclass
 
 from mass.errors import ConfigError
-from mass.io import EmbeddingDataset
-from mass.methods import FitResult, register_method
-from mass.methods._common import GaussianNoiseModifier, NoiseSpec, check_attrs, param
+from mass.methods import FitResult, Method, Params, register_method
+from mass.methods._common import check_attrs
+from mass.methods.base import knob
+from mass.modifiers import GaussianNoiseModifier, NoiseSpec
+
+
+@dataclass(frozen=True)
+class NoiseParams(Params):
+    sigma: float = knob(0.5, lo=0.0, help="noise std per coordinate (the paper: 0.5 and 1.0)")
 
 
 @register_method("gaussian")
-class GaussianNoise:
-    """``params``: ``sigma`` (float, default 0.5; the paper reports 0.5 and 1.0)."""
+class GaussianNoise(Method):
+    """x' = n(n(x) + sigma * eps(ROW_SEED))."""
 
-    def fit(
-        self,
-        train: EmbeddingDataset,
-        *,
-        suppress: list[str],
-        preserve: list[str],
-        params: dict[str, Any],
-        val: EmbeddingDataset | None = None,
-        seed: int = 0,
-        progress: bool = True,
-    ) -> FitResult:
-        start = time.perf_counter()
+    Params = NoiseParams
+
+    def fit_params(self, train, p: NoiseParams, *, suppress, preserve, val, progress, **_):
         check_attrs(train, suppress, preserve)
-        sigma = param(params, "sigma", 0.5, lo=0.0)
-        if sigma == 0.0:
+        if p.sigma == 0.0:
             raise ConfigError("params.sigma=0: the noise baseline needs sigma > 0")
-        modifier = GaussianNoiseModifier(NoiseSpec(dim=int(train.x.shape[1]), sigma=sigma))
-        return FitResult(
-            modifier=modifier.eval(),
-            seconds=time.perf_counter() - start,
-            extra={"sigma": sigma, "stochastic": True},
-        )
+        modifier = GaussianNoiseModifier(NoiseSpec(dim=int(train.x.shape[1]), sigma=p.sigma))
+        return FitResult(modifier=modifier.eval(), extra={"sigma": p.sigma, "stochastic": True})

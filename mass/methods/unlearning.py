@@ -20,23 +20,16 @@ The AUM metric (eq. 5) lives in :func:`mass.metrics.aum`.
 
 from __future__ import annotations
 
-import time
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mass.io import EmbeddingDataset
-from mass.methods import FitResult, register_method
-from mass.methods._common import (
-    classifier,
-    entropy_of,
-    fit_inputs,
-    param,
-    train_with_aux,
-)
-from mass.modifier import DataModifier, ModifierSpec, mlp
+from mass.methods import FitResult, Method, Params, register_method
+from mass.methods._common import classifier, entropy_of, fit_inputs, train_with_aux
+from mass.methods.base import knob
+from mass.modifiers import DataModifier, ModifierSpec, mlp
 
 
 def detachment_loss(
@@ -66,31 +59,29 @@ class _Aux(nn.Module):
         self.heads = nn.ModuleDict({a: classifier(dim, k) for a, k in ks.items()})
 
 
-@register_method("unlearning")
-class AttributeUnlearning:
-    """``params``: lam1 (1.0), lam2 (1.0), lam3 (5.0), epochs (30), batch_size (128), lr (1e-3),
-    hidden (list, MaSS default)."""
+@dataclass(frozen=True)
+class UnlearningParams(Params):
+    lam1: float = knob(1.0, lo=0.0, help="weight of the reconstruction term R(x|h)")
+    lam2: float = knob(1.0, lo=0.0, help="weight of the preserved attributes' CE")
+    lam3: float = knob(5.0, lo=0.0, help="weight of the suppressed attributes' estimated MI")
+    epochs: int = knob(30, lo=1, help="passes over the training rows")
+    batch_size: int = knob(128, lo=2, help="rows per step")
+    lr: float = knob(1e-3, help="Adam learning rate")
+    hidden: tuple[int, ...] = knob((256, 128, 256), help="hidden widths of G (MaSS's default)")
 
-    def fit(
-        self,
-        train: EmbeddingDataset,
-        *,
-        suppress: list[str],
-        preserve: list[str],
-        params: dict[str, Any],
-        val: EmbeddingDataset | None = None,
-        seed: int = 0,
-        progress: bool = True,
-    ) -> FitResult:
-        start = time.perf_counter()
-        x, gen, attrs, ks, labels = fit_inputs(train, suppress, preserve, seed=seed)
+
+@register_method("unlearning")
+class AttributeUnlearning(Method):
+    """G = MaSS's DataModifier trained by representation detachment (eq. 3)."""
+
+    Params = UnlearningParams
+
+    def fit_params(self, train, p: UnlearningParams, *, suppress, preserve, val, progress, **_):
+        x, gen, attrs, ks, labels = fit_inputs(train, suppress, preserve, seed=p.seed)
         entropy = {a: entropy_of(labels[a], ks[a]) for a in suppress}
-        hidden = tuple(int(h) for h in params.get("hidden", (256, 128, 256)))
-        modifier = DataModifier(ModifierSpec(dim=x.shape[1], hidden=hidden))
+        modifier = DataModifier(ModifierSpec(dim=x.shape[1], hidden=p.hidden))
         aux = _Aux(x.shape[1], ks)
-        lam = {
-            k: param(params, k, d, lo=0.0) for k, d in (("lam1", 1.0), ("lam2", 1.0), ("lam3", 5.0))
-        }
+        lam = {"lam1": p.lam1, "lam2": p.lam2, "lam3": p.lam3}
 
         def terms(h, xb, yb):
             recon = (aux.decoder(h) - xb).pow(2).sum(dim=1).mean()
@@ -118,14 +109,9 @@ class AttributeUnlearning:
             labels,
             aux_loss=aux_loss,
             mod_loss=mod_loss,
-            epochs=param(params, "epochs", 30, lo=1),
-            batch_size=param(params, "batch_size", 128, lo=2),
-            lr=param(params, "lr", 1e-3),
+            epochs=p.epochs,
+            batch_size=p.batch_size,
+            lr=p.lr,
             gen=gen,
         )
-        return FitResult(
-            modifier=modifier.eval(),
-            history=history,
-            seconds=time.perf_counter() - start,
-            extra={"entropy": entropy},
-        )
+        return FitResult(modifier=modifier.eval(), history=history, extra={"entropy": entropy})

@@ -22,8 +22,8 @@ from beam_pipelines import anonymize
 from mass.errors import AuditFailedError, ProxyColumnError
 from mass.io import embedding_array
 from mass.report.html import REPORT_NAME
+from transforms.inference.function import FunctionModelHandler
 from transforms.release import RELEASE_MARKER
-from transforms.triton_handler import FunctionModelHandler
 
 DIM, ROWS = 16, 1600
 INFO = {"name": "gate", "version": 1, "sha256": "abc", "method": "test",
@@ -155,8 +155,8 @@ def test_a_proxy_is_refused_before_the_server_is_contacted(data, tmp_path, capsy
     import torch
 
     from mass.cli import main
-    from mass.export import export_modifier
-    from mass.modifier import DataModifier, ModifierSpec, save_modifier
+    from mass.modifiers import DataModifier, ModifierSpec, save_modifier
+    from mass.serving.export import export_modifier
 
     src, policy = data
     torch.manual_seed(0)

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from beam_pipelines import anonymize
-from mass.bench.compare import METHOD_ROWS
+from bench.compare import METHOD_ROWS
 from mass.keys import NOISE_KEY_ENV, resolve_key
 from mass.methods import get_method
 from mass.methods._common import subset, toy_dataset
-from mass.modifier import save_modifier
+from mass.modifiers import save_modifier
 from mass.noise import release_row_seeds
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
@@ -31,7 +31,7 @@ def _name(label: str) -> str:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, triton_server_factory):
-    from mass.export import export_modifier
+    from mass.serving.export import export_modifier
 
     base = tmp_path_factory.mktemp("every_method")
     full = toy_dataset(400, dim=16, seed=5)

@@ -38,8 +38,7 @@ MODELS = {  # served name -> (method, modifier factory)
 
 
 def _modifier(name: str):
-    from mass.methods._common import GaussianNoiseModifier, NoiseSpec
-    from mass.modifier import DataModifier, ModifierSpec
+    from mass.modifiers import DataModifier, GaussianNoiseModifier, ModifierSpec, NoiseSpec
 
     torch.manual_seed(0)
     if name == "mass_out":
@@ -50,8 +49,8 @@ def _modifier(name: str):
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """Synthetic input (one NaN row, so a quarantine file exists), a repository, two keys."""
-    from mass.export import export_modifier
-    from mass.modifier import save_modifier
+    from mass.modifiers import save_modifier
+    from mass.serving.export import export_modifier
 
     base = tmp_path_factory.mktemp("keyed")
     ds = make_synthetic(ROWS, DIM, s_classes=2, sep_s=1.0, noise=0.3, seed=1)
@@ -226,8 +225,8 @@ def test_a_stochastic_modifier_without_a_key_is_refused_before_any_work(
 
 def test_a_modifier_of_unknown_stochasticity_needs_the_key(data, tmp_path, monkeypatch):
     """A remote server without export.json, or an in-process model that does not say."""
+    from transforms.inference.function import FunctionModelHandler
     from transforms.testing import NumpyModifier
-    from transforms.triton_handler import FunctionModelHandler
 
     monkeypatch.delenv(NOISE_KEY_ENV, raising=False)
     out = tmp_path / "release"
@@ -261,8 +260,8 @@ def test_cli_refuses_without_a_key_and_publishes_nothing(data, tmp_path, monkeyp
 
 
 def test_a_deterministic_modifier_runs_without_a_key_and_records_none(data, tmp_path, monkeypatch):
+    from transforms.inference.function import FunctionModelHandler
     from transforms.testing import NumpyModifier
-    from transforms.triton_handler import FunctionModelHandler
 
     monkeypatch.delenv(NOISE_KEY_ENV, raising=False)
     handler = FunctionModelHandler(NumpyModifier(), output_dim=DIM,
@@ -309,7 +308,7 @@ def test_keyed_seeds_pickle_holds_no_owner_key_and_workers_check_the_fingerprint
 
 
 def _in_process(data, out, run: str, sha: str, sigma: float, *flags):
-    from transforms.triton_handler import FunctionModelHandler, TorchModifierFunction
+    from transforms.inference.function import FunctionModelHandler, TorchModifierFunction
 
     handler = FunctionModelHandler(TorchModifierFunction(str(data["base"] / run / "modifier.pt")),
                                    output_dim=DIM, keep_input_as=anonymize.INPUT_COPY)  # fmt: skip

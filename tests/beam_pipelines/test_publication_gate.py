@@ -19,8 +19,8 @@ import pytest
 from beam_pipelines import anonymize
 from mass.errors import AuditFailedError, ConfigError, ReleaseError
 from mass.io import embedding_array
+from transforms.inference.function import FunctionModelHandler
 from transforms.release import RELEASE_MARKER
-from transforms.triton_handler import FunctionModelHandler
 
 DIM, ROWS = 16, 2000  # the audit judges 95% upper bounds: 600 rows cannot pass a clean release
 INFO = {"name": "gate", "version": 1, "sha256": "abc", "method": "test",

@@ -20,9 +20,9 @@ DIM = 16
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
     """A repository with a stochastic DataModifier (16-d) and a tiny random extractor."""
-    from mass.export import export_extractor, export_modifier
-    from mass.extractor import EncoderConfig, ImageEncoder, save_extractor
-    from mass.modifier import DataModifier, ModifierSpec, save_modifier
+    from mass.demo.extractor import EncoderConfig, ImageEncoder, save_extractor
+    from mass.modifiers import DataModifier, ModifierSpec, save_modifier
+    from mass.serving.export import export_extractor, export_modifier
 
     base = tmp_path_factory.mktemp("triton")
     torch.manual_seed(0)
@@ -60,7 +60,7 @@ def _bytes(out):
 
 def test_anonymize_on_a_local_server_matches_the_in_process_modifier(repo, emb_input, tmp_path):
     from mass.keys import NOISE_KEY_ENV, resolve_key
-    from mass.modifier import load_modifier
+    from mass.modifiers import load_modifier
     from mass.noise import release_row_seeds
 
     out = str(tmp_path / "release")
@@ -111,7 +111,7 @@ def server(repo, triton_server_factory):
 
 
 def test_extract_on_triton_matches_the_in_process_extractor(repo, server, tmp_path):
-    from mass.extractor import load_extractor
+    from mass.demo.extractor import load_extractor
 
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, size=(300, 2352), dtype=np.uint8)
@@ -202,7 +202,8 @@ def test_shared_memory_and_grpc_payloads_give_byte_identical_releases(
     outlives the job, on the client (/dev/shm) or in the server's registry."""
     import tritonclient.grpc as grpcclient
 
-    from transforms.triton_handler import SHM_PREFIX, TritonModelHandler
+    from transforms.inference.shm import SHM_PREFIX
+    from transforms.inference.triton_client import TritonClient
 
     client = grpcclient.InferenceServerClient(server.grpc_url)
     mine = f"{SHM_PREFIX}-{os.getpid()}-"
@@ -220,12 +221,12 @@ def test_shared_memory_and_grpc_payloads_give_byte_identical_releases(
     outs, sent = {}, {}
     for mode in ("on", "off"):
         outs[mode] = str(tmp_path / mode)
-        start = dict(TritonModelHandler.shm_sent)
+        start = dict(TritonClient.shm_sent)
         summary = anonymize.run(["--input", emb_input, "--output", outs[mode], "--model",
                                  "mod", "--repository", str(repo / "repo"), "--triton-url",
                                  server.grpc_url, "--triton-shm", mode, "--batch-rows", "300",
                                  "--max-quarantined", "1", "--no-audit"])  # fmt: skip
-        sent[mode] = {k: TritonModelHandler.shm_sent[k] - start[k] for k in start}
+        sent[mode] = {k: TritonClient.shm_sent[k] - start[k] for k in start}
     assert _bytes(outs["on"]) == _bytes(outs["off"])
     rows = summary["rows_out"]
     assert rows == 1999

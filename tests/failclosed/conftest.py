@@ -63,13 +63,9 @@ BROKEN = {  # fault -> (output data type, output dims) declared in config.pbtxt
 
 def write_broken_model(repo: Path, fault: str) -> None:
     """``repo/<fault>/1/model.py`` + config + export.json, checksummed like a real export."""
-    from mass.triton_adapters import (
-        SHA256_PARAMETER,
-        sha256_file,
-        sign_version_dir,
-        signing_key,
-        version_parameter,
-    )
+    from mass.digest import sha256_file
+    from mass.serving.contract import SHA256_PARAMETER, version_parameter
+    from mass.serving.manifest import sign_version_dir, signing_key
 
     dtype, dims = BROKEN[fault]
     version = repo / fault / "1"
@@ -98,8 +94,8 @@ parameters {{ key: "{version_parameter(1)}" value: {{ string_value: "{sha}" }} }
 def export_mod(run: Path, repo: Path, *, seed: int, name: str = "mod") -> None:
     import torch
 
-    from mass.export import export_modifier
-    from mass.modifier import DataModifier, ModifierSpec, save_modifier
+    from mass.modifiers import DataModifier, ModifierSpec, save_modifier
+    from mass.serving.export import export_modifier
 
     torch.manual_seed(seed)
     run.mkdir(parents=True, exist_ok=True)

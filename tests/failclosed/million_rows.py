@@ -43,8 +43,8 @@ def write_input(path: Path, rows: int, dim: int, *, chunk: int = 65536) -> None:
 def export(repo: Path, run: Path, dim: int) -> None:
     import torch
 
-    from mass.export import export_modifier
-    from mass.modifier import DataModifier, ModifierSpec, save_modifier
+    from mass.modifiers import DataModifier, ModifierSpec, save_modifier
+    from mass.serving.export import export_modifier
 
     torch.manual_seed(0)
     run.mkdir(parents=True, exist_ok=True)

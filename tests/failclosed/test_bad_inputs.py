@@ -515,8 +515,8 @@ INFO = {"name": "mod", "version": 1, "sha256": "0" * 64, "method": "test",
 
 def _anonymize_in_process(src: str, out: Path, *flags: str) -> dict:
     from beam_pipelines import anonymize
+    from transforms.inference.function import FunctionModelHandler
     from transforms.testing import NumpyModifier
-    from transforms.triton_handler import FunctionModelHandler
 
     handler = FunctionModelHandler(NumpyModifier(), output_dim=DIM,
                                    keep_input_as=anonymize.INPUT_COPY)  # fmt: skip

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from beam_pipelines import anonymize
 from mass.io import embedding_array
+from transforms.inference.function import FunctionModelHandler
 from transforms.testing import NumpyModifier
-from transforms.triton_handler import FunctionModelHandler
 
 DIM = 8
 INFO = {"name": "np", "version": 1, "sha256": "0" * 64, "method": "test", "suppress": ["digit"],

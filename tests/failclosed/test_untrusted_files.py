@@ -33,9 +33,8 @@ import torch
 from mass import errors as E
 from mass.keys import OwnerKey
 from mass.serving import TritonServer, free_port
-from mass.triton_adapters import (
-    SHA256SUMS,
-    SIGNATURE,
+from mass.serving.contract import SHA256SUMS, SIGNATURE
+from mass.serving.manifest import (
     manifest_names,
     sign_version_dir,
     verify_version_dir,
@@ -67,7 +66,7 @@ def _crafted(path: Path, marker: Path, *, raw: bool = False, **fields) -> Path:
 
 
 def _modifier_fields() -> dict:
-    from mass.modifier import DataModifier, ModifierSpec
+    from mass.modifiers import DataModifier, ModifierSpec
 
     model = DataModifier(ModifierSpec(DIM, hidden=(8,)))
     return {"kind": "mass", "spec": model.spec.to_dict(), "state_dict": model.state_dict()}
@@ -83,7 +82,7 @@ def test_the_crafted_file_is_live(tmp_path):
 
 @pytest.mark.parametrize("raw", [False, True], ids=["torch-zip", "raw-pickle"])
 def test_crafted_modifier_never_runs_in_export_or_load(tmp_path, fc, raw):
-    from mass.modifier import load_modifier, modifier_meta
+    from mass.modifiers import load_modifier, modifier_meta
 
     marker = tmp_path / "ran"
     run = tmp_path / "run"
@@ -149,7 +148,7 @@ def _rehashed_weights(vdir: Path) -> None:
     data = bytearray(weights.read_bytes())
     data[len(data) // 2] ^= 0x01
     weights.write_bytes(bytes(data))
-    from mass.triton_adapters import sha256_file
+    from mass.digest import sha256_file
 
     meta = json.loads((vdir / "export.json").read_text())
     meta["sha256"] = sha256_file(weights)
@@ -159,7 +158,7 @@ def _rehashed_weights(vdir: Path) -> None:
 
 def _crafted_weights(vdir: Path) -> None:
     """A code-running pickle as the weights, re-hashed everywhere (the key is not at hand)."""
-    from mass.triton_adapters import sha256_file
+    from mass.digest import sha256_file
 
     weights = vdir / "modifier.pt"
     _crafted(weights, vdir.parent.parent / "ran", **_modifier_fields())
@@ -170,7 +169,7 @@ def _crafted_weights(vdir: Path) -> None:
 
 
 def _unlisted_file(vdir: Path) -> None:
-    (vdir / "shim.py").write_text("from mass.triton_adapters.modifier import *\n")
+    (vdir / "shim.py").write_text("from mass.serving.adapters.modifier import *\n")
 
 
 def _shim_via_config(vdir: Path) -> None:
@@ -324,7 +323,7 @@ def test_restricted_apis_and_private_shared_memory(tiny_repo, monkeypatch):
     import tritonclient.http as httpclient
     from tritonclient.utils import InferenceServerException
 
-    from transforms.triton_handler import SHM_PREFIX, _ShmSlot
+    from transforms.inference.shm import SHM_PREFIX, ShmSlot
 
     with TritonServer(tiny_repo, model_control="explicit") as server:
         stranger = grpcclient.InferenceServerClient(server.grpc_url)
@@ -349,7 +348,7 @@ def test_restricted_apis_and_private_shared_memory(tiny_repo, monkeypatch):
         job.unload_model("double", headers=h)
         job.load_model("double", headers=h)
         # the job's own regions: 0600, unpredictable names, registered with its header
-        slots = [_ShmSlot(job, 1 << 16, 1 << 16, h) for _ in range(2)]
+        slots = [ShmSlot(job, 1 << 16, 1 << 16, h) for _ in range(2)]
         names = [s.in_name for s in slots] + [s.out_name for s in slots]
         assert len({n.split("-")[3] for n in names}) == 2  # a fresh random token per slot
         assert all(len(n.split("-")[3]) == 16 for n in names)
@@ -366,14 +365,14 @@ def test_restricted_apis_and_private_shared_memory(tiny_repo, monkeypatch):
         # a job's connection: with the header it uses shared memory; without, "auto" falls
         # back to gRPC payloads and "on" is a clear error
         from mass.serving import client_headers, write_access_file
-        from transforms.triton_handler import _TritonConnection
+        from transforms.inference.triton_client import TritonClient
 
         assert client_headers(server.grpc_url) == h  # what TritonModelHandler picks up
-        conns = [_TritonConnection(server.grpc_url, "double", "", shared_memory=m, headers=hd)
+        conns = [TritonClient(server.grpc_url, "double", "", shared_memory=m, headers=hd)
                  for m, hd in (("auto", h), ("auto", {}))]  # fmt: skip
         assert [c.shm for c in conns] == [True, False]
         with pytest.raises(E.ServingError, match="shared memory refused.*MASS_TRITON_ACCESS_FILE"):
-            _TritonConnection(server.grpc_url, "double", "", shared_memory=True, headers={})
+            TritonClient(server.grpc_url, "double", "", shared_memory=True, headers={})
         for c in conns:
             c.close()
         stranger.close()
@@ -490,7 +489,7 @@ def test_export_names_are_validated_before_anything_is_written(name, tmp_path, f
 
 
 def test_ensemble_names_are_validated(tmp_path):
-    from mass.export import export_ensemble
+    from mass.serving.export import export_ensemble
 
     for kw in ({"name": 'r"'}, {"modifier": "m\n"}, {"extractor": "../x"}):
         args = {"extractor": "cnn", "modifier": "mod", **kw}
@@ -500,7 +499,8 @@ def test_ensemble_names_are_validated(tmp_path):
 
 
 def test_unsafe_config_strings_are_refused(tmp_path):
-    from mass.export import Tensor, model_config
+    from mass.serving.contract import Tensor
+    from mass.serving.repository import model_config
 
     with pytest.raises(E.ConfigError, match="tensor name"):
         model_config("m", inputs=[Tensor('X" }', "TYPE_FP32", (2,))], outputs=[],

@@ -21,7 +21,7 @@ from mass.errors import CalibrationError
 from mass.io import embedding_array, load_embeddings
 from mass.methods._common import toy_dataset
 from mass.metrics import majority_rate, retrained_attackers
-from mass.modifier import ChainModifier, DataModifier, ModifierSpec, load_modifier
+from mass.modifiers import ChainModifier, DataModifier, ModifierSpec, load_modifier
 from mass.noise import row_seeds
 from mass.synthetic import make_synthetic, to_table, write_synthetic
 
@@ -237,7 +237,7 @@ def test_output_noise_needs_no_retraining():
 
 def test_noisy_chain_saves_loads_and_serves_the_same(tmp_path):
     from mass.methods import get_method
-    from mass.modifier import save_modifier
+    from mass.modifiers import save_modifier
 
     ds = toy_dataset(200, dim=8)
     chain = get_method("leace_iterated").fit(ds, suppress=["a"], preserve=["b"],

@@ -9,7 +9,7 @@ import torch
 import yaml
 
 from mass.cli import main
-from mass.modifier import load_modifier, modifier_meta
+from mass.modifiers import load_modifier, modifier_meta
 from mass.synthetic import write_synthetic
 
 FAST = {
@@ -136,3 +136,18 @@ def test_missing_data_file_is_reported(tmp_path, capsys):
         ]
     )
     assert rc == 2 and "nope.parquet" in capsys.readouterr().err
+
+
+def test_help_lists_methods_and_modes_and_every_flag_has_help(capsys):
+    import argparse
+
+    from mass.commands import train as cmd
+    from mass.config import METHOD_NAMES, MODES
+
+    p = argparse.ArgumentParser()
+    cmd.add_arguments(p)
+    for action in p._actions:
+        assert action.help, f"{action.option_strings} has no help line"
+    text = p.format_help()
+    for name in (*METHOD_NAMES, *MODES):
+        assert name in text, name

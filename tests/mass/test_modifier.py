@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from mass.modifier import DataModifier, ModifierSpec, l2_normalize, load_modifier, save_modifier
+from mass.modifiers import DataModifier, ModifierSpec, l2_normalize, load_modifier, save_modifier
 
 
 def test_l2_normalize_maps_zero_to_zero_without_nan():
@@ -58,7 +58,7 @@ def test_residual_scale_lets_modifier_outweigh_the_input():
 def test_output_noise_is_a_pure_function_of_the_row_seed():
     import torch
 
-    from mass.modifier import DataModifier, ModifierSpec
+    from mass.modifiers import DataModifier, ModifierSpec
 
     torch.manual_seed(0)
     model = DataModifier(ModifierSpec(dim=16, output_noise=0.1)).eval()
@@ -87,8 +87,103 @@ def test_output_noise_needs_seeds():
     import pytest
     import torch
 
-    from mass.modifier import DataModifier, ModifierSpec
+    from mass.modifiers import DataModifier, ModifierSpec
 
     model = DataModifier(ModifierSpec(dim=8, output_noise=0.1))
     with pytest.raises(ValueError, match="seeds"):
         model(torch.randn(2, 8))
+
+
+def _one_of_each_kind(dim: int = 6) -> dict:
+    from mass.modifiers import (
+        AffineModifier,
+        AffineSpec,
+        ChainModifier,
+        GaussianNoiseModifier,
+        GenFilterModifier,
+        GenFilterSpec,
+        NoiseSpec,
+        QuadraticErasureModifier,
+        QuadraticSpec,
+    )
+
+    torch.manual_seed(0)
+    affine = AffineModifier(AffineSpec(dim)).set(torch.randn(dim, dim), torch.randn(dim))
+    kinds = {
+        "mass": DataModifier(ModifierSpec(dim, hidden=(8,), noise_dim=2, output_noise=0.1)),
+        "affine": affine,
+        "gaussian_noise": GaussianNoiseModifier(NoiseSpec(dim, 0.3)),
+        "quadratic_erasure": QuadraticErasureModifier(QuadraticSpec(dim, (2, 3))),
+        "genfilter": GenFilterModifier(GenFilterSpec(dim, latent=3, hidden=8, noise_dim=2,
+                                                     label_classes=(2,))),  # fmt: skip
+    }
+    kinds["chain"] = ChainModifier.of(kinds["affine"], kinds["mass"])
+    return kinds
+
+
+def test_every_kind_round_trips_through_modifier_pt(tmp_path):
+    """save -> load gives the same function for every registered kind (the stored kind names
+    are the contract of existing runs and signed exports)."""
+    from mass.modifiers import MODIFIER_KINDS
+
+    kinds = _one_of_each_kind()
+    assert set(kinds) == set(MODIFIER_KINDS)
+    x, seeds = torch.randn(7, 6), torch.arange(7, dtype=torch.int64) * 31
+    for kind, model in kinds.items():
+        path = str(tmp_path / f"{kind}.pt")
+        save_modifier(model.eval(), path, method=kind)
+        back = load_modifier(path)
+        assert type(back) is type(model) and back.kind == kind
+        with torch.no_grad():
+            assert torch.equal(back(x, seeds), model(x, seeds)), kind
+
+
+def test_a_modifier_pt_without_kind_loads_as_mass(tmp_path):
+    """The first modifier.pt format had no "kind": it is a MaSS G."""
+    g = DataModifier(ModifierSpec(dim=4, hidden=(8,))).eval()
+    torch.save({"spec": g.spec.to_dict(), "state_dict": g.state_dict(), "meta": {}},
+               tmp_path / "old.pt")  # fmt: skip
+    x = torch.randn(3, 4)
+    assert torch.equal(load_modifier(str(tmp_path / "old.pt"))(x), g(x))
+
+
+def test_an_unknown_kind_is_refused_naming_it(tmp_path):
+    import pytest
+
+    torch.save({"kind": "nope", "spec": {"dim": 4}, "state_dict": {}}, tmp_path / "m.pt")
+    with pytest.raises(ValueError, match="unknown modifier kind 'nope'"):
+        load_modifier(str(tmp_path / "m.pt"))
+
+
+SERVED_IMPORTS = r'''
+import sys, types
+pb = types.ModuleType("triton_python_backend_utils")  # exists only inside Triton's python backend
+sys.modules["triton_python_backend_utils"] = pb
+import mass.serving.adapters.modifier  # the served model's module, as model.py loads it
+import mass.triton_adapters.modifier  # the shim that exports made before the move load
+from mass.modifiers import load_modifier
+for path in sys.argv[1:]:
+    load_modifier(path)
+training = sorted(m for m in sys.modules if m.split(".")[:2] in (
+    ["mass", "methods"], ["mass", "trainer"], ["mass", "losses"], ["mass", "branches"],
+    ["mass", "calibrate"], ["mass", "training"]))
+print("TRAINING:" + ",".join(training))
+'''
+
+
+def test_the_served_model_imports_nothing_from_training(tmp_path):
+    """A fresh interpreter importing the Triton modifier adapter (and its pre-move shim) and
+    loading every kind never imports the training stack (methods, trainer, losses, branches)."""
+    import os
+    import subprocess
+    import sys
+
+    paths = []
+    for kind, model in _one_of_each_kind().items():
+        paths.append(str(tmp_path / f"{kind}.pt"))
+        save_modifier(model.eval(), paths[-1])
+    env = {**os.environ, "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run([sys.executable, "-c", SERVED_IMPORTS, *paths], capture_output=True,
+                         text=True, env=env, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "TRAINING:\n" in out.stdout, out.stdout

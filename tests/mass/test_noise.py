@@ -57,8 +57,16 @@ def test_the_key_holder_removes_exactly_the_noise_a_release_added():
     another key recovers nothing like it. Exact for every row whose noise has norm <= 1;
     beyond, exact where y.a > -1 (else the normalisation has two unit solutions)."""
     from mass.keys import OwnerKey
-    from mass.methods._common import AffineModifier, AffineSpec, GaussianNoiseModifier, NoiseSpec
-    from mass.modifier import ChainModifier, DataModifier, ModifierSpec, l2_normalize
+    from mass.modifiers import (
+        AffineModifier,
+        AffineSpec,
+        ChainModifier,
+        DataModifier,
+        GaussianNoiseModifier,
+        ModifierSpec,
+        NoiseSpec,
+        l2_normalize,
+    )
     from mass.noise import keyed_row_seeds, release_noise, remove_release_noise
 
     key, other = OwnerKey(bytes(range(32))), OwnerKey(bytes(range(1, 33)))

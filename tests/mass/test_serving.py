@@ -21,10 +21,10 @@ import pytest
 import torch
 
 from mass.errors import ChecksumMismatchError, ServingError
-from mass.export import export_ensemble, export_extractor, export_minilm, export_modifier
-from mass.modifier import DataModifier, ModifierSpec, load_modifier, save_modifier
+from mass.modifiers import DataModifier, ModifierSpec, load_modifier, save_modifier
 from mass.noise import row_seeds
 from mass.serving import TritonServer, check_server, wait_until_ready
+from mass.serving.export import export_ensemble, export_extractor, export_minilm, export_modifier
 
 pytestmark = pytest.mark.triton
 DIM = 128
@@ -50,7 +50,7 @@ def _run(tmp: Path, name: str, *, noise_dim: int, seed: int) -> Path:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, triton_server_factory):
-    from mass.extractor import EncoderConfig, ImageEncoder, save_extractor
+    from mass.demo.extractor import EncoderConfig, ImageEncoder, save_extractor
 
     tmp = tmp_path_factory.mktemp("serving")
     repo = tmp / "repo"
@@ -59,6 +59,8 @@ def served(tmp_path_factory, triton_server_factory):
         "sto": _run(tmp, "sto", noise_dim=16, seed=1),
     }
     results = {n: export_modifier(r, repo, n, max_batch_size=512) for n, r in runs.items()}
+    runs["legacy"] = runs["det"]
+    results["legacy"] = _export_as_before_the_move(runs["det"], repo, "legacy")
     torch.manual_seed(2)
     save_extractor(ImageEncoder(EncoderConfig(widths=(8, 8, 16), dim=DIM)), str(tmp / "ext.pt"))
     export_extractor(tmp / "ext.pt", repo, "cnn", max_batch_size=256)
@@ -70,10 +72,24 @@ def served(tmp_path_factory, triton_server_factory):
         repo,
         model_control="explicit",
         startup_timeout=600,
-        load_models=("det", "sto", "cnn", "raw"),
+        load_models=("det", "sto", "cnn", "raw", "legacy"),
     )
     yield {"server": server, "repo": repo, "runs": runs, "results": results, "tmp": tmp}
     server.stop()
+
+
+def _export_as_before_the_move(run: Path, repo: Path, name: str):
+    """An export as the code before mass.serving wrote it: model.py imports
+    ``mass.triton_adapters.modifier`` and the signed manifest lists that model.py."""
+    from mass.serving.manifest import sign_version_dir, signing_key
+    from mass.serving.repository import MODEL_PY
+
+    result = export_modifier(run, repo, name, max_batch_size=512)
+    old = MODEL_PY.format(module="mass.triton_adapters.modifier")
+    (result.version_dir / "model.py").write_text(old)
+    sign_version_dir(result.version_dir, signing_key(purpose="sign"))
+    assert "mass.serving" not in (result.version_dir / "model.py").read_text()
+    return result
 
 
 def _client(server):
@@ -100,8 +116,10 @@ def _rows(n: int, seed: int = 0):
     return x, row_seeds(np.arange(1000, 1000 + n)).reshape(-1, 1)
 
 
-@pytest.mark.parametrize("name", ["det", "sto"])
+@pytest.mark.parametrize("name", ["det", "sto", "legacy"])
 def test_served_modifier_matches_in_process(served, name):
+    """``legacy``: an export whose signed model.py imports the adapters' old path
+    (mass.triton_adapters, a shim now) still loads, verifies and serves."""
     x, seeds = _rows(300)
     got = _infer(served["server"], name, {"EMBEDDING": x, "ROW_SEED": seeds}, "PRIVATIZED")
     with torch.inference_mode():
@@ -125,7 +143,7 @@ def test_stochastic_modifier_uses_the_row_seed(served):
 
 
 def test_ensemble_runs_extractor_then_modifier(served):
-    from mass.extractor import load_extractor
+    from mass.demo.extractor import load_extractor
 
     images = np.random.default_rng(3).integers(0, 256, size=(5, 2352), dtype=np.uint8)
     seeds = row_seeds(np.arange(5)).reshape(-1, 1)
@@ -167,6 +185,18 @@ def test_check_server_reports_sha_and_refuses_a_different_one(served):
     assert info["sha256"] == res.sha256 and info["versions"] == ["1"]
     with pytest.raises(ChecksumMismatchError, match="det"):
         check_server(served["server"].grpc_url, model="det", expected_sha256="0" * 64)
+
+
+def test_provenance_readers_agree_on_the_served_sha(served):
+    """server_info (no repository at hand) reads the sha256 parameter `mass export` writes,
+    the one export_info reads from export.json and check_server compares."""
+    from mass.serving.contract import export_info, server_info
+
+    url, res = served["server"].grpc_url, served["results"]["sto"]
+    on_disk = export_info(str(served["repo"]), "sto")
+    assert on_disk["sha256"] == res.sha256 and on_disk["version"] == 1
+    assert server_info(url, "sto")["sha256"] == res.sha256
+    assert server_info(url, "sto", "1")["sha256"] == res.sha256
 
 
 def test_wrong_version_or_model_is_a_serving_error(served):

@@ -10,10 +10,10 @@ import json
 import pytest
 
 from mass.errors import ChecksumMismatchError
-from mass.export import export_modifier
 from mass.keys import OwnerKey
-from mass.triton_adapters import (
-    SHA256SUMS,
+from mass.serving.contract import SHA256SUMS
+from mass.serving.export import export_modifier
+from mass.serving.manifest import (
     manifest_names,
     sign_version_dir,
     signing_key,

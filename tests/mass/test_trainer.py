@@ -183,3 +183,33 @@ def test_utility_learners_train_online_and_never_touch_frozen_branches(data, bra
         assert torch.equal(p, q)
     # the utility learners do learn: their CE falls below chance (log 2) on the training rows
     assert hist[-1]["util_ce"] < np.log(2)
+
+
+def test_progress_off_a_terminal_is_log_lines_not_bar_redraws(data, branches, caplog, capfd):
+    """A cron log (stderr not a TTY) gets `train G: step k/N ... rows/s` lines, no \\r."""
+    import logging
+
+    cfg = MassConfig.from_dict(BASE)
+    t = ModifierTrainer(cfg, branches, dim=8, num_classes={"s": 3, "u": 2})
+    with caplog.at_level(logging.INFO, logger="mass.progress"):
+        t.fit(normalize_rows(data.x), data.labels, progress=True)
+    err = capfd.readouterr().err
+    assert "\r" not in err
+    lines = [r.getMessage() for r in caplog.records if r.name == "mass.progress"]
+    assert lines and lines[-1].startswith("train G: step 8/8 (100%)") and "rows/s" in lines[-1]
+
+
+def test_progress_is_a_bar_only_on_a_terminal():
+    import io
+
+    from mass.progress import LogProgress, progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    assert progress(5, desc="d", enabled=False) is None
+    assert isinstance(progress(5, desc="d", stream=io.StringIO()), LogProgress)
+    bar = progress(5, desc="d", stream=Tty())
+    assert not isinstance(bar, LogProgress) and hasattr(bar, "update")
+    bar.close()

@@ -56,10 +56,10 @@ def test_modify_fn_routes_each_row_once(beam_pipeline, tmp_path):
     """The job's DoFn sends valid rows to the model and the spill runs, bad rows to quarantine."""
     import pyarrow.parquet as pq
 
+    from transforms.inference.function import FunctionModelHandler
     from transforms.modify import ModifyRowGroupFn, pick
     from transforms.parquet_io import plan_row_groups
     from transforms.testing import NumpyModifier
-    from transforms.triton_handler import FunctionModelHandler
 
     src = str(tmp_path / "in.parquet")
     pq.write_table(pa.Table.from_batches([_batch()]), src)

@@ -12,14 +12,12 @@ from apache_beam.testing.util import assert_that, equal_to
 from mass.errors import ResponseShapeError, ServingError
 from mass.io import embedding_array
 from mass.serving import free_port
+from mass.serving.contract import EMBEDDING, PRIVATIZED, ROW_SEED
+from transforms.inference.function import FunctionModelHandler
+from transforms.inference.tensors import ModifierInputs, check_response
+from transforms.inference.triton import TritonModelHandler
+from transforms.inference.triton_client import RequestPolicy, TritonClient
 from transforms.testing import NumpyModifier, WrongWidth
-from transforms.triton_handler import (
-    FunctionModelHandler,
-    ModifierInputs,
-    TritonModelHandler,
-    _TritonConnection,
-    check_response,
-)
 
 
 def _batch(n=5, d=4, start=0):
@@ -86,29 +84,50 @@ def test_unreachable_server_is_a_serving_error_at_client_creation():
         TritonModelHandler(f"127.0.0.1:{free_port()}", "m").create_client()
 
 
-@pytest.mark.parametrize("shm", [False, True])
-def test_unavailable_is_retried_with_backoff_then_fails(shm):
+def _offline_client(url: str, *, shm: bool, policy: RequestPolicy, on_retry=None):
+    """A TritonClient for a server that is not there (its constructor would refuse it)."""
     import threading
 
     import tritonclient.grpc as grpcclient
 
-    url = f"127.0.0.1:{free_port()}"
-    conn = _TritonConnection.__new__(_TritonConnection)
+    conn = TritonClient.__new__(TritonClient)
     conn.url, conn.model, conn.version, conn.max_batch = url, "m", "", None
+    conn.policy, conn.on_retry, conn.headers = policy, on_retry, {}
     conn.client = grpcclient.InferenceServerClient(url)
-    conn.inputs = {"EMBEDDING": "FP32", "ROW_SEED": "INT64"}
-    conn.output_dims = {"PRIVATIZED": [4]}
+    conn.inputs = {EMBEDDING: "FP32", ROW_SEED: "INT64"}
+    conn.output_dims = {PRIVATIZED: [4]}
     conn.shm, conn._local, conn._slots, conn._lock = shm, threading.local(), [], threading.Lock()
-    before = set(os.listdir("/dev/shm"))
+    conn._pool = None
+    return conn
+
+
+@pytest.mark.parametrize("shm", [False, True])
+def test_unavailable_is_retried_with_backoff_then_fails(shm):
+    url = f"127.0.0.1:{free_port()}"
     handler = TritonModelHandler(url, "m", max_retries=2, backoff_s=0.01, timeout_s=2,
                                  shared_memory=shm)  # fmt: skip
+    retried = []
+    conn = _offline_client(url, shm=shm, policy=handler._policy,
+                           on_retry=lambda: retried.append(1))  # fmt: skip
+    before = set(os.listdir("/dev/shm"))
     with pytest.raises(ServingError, match="UNAVAILABLE.*after 2 retries"):
         handler.request(_batch(), conn)
+    assert len(retried) == 2  # the one retry loop: the client's, counted through on_retry
     assert set(os.listdir("/dev/shm")) == before  # no region left behind by failed attempts
 
 
+def test_the_client_alone_retries_as_the_handler_does():
+    """The benchmark drives TritonClient directly: the same loop, the same error."""
+    url = f"127.0.0.1:{free_port()}"
+    conn = _offline_client(url, shm=False, policy=RequestPolicy(max_retries=1, backoff_s=0.01,
+                                                                 timeout_s=2))  # fmt: skip
+    t = ModifierInputs()(_batch())
+    with pytest.raises(ServingError, match="UNAVAILABLE.*after 1 retries"):
+        conn.infer(t, PRIVATIZED)
+
+
 def test_extractor_inputs_are_uint8_images_and_byte_strings():
-    from transforms.triton_handler import ImageInputs, TextInputs
+    from transforms.inference.tensors import ImageInputs, TextInputs
 
     images = np.arange(2 * 2352, dtype=np.uint64).astype(np.uint8).reshape(2, 2352)
     batch = pa.RecordBatch.from_pydict(

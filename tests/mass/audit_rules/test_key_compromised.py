@@ -17,9 +17,16 @@ from mass.audit.suite import REQUIRED_METADATA
 from mass.cli import main
 from mass.io import embedding_array
 from mass.keys import NOISE_KEY_ENV, OwnerKey, write_key
-from mass.methods._common import AffineModifier, AffineSpec, GaussianNoiseModifier, NoiseSpec
 from mass.metrics import majority_rate, retrained_attackers
-from mass.modifier import ChainModifier, DataModifier, ModifierSpec
+from mass.modifiers import (
+    AffineModifier,
+    AffineSpec,
+    ChainModifier,
+    DataModifier,
+    GaussianNoiseModifier,
+    ModifierSpec,
+    NoiseSpec,
+)
 from mass.noise import keyed_row_seeds, row_seeds
 
 N, D = 3000, 24  # a clean 3-class release must pass the upper-bound rule whatever the noise draw

@@ -6,8 +6,6 @@ from sklearn.linear_model import LogisticRegression
 from mass.errors import ConfigError
 from mass.methods import get_method
 from mass.methods._common import (
-    GaussianNoiseModifier,
-    NoiseSpec,
     classifier_mutual_information,
     knn_mutual_information,
     subset,
@@ -15,7 +13,7 @@ from mass.methods._common import (
     unit_x,
 )
 from mass.methods.inlp import nullspace_projection
-from mass.modifier import load_modifier, save_modifier
+from mass.modifiers import GaussianNoiseModifier, NoiseSpec, load_modifier, save_modifier
 
 
 @pytest.fixture(scope="module")

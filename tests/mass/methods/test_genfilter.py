@@ -15,7 +15,7 @@ from mass.methods.genfilter import (
     project_to_budget,
     vae_loss,
 )
-from mass.modifier import load_modifier, save_modifier
+from mass.modifiers import load_modifier, save_modifier
 
 T = torch.tensor
 

