@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import shutil
 import time
 
 import apache_beam as beam
@@ -30,12 +28,13 @@ from beam_pipelines.options import (
     shm_mode,
     triton_endpoint,
 )
+from mass import fs
 from mass.errors import MissingInputError, SchemaError, ServingError
 from mass.io import check_ids, read_table
 from transforms.inference.tensors import ImageInputs, TextInputs
 from transforms.inference.triton import TritonModelHandler
 from transforms.parquet_io import ReadArrowBatches, WriteShardedParquet, input_schema
-from transforms.release import publish_release, staging_dir
+from transforms.release import discard_staging, publish_release, staging_dir
 from transforms.validate import check_column_names, release_schema
 
 log = logging.getLogger("mass.extract")
@@ -153,7 +152,7 @@ def run_job(args, extra, *, test_pipeline=None) -> dict:
                 required_metadata=("mass.extractor",),
             )
         finally:
-            shutil.rmtree(stage, ignore_errors=True)
+            discard_staging(stage)  # never the version just committed (object stores)
     secs = time.monotonic() - t0
     summary = {
         "rows_in": len(ids),
@@ -161,7 +160,7 @@ def run_job(args, extra, *, test_pipeline=None) -> dict:
         "seconds": round(secs, 3),
         "rows_per_s": round(len(ids) / max(secs, 1e-9), 1),
         "dim": dim,
-        "output": os.path.normpath(args.output),
+        "output": fs.normpath(args.output),
     }
     print(
         f"extract: {len(ids)} rows in, {rows} out, {secs:.1f} s, {summary['rows_per_s']:.0f} rows/s"

@@ -6,9 +6,9 @@ every error names the file, the column and, where it applies, the first offendin
 
 from __future__ import annotations
 
-import glob
 import logging
 import os
+import posixpath
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from mass import fs
 from mass.embeddings import embedding_array, embedding_matrix  # noqa: F401 (public here too)
 from mass.errors import (
     InvalidValueError,
@@ -43,17 +44,17 @@ def _walk(root: str) -> tuple[list[str], int, int]:
     directory counts every file under it), as are files not named ``*.parquet``.
     """
     files, hidden, other = [], 0, 0
-    for here, dirs, names in os.walk(root):
+    for here, dirs, names in fs.walk(root):
         keep = sorted(d for d in dirs if not _hidden(d))
         for d in dirs:
             if _hidden(d):
-                hidden += sum(len(n) for _, _, n in os.walk(os.path.join(here, d)))
+                hidden += sum(len(n) for _, _, n in fs.walk(fs.join(here, d)))
         dirs[:] = keep
         for name in names:
             if _hidden(name):
                 hidden += 1
             elif name.endswith(".parquet"):
-                files.append(os.path.join(here, name))
+                files.append(fs.join(here, name))
             else:
                 other += 1
     return sorted(files), hidden, other
@@ -61,11 +62,45 @@ def _walk(root: str) -> tuple[list[str], int, int]:
 
 def _glob_root(spec: str) -> str:
     """The literal directory prefix of a glob (``data/2024/*/x.parquet`` -> ``data/2024``)."""
-    parts = spec.split(os.sep)
+    sep = "/" if fs.is_remote(spec) else os.sep
+    parts = spec.split(sep)
     for i, part in enumerate(parts):
         if any(ch in part for ch in GLOB_CHARS):
-            return os.sep.join(parts[:i])
-    return os.path.dirname(spec)
+            return sep.join(parts[:i])
+    return fs.dirname(spec)
+
+
+def _below(match: str, root: str) -> list[str]:
+    """``match``'s path components below the glob's literal ``root``."""
+    if fs.is_remote(match):
+        return posixpath.relpath(match, root).split("/")
+    return os.path.relpath(match, root or ".").split(os.sep)
+
+
+RELEASE_MARKER = "_release.json"  # a release's marker + manifest (on a store: its pointer)
+QUARANTINE_MARKER = "_quarantine.json"
+VERSIONS = "_versions"  # object stores: OUT/_versions/<pid>-<uuid>-<host>/ (transforms.publish)
+
+
+def resolve_release(spec: str) -> list[str] | None:
+    """The part files of the release committed at ``spec`` on an object store (its
+    ``_release.json`` / ``_quarantine.json`` pointer names a version prefix and the parts, see
+    :mod:`transforms.publish`), or None when ``spec`` holds no pointer."""
+    return committed_parts(spec) if fs.is_remote(spec) else None
+
+
+def committed_parts(spec: str) -> list[str] | None:
+    """Part files of the version that ``spec``'s pointer names (None: no pointer there)."""
+    for marker in (RELEASE_MARKER, QUARANTINE_MARKER):
+        path = fs.join(spec, marker)
+        if not fs.isfile(path):
+            continue
+        doc = fs.read_json(path)
+        version = doc.get("version") if isinstance(doc, dict) else None
+        if isinstance(version, str) and version.startswith(VERSIONS + "/"):
+            return [fs.join(spec, version, p["file"]) for p in doc.get("parts") or []]
+    return None
+
 
 
 def expand_paths(spec: str) -> list[str]:
@@ -83,21 +118,22 @@ def expand_paths(spec: str) -> list[str]:
       (``**`` recursive); matches under a ``_``/``.``-prefixed name below the glob's literal
       prefix are skipped the same way, a matched directory is expanded as above.
     """
-    if "://" in spec:  # remote filesystems are resolved by pyarrow / Beam, not here
-        return [spec]
     hidden = other = 0
-    if os.path.isdir(spec):
+    committed = resolve_release(spec)
+    if committed:  # an object-store release: exactly its committed version
+        return committed
+    if fs.isdir(spec):
         files, hidden, other = _walk(spec)
-    elif os.path.exists(spec):
+    elif fs.exists(spec):
         files = [spec]
     elif any(ch in spec for ch in GLOB_CHARS):
         root = _glob_root(spec)
         files = []
-        for match in sorted(glob.glob(spec, recursive=True)):
-            below = os.path.relpath(match, root or ".").split(os.sep)
+        for match in fs.glob(spec):
+            below = _below(match, root)
             if any(_hidden(part) for part in below if part not in (".", "..")):
                 hidden += 1
-            elif os.path.isdir(match):
+            elif fs.isdir(match):
                 found, h, o = _walk(match)
                 files += found
                 hidden, other = hidden + h, other + o
@@ -127,7 +163,8 @@ def read_table(spec: str, columns: list[str] | None = None) -> pa.Table:
     tables = []
     for path in expand_paths(spec):
         try:
-            tables.append(pq.read_table(path, columns=columns))
+            with fs.open_input(path) as f:
+                tables.append(pq.read_table(f, columns=columns))
         except (pa.ArrowInvalid, OSError) as e:
             if isinstance(e, KeyError):
                 raise

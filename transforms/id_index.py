@@ -13,21 +13,21 @@ the number of rows; the old path held every id (plus hash tables and sort copies
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
+from mass import fs
 from mass.errors import InvalidValueError, ReleaseError, UnreadableInputError
 from transforms.parquet_io import (
     RUNS_DIR,
     ShardSpiller,
     _chunk_rows,
     _reduce_runs,
+    footer,
     merge_sorted_runs,
     open_parquet,
     shard_path,
@@ -44,10 +44,10 @@ class IdIndex:
     id_type: pa.DataType
 
     def shard_file(self, shard: int) -> str:
-        return os.path.join(self.directory, f"ids-{shard:05d}.arrow")
+        return fs.join(self.directory, f"ids-{shard:05d}.arrow")
 
     def sorted_ids(self, shard: int) -> Iterator[pa.Array]:
-        with pa.OSFile(self.shard_file(shard), "rb") as f:
+        with fs.open_input(self.shard_file(shard)) as f:
             reader = pa.ipc.open_file(f)
             for i in range(reader.num_record_batches):
                 yield reader.get_batch(i).column(0)
@@ -97,11 +97,11 @@ def build_id_index(files: list[str], id_col: str, num_shards: int, directory: st
 
 
 def _merge_shard(files, id_col, runs, directory, shard, id_type) -> int:
-    runs = _reduce_runs(sorted(runs), os.path.join(directory, RUNS_DIR), id_col)
-    path = os.path.join(directory, f"ids-{shard:05d}.arrow")
+    runs = _reduce_runs(sorted(runs), fs.join(directory, RUNS_DIR), id_col)
+    path = fs.join(directory, f"ids-{shard:05d}.arrow")
     schema = pa.schema([(id_col, id_type or pa.int64())])
     rows, last = 0, None
-    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+    with fs.atomic_output(path) as sink, pa.ipc.new_file(sink, schema) as writer:
         for table in merge_sorted_runs(runs, id_col):
             ids = table.column(id_col).combine_chunks()
             if len(ids) and (
@@ -114,7 +114,7 @@ def _merge_shard(files, id_col, runs, directory, shard, id_type) -> int:
             out = pa.table({id_col: ids})
             writer.write_table(out, max_chunksize=_chunk_rows(out))
     for p in runs:
-        os.remove(p)
+        fs.remove(p)
     return rows
 
 
@@ -141,7 +141,7 @@ def verify_against_index(
     """Raise :class:`ReleaseError` unless part k of ``staging`` holds exactly shard k's input
     ids minus ``quarantined``; returns the number of released rows."""
     released = sum(
-        pq.ParquetFile(shard_path(staging, s, index.num_shards)).metadata.num_rows
+        footer(shard_path(staging, s, index.num_shards)).num_rows
         for s in range(index.num_shards)
     )
     n_bad = 0 if quarantined is None else len(quarantined)
@@ -163,7 +163,7 @@ def verify_against_index(
 
 
 def _part_ids(path: str, id_col: str) -> Iterator[pa.Array]:
-    pf = pq.ParquetFile(path)
+    pf = open_parquet(path)
     for rg in range(pf.metadata.num_row_groups):
         yield pf.read_row_group(rg, columns=[id_col]).column(0).combine_chunks()
 

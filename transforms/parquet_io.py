@@ -8,31 +8,46 @@ shard ``row_seeds(id) % num_shards`` and are sorted by id inside a shard, so the
 only on the rows and the shard count: the same input gives byte-identical files on any
 runner, batch size or input layout (what DVC needs to see an unchanged output). Rows never
 travel through the GroupByKey (only run file paths do) and the merge holds one record batch
-per open run, so memory stays bounded whatever the number of rows (an external sort).
+per open run, so memory stays bounded whatever the number of rows (an external sort,
+:mod:`transforms.runs`). Every path is a :mod:`mass.fs` path: a local file or an object-store
+URI; run files live where every worker can reach them (the staging location or
+``--temp_location``), so no worker opens another machine's local file.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copyreg
-import errno
-import json
-import os
-import shutil
 import threading
-import uuid
 from dataclasses import dataclass
 
 import apache_beam as beam
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mass.embeddings import fixed_view
-from mass.errors import ReleaseError, UnreadableInputError
+from mass import fs
+from mass.errors import UnreadableInputError
 from mass.io import expand_paths
-from mass.noise import row_seeds
+from transforms.runs import (  # noqa: F401  (re-exported: the writer's primitives)
+    BYPASS_COSINE,
+    DISK_FULL,
+    FAN_IN,
+    NONFINITE,
+    RUN_BYTES,
+    RUNS_DIR,
+    SPILL_BYTES,
+    UNMODIFIED,
+    ShardSpiller,
+    _chunk_rows,
+    _reduce_runs,
+    count_flags,
+    disk_full,
+    merge_sorted_runs,
+    row_flags,
+    shard_of,
+    write_run,
+)
+
+_row_flags = row_flags  # the name the writer-guard tests use
 
 
 def _restore_batch(buf) -> pa.RecordBatch:
@@ -91,12 +106,13 @@ def footer(path: str) -> pq.FileMetaData:
     metadata to ``pq.ParquetFile(path, metadata=...)``, which then skips the footer.
     """
     try:
-        st = os.stat(path)
-        key = (path, st.st_size, st.st_mtime_ns)
+        key = (path, *fs.stat_key(path))
         with _FOOTER_LOCK:
             meta = _FOOTER_CACHE.get(key)
         if meta is None:
-            meta = pq.read_metadata(path)
+            fs.trace("r", path)
+            filesystem, where = fs.filesystem(path)
+            meta = pq.read_metadata(where, filesystem=filesystem)
             with _FOOTER_LOCK:
                 if len(_FOOTER_CACHE) >= _FOOTER_CACHE_SIZE:
                     _FOOTER_CACHE.pop(next(iter(_FOOTER_CACHE)))
@@ -113,7 +129,7 @@ def open_parquet(path: str) -> pq.ParquetFile:
     """``pq.ParquetFile`` over the cached footer (see :func:`footer`)."""
     meta = footer(path)
     try:
-        return pq.ParquetFile(path, metadata=meta)
+        return pq.ParquetFile(fs.open_input(path), metadata=meta)
     except (pa.ArrowInvalid, OSError) as e:
         raise UnreadableInputError(
             f"{path}: not readable as Parquet ({e}); re-export the file or remove it"
@@ -218,186 +234,19 @@ class ReadArrowBatches(beam.PTransform):
         )
 
 
-DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
-
-
-@contextlib.contextmanager
-def disk_full(path: str, what: str):
-    """Turn ``ENOSPC``/``EDQUOT`` while writing under ``path`` into a :class:`ReleaseError`
-    naming the path (the callers' staging is removed by the job; nothing is published)."""
-    try:
-        yield
-    except OSError as e:
-        if e.errno not in DISK_FULL and not any(
-            f"[errno {n}]" in str(e) for n in DISK_FULL
-        ):  # pyarrow's IOError carries the errno in its text
-            raise
-        raise ReleaseError(
-            f"{path}: no space left on the device while writing {what} ({e}); free space "
-            "there or point --output at another filesystem; nothing published"
-        ) from e
-
-
 def shard_path(directory: str, shard: int, num_shards: int) -> str:
-    return os.path.join(directory, f"part-{shard:05d}-of-{num_shards:05d}.parquet")
-
-
-def shard_of(ids: pa.Array, num_shards: int) -> np.ndarray:
-    """Shard of each row: a pure function of its id (stable across processes and runners)."""
-    return (row_seeds(ids) % num_shards).astype(np.int64)
+    return fs.join(directory, f"part-{shard:05d}-of-{num_shards:05d}.parquet")
 
 
 IDS_DIR = "_ids"  # the input's id index (transforms.id_index), inside the staging directory
-RUNS_DIR = "_runs"  # sorted spill runs inside the staging directory (removed before publishing)
-RUN_BYTES = 1 << 20  # bytes per record batch of a run file: what the merge holds per open run
-FAN_IN = 32  # runs merged at once; more are first merged into longer runs (bounded memory)
-SPILL_BYTES = 64 << 20  # rows a writer buffers per worker before it spills sorted runs
-
-
-def _sorted(table: pa.Table, id_col: str) -> pa.Table:
-    return table.take(pc.sort_indices(table, sort_keys=[(id_col, "ascending")]))
-
-
-def _chunk_rows(table: pa.Table) -> int:
-    row = max(1, table.nbytes // max(1, table.num_rows)) if table.num_rows else 1
-    return max(256, RUN_BYTES // row)
-
-
-def write_run(directory: str, table: pa.Table, id_col: str) -> str:
-    """Sort ``table`` by id and write it as one Arrow IPC run file; return its path."""
-    table = _sorted(table.combine_chunks(), id_col)
-    path = os.path.join(directory, f"run-{uuid.uuid4().hex}.arrow")
-    with disk_full(directory, "a sorted spill run"):
-        os.makedirs(directory, exist_ok=True)
-        with pa.OSFile(path + ".part", "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
-            w.write_table(table, max_chunksize=_chunk_rows(table))
-    os.replace(path + ".part", path)  # a run is referenced only once complete
-    return path
-
-
-class ShardSpiller:
-    """Buffers a worker's rows per shard and spills them as id-sorted run files.
-
-    Memory is bounded by ``budget`` bytes whatever the number of rows; each spilled run is
-    reported as ``(shard, path)`` for the merge. With ``verify_col`` (the model input
-    carried next to the output), the comparison happens here and one flag byte per row
-    replaces the input copy (see :func:`_row_flags`).
-    """
-
-    def __init__(
-        self,
-        directory: str,
-        *,
-        id_col: str,
-        num_shards: int,
-        emb_col: str | None = None,
-        verify_col: str | None = None,
-        budget: int = SPILL_BYTES,
-    ) -> None:
-        self._dir = os.path.join(directory, RUNS_DIR)
-        self._id_col, self._n = id_col, num_shards
-        self._emb_col, self._verify_col = emb_col, verify_col
-        self._budget = budget
-        self._buf: dict[int, list[pa.RecordBatch]] = {}
-        self._bytes = 0
-
-    def add(self, batch: pa.RecordBatch) -> list[tuple[int, str]]:
-        if self._verify_col is not None:
-            flags = _row_flags(batch, self._emb_col, self._verify_col)
-            idx = batch.schema.get_field_index(self._verify_col)
-            batch = batch.set_column(idx, self._verify_col, pa.array(flags))
-        shards = shard_of(batch.column(self._id_col), self._n)
-        for s in np.unique(shards):
-            part = batch if self._n == 1 else batch.filter(pa.array(shards == s))
-            self._buf.setdefault(int(s), []).append(part)
-        self._bytes += batch.nbytes
-        return self.flush() if self._bytes >= self._budget else []
-
-    def flush(self) -> list[tuple[int, str]]:
-        out = []
-        for s, parts in sorted(self._buf.items()):
-            out.append((s, write_run(self._dir, pa.Table.from_batches(parts), self._id_col)))
-        self._buf, self._bytes = {}, 0
-        return out
-
-
-class _Cursor:
-    """Read position in one sorted run file (one record batch in memory at a time)."""
-
-    def __init__(self, path: str, id_col: str) -> None:
-        self._file = pa.OSFile(path, "rb")
-        self._reader = pa.ipc.open_file(self._file)
-        self._next, self._id_col = 0, id_col
-        self.batch: pa.RecordBatch | None = None
-        self._load()
-
-    def _load(self) -> None:
-        self.batch = None
-        while self.batch is None and self._next < self._reader.num_record_batches:
-            b = self._reader.get_batch(self._next)
-            self._next += 1
-            self.batch = b if b.num_rows else None
-        if self.batch is None:
-            self._file.close()
-
-    def last_id(self):
-        return self.batch.column(self._id_col)[-1].as_py()
-
-    def take_upto(self, bound) -> pa.RecordBatch:
-        """Rows with id <= ``bound`` (a prefix: the run is sorted); loads the next batch."""
-        ids = self.batch.column(self._id_col)
-        k = pc.sum(pc.less_equal(ids, pa.scalar(bound, ids.type))).as_py() or 0
-        head = self.batch.slice(0, k)
-        self.batch = self.batch.slice(k)
-        if not self.batch.num_rows:
-            self._load()
-        return head
-
-
-def merge_sorted_runs(paths: list[str], id_col: str):
-    """k-way merge of id-sorted runs: yields id-sorted tables, holding one batch per run."""
-    cursors = [c for c in (_Cursor(p, id_col) for p in paths) if c.batch is not None]
-    while cursors:
-        # every row <= the smallest "last id" of the loaded batches is final: none can follow
-        bound = min(c.last_id() for c in cursors)
-        pieces = [c.take_upto(bound) for c in cursors]
-        table = pa.Table.from_batches([p for p in pieces if p.num_rows])
-        yield _sorted(table, id_col)
-        cursors = [c for c in cursors if c.batch is not None]
-
-
-def _reduce_runs(paths: list[str], directory: str, id_col: str) -> list[str]:
-    """Merge runs FAN_IN at a time until at most FAN_IN remain (multi-pass external sort)."""
-    while len(paths) > FAN_IN:
-        merged = []
-        for i in range(0, len(paths), FAN_IN):
-            group = paths[i : i + FAN_IN]
-            if len(group) == 1:
-                merged.append(group[0])
-                continue
-            out = os.path.join(directory, f"run-{uuid.uuid4().hex}.arrow")
-            writer = None
-            with pa.OSFile(out + ".part", "wb") as sink:
-                for table in merge_sorted_runs(group, id_col):
-                    if writer is None:
-                        writer = pa.ipc.new_file(sink, table.schema)
-                    writer.write_table(table, max_chunksize=_chunk_rows(table))
-                if writer is not None:
-                    writer.close()
-            os.replace(out + ".part", out)
-            for p in group:
-                os.remove(p)
-            merged.append(out)
-        paths = merged
-    return paths
 
 
 class _ShardSink:
     """Writes a shard's sorted rows as exactly ``row_group_size``-row row groups, so the file
     is byte-identical to ``pq.write_table`` of the whole sorted shard."""
 
-    def __init__(self, path: str, schema: pa.Schema | None) -> None:
-        self._path, self._schema = path, schema
+    def __init__(self, sink, schema: pa.Schema | None) -> None:
+        self._path, self._schema = sink, schema  # an output stream (mass.fs.atomic_output)
         self._rows = WRITE_OPTIONS["row_group_size"]
         self._pending: list[pa.Table] = []
         self._n = 0
@@ -443,8 +292,10 @@ class _MergeShardFn(beam.DoFn):
         num_shards: int,
         schema: pa.Schema | None,
         verify_col: str | None,
+        runs: str | None = None,
     ) -> None:
         self._dir = directory
+        self._runs = runs or directory
         self._id_col = id_col
         self._n = num_shards
         self._schema = schema
@@ -457,72 +308,29 @@ class _MergeShardFn(beam.DoFn):
     def _merge(self, element):
         shard, runs = element
         shard = int(shard)
-        paths = _reduce_runs(sorted(runs), os.path.join(self._dir, RUNS_DIR), self._id_col)
-        path = shard_path(self._dir, shard, self._n)
-        sink = _ShardSink(path + ".part", self._schema)
+        paths = _reduce_runs(sorted(runs), fs.join(self._runs, RUNS_DIR), self._id_col)
         stats = {"shard": shard, "rows": 0}
         counts = {"unmodified": 0, "first_unmodified_id": None,
                   "nonfinite": 0, "first_nonfinite_id": None}  # fmt: skip
         first_schema = None
-        for table in merge_sorted_runs(paths, self._id_col):
-            if self._verify_col is not None:
-                _count_flags(counts, table, self._id_col, self._verify_col)
-                table = table.drop_columns([self._verify_col])
-            if self._schema is not None:  # fixed column order, types and metadata
-                table = table.select(self._schema.names).cast(self._schema)
-            first_schema = first_schema or table.schema
-            stats["rows"] += table.num_rows
-            sink.write(table)
-        sink.close(self._schema or first_schema or pa.schema([]))
-        os.replace(path + ".part", path)
+        with fs.atomic_output(shard_path(self._dir, shard, self._n)) as out:
+            sink = _ShardSink(out, self._schema)
+            for table in merge_sorted_runs(paths, self._id_col):
+                if self._verify_col is not None:
+                    count_flags(counts, table, self._id_col, self._verify_col)
+                    table = table.drop_columns([self._verify_col])
+                if self._schema is not None:  # fixed column order, types and metadata
+                    table = table.select(self._schema.names).cast(self._schema)
+                first_schema = first_schema or table.schema
+                stats["rows"] += table.num_rows
+                sink.write(table)
+            sink.close(self._schema or first_schema or pa.schema([]))
         for p in paths:
-            os.remove(p)
+            fs.remove(p)
         if self._verify_col is not None:
             stats.update(counts)
-        with open(os.path.join(self._dir, f"_part-{shard:05d}.json"), "w") as f:
-            json.dump(stats, f)
+        fs.write_json(fs.join(self._dir, f"_part-{shard:05d}.json"), stats, indent=None)
         yield stats
-
-
-UNMODIFIED, NONFINITE = 1, 2  # bits of the per-row flags that replace the input copy
-# A released row whose cosine similarity to its input exceeds this is the input (up to scale
-# and float rounding: a bypassed model, one that returns n(x) or x * (1 + 1e-7)): refused.
-# 1 - cos ~ angle**2 / 2, so this is an angle of ~0.08 degrees; any real modifier moves a
-# row much further (MaSS adds a unit vector to a unit vector: cos <= 0.71 unless aligned).
-BYPASS_COSINE = 1.0 - 1e-6
-
-
-def _row_flags(batch: pa.RecordBatch, emb_col: str | None, verify_col: str) -> np.ndarray:
-    """uint8 per row: UNMODIFIED if the output is the carried input up to scale (cosine
-    similarity > :data:`BYPASS_COSINE`, computed in float64), NONFINITE if not finite."""
-    n = batch.num_rows
-    out = fixed_view(batch.column(emb_col))
-    src = fixed_view(batch.column(verify_col), None)
-    finite = np.isfinite(out).all(axis=1)
-    same = np.zeros(n, bool)
-    if src.shape == out.shape:
-        a = np.where(finite[:, None], out, 0.0).astype(np.float64)
-        b = np.nan_to_num(src.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
-        dot = np.einsum("ij,ij->i", a, b)
-        norms = np.sqrt(np.einsum("ij,ij->i", a, a) * np.einsum("ij,ij->i", b, b))
-        cos = np.divide(dot, norms, out=np.zeros(n), where=norms > 0)
-        # an exact copy is a bypass whatever its norm (a zero row is quarantined upstream)
-        same = (cos > BYPASS_COSINE) | (out == src).all(axis=1)
-    flags = np.where(same, UNMODIFIED, 0).astype(np.uint8)
-    flags[~finite] |= NONFINITE
-    return flags
-
-
-def _count_flags(counts: dict, table: pa.Table, id_col: str, verify_col: str) -> None:
-    """Add one sorted chunk's flags to ``counts`` (first ids are the smallest: runs are sorted)."""
-    flags = table.column(verify_col).combine_chunks().to_numpy(zero_copy_only=False)
-    ids = table.column(id_col)
-    for key, bit in (("unmodified", UNMODIFIED), ("nonfinite", NONFINITE)):
-        mask = (flags & bit) > 0
-        if mask.any():
-            counts[key] += int(mask.sum())
-            if counts[f"first_{key}_id"] is None:
-                counts[f"first_{key}_id"] = ids[int(np.flatnonzero(mask)[0])].as_py()
 
 
 class _SpillFn(beam.DoFn):
@@ -549,10 +357,11 @@ class MergeShards(beam.PTransform):
     """
 
     def __init__(self, directory: str, *, id_col: str, num_shards: int,
-                 schema: pa.Schema | None = None, verify_col: str | None = None) -> None:  # fmt: skip
+                 schema: pa.Schema | None = None, verify_col: str | None = None,
+                 runs: str | None = None) -> None:  # fmt: skip
         super().__init__()
         self._fn = _MergeShardFn(directory, id_col=id_col, num_shards=int(num_shards),
-                                 schema=schema, verify_col=verify_col)  # fmt: skip
+                                 schema=schema, verify_col=verify_col, runs=runs)  # fmt: skip
 
     def expand(self, runs):
         return runs | "GroupRuns" >> beam.GroupByKey() | "MergeShard" >> beam.ParDo(self._fn)
@@ -574,9 +383,11 @@ class WriteShardedParquet(beam.PTransform):
         schema: pa.Schema | None = None,
         emb_col: str | None = None,
         verify_col: str | None = None,
+        runs: str | None = None,
     ) -> None:
         super().__init__()
         self._dir = directory
+        self._runs = runs or directory
         self._id_col = id_col
         self._n = int(num_shards)
         self._schema = schema
@@ -584,7 +395,7 @@ class WriteShardedParquet(beam.PTransform):
         self._verify_col = verify_col
 
     def expand(self, pcoll):
-        spill = _SpillFn(self._dir, id_col=self._id_col, num_shards=self._n,
+        spill = _SpillFn(self._runs, id_col=self._id_col, num_shards=self._n,
                          emb_col=self._emb_col, verify_col=self._verify_col)  # fmt: skip
         return (
             pcoll
@@ -595,6 +406,7 @@ class WriteShardedParquet(beam.PTransform):
                 num_shards=self._n,
                 schema=self._schema,
                 verify_col=self._verify_col,
+                runs=self._runs,
             )  # fmt: skip
         )
 
@@ -602,26 +414,27 @@ class WriteShardedParquet(beam.PTransform):
 def fill_empty_shards(directory: str, schema: pa.Schema, num_shards: int) -> None:
     """Write the shards that got no row as empty files, so the file set is always complete."""
     with disk_full(directory, "an empty shard"):
-        os.makedirs(directory, exist_ok=True)
+        fs.makedirs(directory)
+        have = set(fs.listdir(directory))
         for s in range(num_shards):
             path = shard_path(directory, s, num_shards)
-            if not os.path.exists(path):
-                pq.write_table(schema.empty_table(), path, **WRITE_OPTIONS)
+            if fs.basename(path) not in have:
+                with fs.atomic_output(path) as f:
+                    pq.write_table(schema.empty_table(), f, **WRITE_OPTIONS)
+
+
+def _sidecar(name: str) -> bool:
+    return name.startswith("_part-") and name.endswith(".json")
 
 
 def read_sidecars(directory: str) -> list[dict]:
-    out: list[dict] = []
-    for name in sorted(os.listdir(directory)):
-        if name.startswith("_part-") and name.endswith(".json"):
-            with open(os.path.join(directory, name)) as f:
-                out.append(json.load(f))
-    return out
+    return [fs.read_json(fs.join(directory, n)) for n in fs.listdir(directory) if _sidecar(n)]
 
 
 def remove_sidecars(directory: str) -> None:
     """Drop the writer's bookkeeping (sidecars, and spill runs of retried bundles)."""
-    shutil.rmtree(os.path.join(directory, RUNS_DIR), ignore_errors=True)
-    shutil.rmtree(os.path.join(directory, IDS_DIR), ignore_errors=True)
-    for name in os.listdir(directory):
-        if name.startswith("_part-") and name.endswith(".json"):
-            os.remove(os.path.join(directory, name))
+    fs.rmtree(fs.join(directory, RUNS_DIR))
+    fs.rmtree(fs.join(directory, IDS_DIR))
+    for name in fs.listdir(directory):
+        if _sidecar(name):
+            fs.remove(fs.join(directory, name))

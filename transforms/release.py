@@ -14,25 +14,52 @@ replace only a directory holding that marker (or a path that does not exist), ne
 a parent or child of it, or the other output; files, symbolic links and mount points are
 refused before any work. The marker names start with ``_`` so Parquet readers that expand a
 directory (pyarrow, pandas, Spark, :func:`mass.io.expand_paths`) never read them as data.
+
+Where a release is committed (staging names, ownership checks, recovery, the swap; on an object
+store a versioned prefix plus a pointer written last) lives in :mod:`transforms.publish`; its
+names are re-exported here. Every file is read and written through :mod:`mass.fs`.
 """
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
-import signal
-import uuid
+import tempfile
 from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from mass.digest import sha256_file
-from mass.errors import OutputPathError, ReleaseError, SchemaError
-from transforms.parquet_io import fill_empty_shards, read_sidecars, remove_sidecars
+from mass import fs
+from mass.errors import ReleaseError, SchemaError
+from transforms.parquet_io import (
+    fill_empty_shards,
+    footer,
+    open_parquet,
+    read_sidecars,
+    remove_sidecars,
+)
+from transforms.publish import (  # noqa: F401  (re-exported: the publication API)
+    KILL_AT_ENV,
+    MARKER_FORMATS,
+    QUARANTINE_FORMAT,
+    QUARANTINE_MARKER,
+    RELEASE_FORMAT,
+    RELEASE_MARKER,
+    _parts,
+    check_outputs,
+    check_replaceable,
+    discard_staging,
+    holds_marker,
+    input_roots,
+    kill_point,
+    part_files,
+    pid_alive,
+    recover_output,
+    staging_dir,
+    swap_into_place,
+)
 
 META_KEYS = (
     "mass.model",
@@ -47,14 +74,6 @@ META_KEYS = (
     "mass.noise_key_fingerprint",
     "mass.modifier",
 )
-RELEASE_MARKER = "_release.json"
-QUARANTINE_MARKER = "_quarantine.json"
-RELEASE_FORMAT = "mass-release/1"
-QUARANTINE_FORMAT = "mass-quarantine/1"
-MARKER_FORMATS = {RELEASE_MARKER: RELEASE_FORMAT, QUARANTINE_MARKER: QUARANTINE_FORMAT}
-# Test-only: SIGKILL the job at a publication point ("before-swap", "after-swap") so the
-# crash tests kill inside the swap itself (tests/failclosed/test_atomic_publish.py).
-KILL_AT_ENV = "MASS_TEST_KILL_AT"
 RAW_MEDIA_NAMES = {
     "image",
     "images",
@@ -141,140 +160,8 @@ def release_metadata(
     return {k.encode(): v.encode() for k, v in values.items()}
 
 
-def staging_dir(out: str, kind: str = "tmp") -> str:
-    """``OUT.<kind>-<pid>-<uuid>``: the pid lets a later run tell a crashed job's leftovers."""
-    return f"{os.path.normpath(out)}.{kind}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def holds_marker(directory: str, marker: str = RELEASE_MARKER) -> bool:
-    """True when ``directory`` holds our ``marker`` file with its format tag."""
-    path = os.path.join(directory, marker)
-    if os.path.islink(path) or not os.path.isfile(path) or os.path.getsize(path) > 1 << 24:
-        return False
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except (OSError, ValueError):
-        return False
-    return isinstance(doc, dict) and doc.get("format") == MARKER_FORMATS[marker]
-
-
-def _real(path: str) -> str:
-    return os.path.realpath(os.path.abspath(path))
-
-
-def _inside(a: str, b: str) -> bool:
-    """``a`` equals ``b`` or lies below it (both real, absolute)."""
-    return a == b or a.startswith(b.rstrip(os.sep) + os.sep)
-
-
-def input_roots(spec: str) -> list[str]:
-    """The paths ``spec`` reads: itself (file or directory), or each file a glob matches."""
-    if "://" in spec:
-        return []
-    if not os.path.lexists(spec) and any(ch in spec for ch in "*?["):
-        return sorted(glob.glob(spec, recursive=True))
-    return [spec]
-
-
-def check_replaceable(flag: str, path: str, marker: str) -> None:
-    """Refuse ``path`` unless it does not exist or is a directory holding our ``marker``."""
-    p = os.path.normpath(path)
-    if os.path.islink(p):
-        raise OutputPathError(
-            f"{flag} {path}: is a symbolic link (to {os.readlink(p)}); the job never replaces "
-            "a link or publishes through one: pass the real directory"
-        )
-    if not os.path.lexists(p):
-        parent = os.path.dirname(os.path.abspath(p))
-        while not os.path.lexists(parent):
-            parent = os.path.dirname(parent)
-        if not os.path.isdir(parent):
-            raise OutputPathError(f"{flag} {path}: {parent} is not a directory")
-        return
-    if os.path.ismount(p):
-        raise OutputPathError(
-            f"{flag} {path}: is a mount point; a release is published by renaming a "
-            "directory into place, which a mount point cannot take: pass a directory inside it"
-        )
-    if not os.path.isdir(p):
-        raise OutputPathError(
-            f"{flag} {path}: is an existing file, not a directory written by mass; the job "
-            "never replaces it: choose another path or remove the file yourself"
-        )
-    if not holds_marker(p, marker):
-        raise OutputPathError(
-            f"{flag} {path}: is an existing directory without the {marker} marker that mass "
-            "writes into its own outputs; the job replaces only those (or a path that does "
-            "not exist): choose a new path, or move the directory away yourself"
-        )
-
-
-def check_outputs(*, output: str, quarantine: str, inputs: str, report: str | None = None) -> None:
-    """Decide, before any work, that the job may replace ``output`` and ``quarantine`` (and
-    write its audit report into ``report``); raise :class:`OutputPathError` naming the path.
-    """
-    outs = (("--output", output, RELEASE_MARKER), ("--quarantine", quarantine, QUARANTINE_MARKER))
-    roots = [(r, _real(r)) for r in input_roots(inputs)]
-    for flag, path, marker in outs:
-        real = _real(path)
-        for shown, root in roots:
-            if _inside(real, root) or _inside(root, real):
-                how = ("is" if real == root else "lies inside" if _inside(real, root)
-                       else "contains")  # fmt: skip
-                raise OutputPathError(
-                    f"{flag} {path}: {how} the input {shown}; replacing it would destroy the "
-                    "input: choose a directory outside it"
-                )
-        check_replaceable(flag, path, marker)
-    o, q = _real(output), _real(quarantine)
-    if _inside(o, q) or _inside(q, o):
-        how = "are the same directory" if o == q else "are nested"
-        raise OutputPathError(
-            f"--output {output} and --quarantine {quarantine} {how}; give each its own directory"
-        )
-    if report is None:
-        return
-    r = os.path.normpath(report)
-    if os.path.lexists(r) and not os.path.isdir(r):
-        raise OutputPathError(f"--report {report}: is an existing file; pass a directory")
-    for flag, path, _ in outs:
-        if _inside(_real(r), _real(path)):
-            raise OutputPathError(
-                f"--report {report}: lies inside {flag} {path}, which the job replaces; "
-                "put the report elsewhere"
-            )
-    for shown, root in roots:
-        if _inside(_real(r), root):
-            raise OutputPathError(
-                f"--report {report}: lies inside the input {shown}; the job never writes "
-                "into its input: put the report elsewhere"
-            )
-
-
-def _parts(directory: str) -> list[dict]:
-    return [
-        {"file": os.path.basename(p), "rows": pq.ParquetFile(p).metadata.num_rows,
-         "sha256": sha256_file(p)}
-        for p in sorted(glob.glob(os.path.join(directory, "part-*.parquet")))
-    ]  # fmt: skip
-
-
 def _write_json(path: str, doc: dict) -> None:
-    with open(path + ".part", "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(path + ".part", path)
+    fs.write_json(path, doc)
 
 
 def write_release_manifest(
@@ -288,7 +175,7 @@ def write_release_manifest(
     parts = _parts(directory)
     meta = {}
     if parts:
-        raw = pq.read_schema(os.path.join(directory, parts[0]["file"])).metadata or {}
+        raw = footer(fs.join(directory, parts[0]["file"])).schema.to_arrow_schema().metadata or {}
         meta = {k.decode(): v.decode(errors="replace") for k, v in sorted(raw.items())
                 if k.startswith(b"mass.")}  # fmt: skip
     modifier = meta.get("mass.modifier")
@@ -313,7 +200,7 @@ def write_release_manifest(
         "metadata": meta,
         "quarantine": quarantine,
     }
-    _write_json(os.path.join(directory, RELEASE_MARKER), doc)
+    _write_json(fs.join(directory, RELEASE_MARKER), doc)
     return doc
 
 
@@ -323,10 +210,31 @@ def _write_datasheet(staging: str, manifest: dict, audit: dict | None) -> None:
 
     metrics = None
     if audit is not None and audit.get("report"):
-        with open(audit["report"]) as f:
-            metrics = json.load(f)
-    report = os.path.join(os.path.dirname(audit["report"]), "report.html") if audit else None
-    write_datasheet(staging, metadata=manifest["metadata"], audit=metrics, report_path=report)
+        metrics = fs.read_json(audit["report"])
+    report = fs.join(fs.dirname(audit["report"]), "report.html") if audit else None
+    if not fs.is_remote(staging):
+        write_datasheet(staging, metadata=manifest["metadata"], audit=metrics, report_path=report)
+        return
+    # An object-store version: the datasheet reads only the parts' footers, so it is written
+    # on a local copy of the manifest beside footer-only stubs of the parts, then uploaded.
+    with tempfile.TemporaryDirectory(prefix="mass-datasheet-") as tmp:
+        for path in part_files(staging):
+            with fs.open_input(path) as f:
+                size = f.size()
+                f.seek(size - 8)
+                n = int.from_bytes(f.read(4), "little") + 8
+                f.seek(size - n)
+                tail = f.read(n)
+            with open(os.path.join(tmp, fs.basename(path)), "wb") as out:
+                out.write(b"PAR1" + tail)
+        names = [RELEASE_MARKER]
+        with open(os.path.join(tmp, RELEASE_MARKER), "wb") as out:
+            out.write(fs.read_bytes(fs.join(staging, RELEASE_MARKER)))
+        write_datasheet(tmp, metadata=manifest["metadata"], audit=metrics, report_path=report)
+        names += [n for n in os.listdir(tmp) if n.endswith(".md")]
+        for name in names:
+            with open(os.path.join(tmp, name), "rb") as f:
+                fs.write_bytes(fs.join(staging, name), f.read())
 
 
 def write_quarantine_manifest(directory: str) -> dict:
@@ -334,37 +242,8 @@ def write_quarantine_manifest(directory: str) -> dict:
     parts = _parts(directory)
     doc = {"format": QUARANTINE_FORMAT, "written_by": "mass anonymize",
            "rows": sum(p["rows"] for p in parts), "parts": parts}  # fmt: skip
-    _write_json(os.path.join(directory, QUARANTINE_MARKER), doc)
+    _write_json(fs.join(directory, QUARANTINE_MARKER), doc)
     return doc
-
-
-def kill_point(name: str) -> None:
-    """Test-only crash hook: SIGKILL this process when ``$MASS_TEST_KILL_AT`` is ``name``."""
-    if os.environ.get(KILL_AT_ENV) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def recover_output(out: str) -> list[str]:
-    """Clean up after a job that was killed (SIGKILL, OOM, power) while publishing ``out``.
-
-    Staging (``.tmp-``) and displaced (``.old-``) directories whose job is no longer running
-    are removed; if ``out`` itself is missing but a dead job's ``.old-`` copy exists (a crash
-    between the two renames of the non-atomic fallback), that previous release is put back.
-    Returns the paths removed or restored (for the log).
-    """
-    base = os.path.normpath(out)
-    touched = []
-    for kind in ("old", "tmp"):
-        for path in sorted(glob.glob(f"{glob.escape(base)}.{kind}-*")):
-            pid = path.rsplit(f".{kind}-", 1)[1].split("-", 1)[0]
-            if pid.isdigit() and pid_alive(int(pid)) and int(pid) != os.getpid():
-                continue  # another live job's directory: not ours to touch
-            if kind == "old" and not os.path.exists(base):
-                os.replace(path, base)
-            else:
-                shutil.rmtree(path, ignore_errors=True)
-            touched.append(path)
-    return touched
 
 
 def verify_release(
@@ -384,7 +263,7 @@ def verify_release(
     of all input ids with the ``quarantined`` ones to leave out (streamed, bounded memory).
     """
     stats = read_sidecars(staging)
-    files = sorted(glob.glob(os.path.join(staging, "part-*.parquet")))
+    files = part_files(staging)
     if len(files) != num_shards:
         raise ReleaseError(f"{staging}: {len(files)} part files, expected {num_shards}")
     for s in stats:
@@ -402,7 +281,7 @@ def verify_release(
     allowed = {id_col, emb_col, *allow_columns}
     ids = []
     for path in files:
-        pf = pq.ParquetFile(path)
+        pf = open_parquet(path)
         schema = pf.schema_arrow
         extra = [c for c in schema.names if c not in allowed]
         if extra:
@@ -478,50 +357,9 @@ def publish_release(
         swap_into_place(staging, out, published=lambda: kill_point("after-swap"))
         return rows
     finally:
-        if os.path.exists(staging):
+        if fs.is_remote(staging):
+            discard_staging(staging)
+        elif os.path.exists(staging):
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def _exchange(a: str, b: str) -> bool:
-    """Atomically swap two directories (Linux ``renameat2(RENAME_EXCHANGE)``); False if
-    the platform or filesystem cannot, so the caller falls back to two renames."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    rc = fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
-    return rc == 0
-
-
-def swap_into_place(staging: str, out: str, *, published: Callable[[], None] | None = None) -> None:
-    """Make ``staging`` the new ``out``; the previous ``out`` is removed only afterwards.
-
-    Where the kernel can, the two directories are exchanged in one atomic step, so every
-    observer (and every crash) sees either the whole previous release or the whole new one.
-    Elsewhere the previous one is first renamed to ``.old-<pid>-...``; a crash between the two
-    renames leaves it there and :func:`recover_output` (run by the next job) puts it back.
-    """
-    if os.path.isdir(out) and _exchange(staging, out):
-        if published is not None:
-            published()
-        shutil.rmtree(staging, ignore_errors=True)  # now holds the previous release
-        return
-    old = None
-    if os.path.exists(out):
-        old = staging_dir(out, "old")
-        os.replace(out, old)
-    try:
-        os.replace(staging, out)
-    except OSError as e:
-        if old is not None:
-            os.replace(old, out)
-        raise ReleaseError(f"{out}: could not publish ({e}); the previous release is kept") from e
-    if published is not None:
-        published()
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)

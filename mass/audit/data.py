@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from mass import fs
 from mass.embeddings import embedding_matrix, release_matrix
 from mass.errors import InvalidValueError, LabelError, SchemaError
 from mass.io import LabelEncoding, check_ids, expand_paths, read_table
@@ -49,7 +50,8 @@ class Labels:
 def read_release(spec: str, *, id_col: str = "id", emb_col: str = "emb") -> Release:
     """A release directory (or file/glob) of Parquet parts, with its mass.* metadata."""
     table = read_table(spec)
-    meta_raw = pq.read_schema(expand_paths(spec)[0]).metadata or {}
+    with fs.open_input(expand_paths(spec)[0]) as f:  # local or object store (mass.fs)
+        meta_raw = pq.read_schema(f).metadata or {}
     metadata = {
         k.decode(): v.decode(errors="replace")
         for k, v in meta_raw.items()

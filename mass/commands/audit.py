@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--suppress", required=True, type=_names, help="attributes, a[,b]")
     parser.add_argument("--preserve", default=(), type=_names, help="attributes, r[,...]")
-    parser.add_argument("--report", required=True, help="report directory")
+    parser.add_argument("--report", required=True, help="report directory (local, or an object-store prefix: uploaded)")
     parser.add_argument("--run-dir", help="training run (branches.pt, encodings.json)")
     parser.add_argument("--params", help="params.yaml holding the audit: policy")
     parser.add_argument("--id-col", default="id", help="row id column (int64, unique; what keyed noise and joins use)")
@@ -49,8 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mass.audit import AuditRequest, load_policy, run_audit
-    from mass.audit.report import format_table, write_all
+    from mass.audit import AuditRequest, load_policy
+    from mass.audit.into import audit_into
+    from mass.audit.report import format_table
     from mass.errors import ConfigError
 
     if not args.suppress:
@@ -61,7 +62,6 @@ def run(args: argparse.Namespace) -> int:
         run_dir=args.run_dir, input=args.input, id_col=args.id_col, emb_col=args.emb_col,
         allow=args.allow_columns, noise_key_file=args.noise_key_file,
     )  # fmt: skip
-    result = run_audit(req)
-    write_all(result, args.report, chart=not args.no_chart)
+    result, _ = audit_into(req, args.report, chart=not args.no_chart)  # local or a store
     print(format_table(result))
     return 0 if result.success else 1

@@ -22,6 +22,7 @@ SCRIPTS = {
     "adaptive_study": "one MaSS setting against attackers retrained on its output",
     "generalize": "calibrated `mass train` on scikit-learn datasets nobody tuned it for",
     "small_row_groups": "`mass anonymize` on one file of thousands of tiny row groups",
+    "objstore": "`mass anonymize` on local disk vs an S3-compatible store, FnApiRunner vs Dask",
 }
 
 

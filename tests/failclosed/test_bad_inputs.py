@@ -542,17 +542,23 @@ def small_tmpfs(tmp_path):
 
 
 def _inject_enospc(monkeypatch):
-    """pa.OSFile raises ENOSPC for the release's spill runs (the id index still fits)."""
+    """Writes of the release's spill runs raise ENOSPC (the id index still fits): at
+    mass.fs.atomic_output, through which every file of the job is written."""
+    import contextlib
     import errno
 
-    real = pa.OSFile
+    from mass import fs
 
-    def full(path, mode="r", **kw):
-        if "w" in mode and "/_runs/" in str(path) and "/_ids/" not in str(path):
+    real = fs.atomic_output
+
+    @contextlib.contextmanager
+    def full(path):
+        if "/_runs/" in str(path) and "/_ids/" not in str(path):
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
-        return real(path, mode, **kw)
+        with real(path) as f:
+            yield f
 
-    monkeypatch.setattr(pa, "OSFile", full)
+    monkeypatch.setattr(fs, "atomic_output", full)
 
 
 @pytest.mark.parametrize("how", ["tmpfs", "injected"])

@@ -14,6 +14,7 @@ import pytest
 
 from mass.errors import ReleaseError
 from mass.io import embedding_array
+from transforms import publish as P
 from transforms import release as R
 from transforms.parquet_io import NONFINITE, UNMODIFIED, _row_flags, shard_path
 
@@ -90,7 +91,7 @@ def test_a_failed_rename_keeps_the_previous_release(tmp_path, monkeypatch):
             raise OSError(28, "No space left on device")
         return real_replace(src, dst)
 
-    monkeypatch.setattr(R, "_exchange", lambda a, b: False)
+    monkeypatch.setattr(P, "_exchange", lambda a, b: False)  # the commit lives in publish
     monkeypatch.setattr(R.os, "replace", failing_replace)
     with pytest.raises(ReleaseError, match="previous release is kept"):
         _publish(stage, str(out), schema)

@@ -1,0 +1,369 @@
+"""Where a release is committed: ownership checks, staging, crash recovery and the commit.
+
+Local disk: the job stages into ``OUT.tmp-<pid>-<uuid>`` beside ``OUT`` and swaps it into place
+(one atomic ``renameat2`` exchange on Linux; elsewhere via ``OUT.old-<pid>-<uuid>``, put back by
+:func:`recover_output` after a crash between the two renames).
+
+Object stores (``s3://``, ``gs://``, ... through :mod:`mass.fs`) have no rename. There a
+release is a set of immutable versions under ``OUT/_versions/<pid>-<uuid>-<host>/`` (staged
+there, written once) and a small pointer object ``OUT/_release.json`` (``OUT/_quarantine.json``
+for a quarantine): the version's manifest plus ``"version"``, the prefix it names. The
+pointer is written LAST, in one PUT, which S3 and GCS make atomic (a reader sees the previous
+pointer or the new one, never a mix). So: a reader resolving the pointer
+(:func:`committed_parts`, used by :func:`mass.io.expand_paths`, hence ``mass audit``,
+``mass train`` and the jobs' own readers) sees exactly one complete release; the previous
+version stays readable until the new pointer is written and is deleted only afterwards; a
+crash before the pointer leaves the previous release (the orphaned version is removed by the
+next run, :func:`recover_output`). ``_versions`` starts with ``_``, so readers that do not know
+the pointer (Spark, pyarrow datasets on ``OUT``) see no data rather than a mixed set; point
+them at ``OUT/<version>`` from the pointer.
+
+Ownership is the same on both: the job replaces only a path that does not exist or holds our
+marker with its format tag (an object-store prefix holding only our ``_versions/`` counts as
+ours: a first run that crashed before its first commit).
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import uuid
+from collections.abc import Callable
+
+from mass import fs
+from mass.digest import sha256_file
+from mass.errors import OutputPathError, ReleaseError
+from mass.io import (  # noqa: F401  (the pointer's names and reader live with the readers)
+    QUARANTINE_MARKER,
+    RELEASE_MARKER,
+    VERSIONS,
+    committed_parts,
+)
+from transforms.parquet_io import footer
+
+RELEASE_FORMAT = "mass-release/1"
+QUARANTINE_FORMAT = "mass-quarantine/1"
+MARKER_FORMATS = {RELEASE_MARKER: RELEASE_FORMAT, QUARANTINE_MARKER: QUARANTINE_FORMAT}
+# Test-only: SIGKILL the job at a publication point ("before-swap", "after-swap") so the
+# crash tests kill inside the swap itself (tests/failclosed/test_atomic_publish.py).
+KILL_AT_ENV = "MASS_TEST_KILL_AT"
+_COMMITTED: set[str] = set()  # staged versions this process committed (never discarded)
+
+
+def staging_dir(out: str, kind: str = "tmp") -> str:
+    """``OUT.<kind>-<pid>-<uuid>``: the pid lets a later run tell a crashed job's leftovers.
+    On an object store: a new version prefix ``OUT/_versions/<pid>-<uuid>-<host>``."""
+    if fs.is_remote(out):
+        name = f"{os.getpid()}-{uuid.uuid4().hex[:12]}-{socket.gethostname()}"
+        return fs.join(fs.normpath(out), VERSIONS, name)
+    return f"{os.path.normpath(out)}.{kind}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def holds_marker(directory: str, marker: str = RELEASE_MARKER) -> bool:
+    """True when ``directory`` holds our ``marker`` file with its format tag."""
+    path = fs.join(directory, marker)
+    if fs.is_remote(path):
+        if not fs.isfile(path):
+            return False
+    elif os.path.islink(path) or not os.path.isfile(path) or os.path.getsize(path) > 1 << 24:
+        return False
+    try:
+        doc = fs.read_json(path)
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("format") == MARKER_FORMATS[marker]
+
+
+def _real(path: str) -> str:
+    if fs.is_remote(path):
+        return fs.normpath(path)
+    return os.path.realpath(os.path.abspath(path))
+
+
+def _inside(a: str, b: str) -> bool:
+    """``a`` equals ``b`` or lies below it (both real, absolute, or both URIs)."""
+    sep = "/" if fs.is_remote(b) else os.sep
+    return a == b or a.startswith(b.rstrip(sep) + sep)
+
+
+def input_roots(spec: str) -> list[str]:
+    """The paths ``spec`` reads: itself (file or directory), or each file a glob matches."""
+    if fs.is_remote(spec):
+        globbed = not fs.exists(spec) and any(ch in spec for ch in "*?[")
+        return fs.glob(spec) if globbed else [spec]
+    if not os.path.lexists(spec) and any(ch in spec for ch in "*?["):
+        return sorted(glob.glob(spec, recursive=True))
+    return [spec]
+
+
+def check_replaceable(flag: str, path: str, marker: str) -> None:
+    """Refuse ``path`` unless it does not exist or is a directory holding our ``marker``."""
+    if fs.is_remote(path):
+        return _check_replaceable_remote(flag, fs.normpath(path), marker)
+    p = os.path.normpath(path)
+    if os.path.islink(p):
+        raise OutputPathError(
+            f"{flag} {path}: is a symbolic link (to {os.readlink(p)}); the job never replaces "
+            "a link or publishes through one: pass the real directory"
+        )
+    if not os.path.lexists(p):
+        parent = os.path.dirname(os.path.abspath(p))
+        while not os.path.lexists(parent):
+            parent = os.path.dirname(parent)
+        if not os.path.isdir(parent):
+            raise OutputPathError(f"{flag} {path}: {parent} is not a directory")
+        return
+    if os.path.ismount(p):
+        raise OutputPathError(
+            f"{flag} {path}: is a mount point; a release is published by renaming a "
+            "directory into place, which a mount point cannot take: pass a directory inside it"
+        )
+    if not os.path.isdir(p):
+        raise OutputPathError(
+            f"{flag} {path}: is an existing file, not a directory written by mass; the job "
+            "never replaces it: choose another path or remove the file yourself"
+        )
+    if not holds_marker(p, marker):
+        raise OutputPathError(
+            f"{flag} {path}: is an existing directory without the {marker} marker that mass "
+            "writes into its own outputs; the job replaces only those (or a path that does "
+            "not exist): choose a new path, or move the directory away yourself"
+        )
+
+
+def check_outputs(*, output: str, quarantine: str, inputs: str, report: str | None = None) -> None:
+    """Decide, before any work, that the job may replace ``output`` and ``quarantine`` (and
+    write its audit report into ``report``); raise :class:`OutputPathError` naming the path.
+    """
+    outs = (("--output", output, RELEASE_MARKER), ("--quarantine", quarantine, QUARANTINE_MARKER))
+    roots = [(r, _real(r)) for r in input_roots(inputs)]
+    for flag, path, marker in outs:
+        real = _real(path)
+        for shown, root in roots:
+            if _inside(real, root) or _inside(root, real):
+                how = ("is" if real == root else "lies inside" if _inside(real, root)
+                       else "contains")  # fmt: skip
+                raise OutputPathError(
+                    f"{flag} {path}: {how} the input {shown}; replacing it would destroy the "
+                    "input: choose a directory outside it"
+                )
+        check_replaceable(flag, path, marker)
+    o, q = _real(output), _real(quarantine)
+    if _inside(o, q) or _inside(q, o):
+        how = "are the same directory" if o == q else "are nested"
+        raise OutputPathError(
+            f"--output {output} and --quarantine {quarantine} {how}; give each its own directory"
+        )
+    if report is None:
+        return
+    r = fs.normpath(report)
+    if fs.is_remote(r) and fs.isfile(r) or not fs.is_remote(r) and os.path.lexists(r) and not os.path.isdir(r):
+        raise OutputPathError(f"--report {report}: is an existing file; pass a directory")
+    for flag, path, _ in outs:
+        if _inside(_real(r), _real(path)):
+            raise OutputPathError(
+                f"--report {report}: lies inside {flag} {path}, which the job replaces; "
+                "put the report elsewhere"
+            )
+    for shown, root in roots:
+        if _inside(_real(r), root):
+            raise OutputPathError(
+                f"--report {report}: lies inside the input {shown}; the job never writes "
+                "into its input: put the report elsewhere"
+            )
+
+
+def kill_point(name: str) -> None:
+    """Test-only crash hook: SIGKILL this process when ``$MASS_TEST_KILL_AT`` is ``name``."""
+    if os.environ.get(KILL_AT_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def recover_output(out: str) -> list[str]:
+    """Clean up after a job that was killed (SIGKILL, OOM, power) while publishing ``out``.
+
+    Staging (``.tmp-``) and displaced (``.old-``) directories whose job is no longer running
+    are removed; if ``out`` itself is missing but a dead job's ``.old-`` copy exists (a crash
+    between the two renames of the non-atomic fallback), that previous release is put back.
+    Returns the paths removed or restored (for the log).
+    """
+    if fs.is_remote(out):
+        return _recover_remote(fs.normpath(out))
+    base = os.path.normpath(out)
+    touched = []
+    for kind in ("old", "tmp"):
+        for path in sorted(glob.glob(f"{glob.escape(base)}.{kind}-*")):
+            pid = path.rsplit(f".{kind}-", 1)[1].split("-", 1)[0]
+            if pid.isdigit() and pid_alive(int(pid)) and int(pid) != os.getpid():
+                continue  # another live job's directory: not ours to touch
+            if kind == "old" and not os.path.exists(base):
+                os.replace(path, base)
+            else:
+                shutil.rmtree(path, ignore_errors=True)
+            touched.append(path)
+    return touched
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Atomically swap two directories (Linux ``renameat2(RENAME_EXCHANGE)``); False if
+    the platform or filesystem cannot, so the caller falls back to two renames."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    rc = fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
+    return rc == 0
+
+
+def swap_into_place(staging: str, out: str, *, published: Callable[[], None] | None = None) -> None:
+    """Make ``staging`` the new ``out``; the previous ``out`` is removed only afterwards.
+
+    Where the kernel can, the two directories are exchanged in one atomic step, so every
+    observer (and every crash) sees either the whole previous release or the whole new one.
+    Elsewhere the previous one is first renamed to ``.old-<pid>-...``; a crash between the two
+    renames leaves it there and :func:`recover_output` (run by the next job) puts it back.
+    On an object store the staged version is committed by its pointer (module docstring).
+    """
+    if fs.is_remote(out):
+        return _commit_remote(staging, fs.normpath(out), published)
+    if os.path.isdir(out) and _exchange(staging, out):
+        if published is not None:
+            published()
+        shutil.rmtree(staging, ignore_errors=True)  # now holds the previous release
+        return
+    old = None
+    if os.path.exists(out):
+        old = staging_dir(out, "old")
+        os.replace(out, old)
+    try:
+        os.replace(staging, out)
+    except OSError as e:
+        if old is not None:
+            os.replace(old, out)
+        raise ReleaseError(f"{out}: could not publish ({e}); the previous release is kept") from e
+    if published is not None:
+        published()
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _check_replaceable_remote(flag: str, p: str, marker: str) -> None:
+    if fs.isfile(p):
+        raise OutputPathError(
+            f"{flag} {p}: is an existing object, not a release prefix written by mass; the "
+            "job never replaces it: choose another path or remove it yourself"
+        )
+    if not fs.isdir(p) or holds_marker(p, marker):
+        return
+    if fs.listdir(p) == [VERSIONS]:
+        return  # only our staged versions: a first run that never committed
+    raise OutputPathError(
+        f"{flag} {p}: holds objects but no {marker} pointer that mass writes into its own "
+        "outputs; the job replaces only those (or an empty prefix): choose a new prefix, or "
+        "move the objects away yourself"
+    )
+
+
+def _version_owner(name: str) -> tuple[int | None, str]:
+    pid, _, rest = name.partition("-")
+    return (int(pid) if pid.isdigit() else None), rest.partition("-")[2]
+
+
+def _recover_remote(out: str) -> list[str]:
+    """Remove staged versions of ``out`` that no pointer names and whose job (on this host)
+    is gone. Versions staged on another host are left alone: their job may still run."""
+    current = None
+    for marker in (RELEASE_MARKER, QUARANTINE_MARKER):
+        if holds_marker(out, marker):
+            current = fs.read_json(fs.join(out, marker)).get("version")
+    root = fs.join(out, VERSIONS)
+    touched = []
+    for name in fs.listdir(root) if fs.isdir(root) else []:
+        pid, host = _version_owner(name)
+        if f"{VERSIONS}/{name}" == current or host != socket.gethostname():
+            continue
+        if pid is not None and pid != os.getpid() and pid_alive(pid):
+            continue  # another live job's version: not ours to touch
+        fs.rmtree(fs.join(root, name))
+        touched.append(fs.join(root, name))
+    return touched
+
+
+def _pointer(staging: str) -> tuple[str, dict]:
+    """(marker name, manifest) of a staged version; a staging without a manifest (extract)
+    gets a minimal one naming its part files."""
+    for marker in (RELEASE_MARKER, QUARANTINE_MARKER):
+        if fs.isfile(fs.join(staging, marker)):
+            return marker, fs.read_json(fs.join(staging, marker))
+    parts = _parts(staging)
+    return RELEASE_MARKER, {"format": RELEASE_FORMAT, "rows": sum(p["rows"] for p in parts),
+                            "parts": parts}  # fmt: skip
+
+
+def part_files(directory: str) -> list[str]:
+    """``directory``'s ``part-*.parquet`` files, sorted (any filesystem)."""
+    names = fs.listdir(directory) if fs.isdir(directory) else []
+    return [fs.join(directory, n) for n in names
+            if n.startswith("part-") and n.endswith(".parquet")]  # fmt: skip
+
+
+def _sha256(path: str) -> str:
+    if not fs.is_remote(path):
+        return sha256_file(path)
+    h = hashlib.sha256()  # an object: streamed, never staged on local disk
+    with fs.open_input(path) as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _parts(directory: str) -> list[dict]:
+    return [
+        {"file": fs.basename(p), "rows": footer(p).num_rows, "sha256": _sha256(p)}
+        for p in part_files(directory)
+    ]  # fmt: skip
+
+
+def _commit_remote(staging: str, out: str, published: Callable[[], None] | None) -> None:
+    """Write the pointer naming ``staging`` (one PUT: the commit), then drop the previous
+    version. A crash before the PUT leaves the previous release, after it the new one."""
+    version = f"{VERSIONS}/{fs.basename(staging)}"
+    if fs.normpath(fs.join(out, version)) != fs.normpath(staging):
+        raise ReleaseError(f"{staging}: not a version of {out}; nothing published")
+    marker, doc = _pointer(staging)
+    previous = fs.read_json(fs.join(out, marker)).get("version") if holds_marker(out, marker) else None
+    fs.write_json(fs.join(out, marker), {**doc, "version": version})
+    _COMMITTED.add(fs.normpath(staging))
+    if published is not None:
+        published()
+    if previous and previous != version and previous.startswith(VERSIONS + "/"):
+        fs.rmtree(fs.join(out, previous))
+
+
+def discard_staging(path: str) -> None:
+    """Remove a staging directory / version unless this process committed it."""
+    if fs.normpath(path) in _COMMITTED:
+        return
+    if fs.is_remote(path):
+        fs.rmtree(path)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
