@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 
 from mass import fs
 from mass.embeddings import embedding_matrix, release_matrix
-from mass.errors import InvalidValueError, LabelError, SchemaError
-from mass.io import LabelEncoding, check_ids, expand_paths, read_table
+from mass.errors import LabelError
+from mass.io import LabelEncoding, check_ids, decode_labels, expand_paths, read_table
 
 
 @dataclass
@@ -150,26 +150,17 @@ def read_labels(
     ids = check_ids(table, id_col, source=spec)
     labels, encs = {}, {}
     for attr in attrs:
-        if attr not in table.column_names:
-            raise SchemaError(
-                f"{spec}: no label column '{attr}' (columns: {table.column_names}); "
-                "check --suppress/--preserve"
-            )
-        values = table.column(attr).combine_chunks()
-        if values.null_count:
-            raise InvalidValueError(f"{spec}: label column '{attr}' has {values.null_count} nulls")
-        if encodings and attr in encodings:
-            enc = LabelEncoding(attr, tuple(encodings[attr]))
-        else:
-            enc = LabelEncoding(attr, tuple(sorted(pc.unique(values).to_pylist())))
-        labels[attr] = enc.encode(values, source=spec)
-        if len(pc.unique(values)) < 2:
+        given = LabelEncoding(attr, tuple(encodings[attr])) if encodings and attr in encodings else None
+        labels[attr], enc = decode_labels(
+            table, attr, source=spec, encoding=given, require_multiclass=False
+        )
+        if len(observed := np.unique(labels[attr])) < 2:
             # One observed class: every attacker scores 100% = majority, so suppression
             # would "pass" without measuring anything.
             raise LabelError(
                 f"{spec}: label column '{attr}' has a single class "
-                f"{pc.unique(values).to_pylist()}; the audit cannot measure it: use a held-out "
-                "split with every class, or drop it from --suppress/--preserve"
+                f"{[enc.classes[int(c)] for c in observed]}; the audit cannot measure it: use a "
+                "held-out split with every class, or drop it from --suppress/--preserve"
             )
         counts = np.bincount(labels[attr], minlength=len(enc.classes))
         if (rare := np.flatnonzero((counts > 0) & (counts < 2))).size:
