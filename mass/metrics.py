@@ -357,6 +357,17 @@ def suppressed_ok(accuracy: float, baseline: float, margin: float) -> bool:
     return accuracy <= baseline + margin + 1e-12
 
 
+def judge_ok(ci_high: float, baseline: float, balanced_ci_high: float | None,
+             balanced_baseline: float, margin: float) -> bool:
+    """One suppression judge on both scales (the rule of docs/audit.md, in one place): the
+    upper bound of its accuracy within ``baseline`` + margin and, when measured, of its
+    balanced accuracy within ``balanced_baseline`` + margin. A NaN bound fails."""
+    ok = suppressed_ok(ci_high, baseline, margin)
+    if balanced_ci_high is not None:
+        ok = ok and suppressed_ok(balanced_ci_high, balanced_baseline, margin)
+    return bool(ok)
+
+
 def preserved_ok(accuracy: float, original: float, min_fraction: float) -> bool:
     """The preservation rule: keep at least ``min_fraction`` of the original accuracy."""
     return original <= 0 or utility_retention(accuracy, original) >= min_fraction - 1e-12
@@ -440,12 +451,9 @@ class AttributeReport:
 
     def judge_ok(self, judge: str) -> bool:
         """Suppressed: the judge's upper bounds stay within both limits."""
-        m = self.margins[judge]
-        acc = self.ci_high.get(judge, self.accuracies[judge])
-        ok = suppressed_ok(acc, self.baseline, m)
-        if judge in self.balanced_ci_high:
-            ok = ok and suppressed_ok(self.balanced_ci_high[judge], self.balanced_baseline, m)
-        return ok
+        return judge_ok(self.ci_high.get(judge, self.accuracies[judge]), self.baseline,
+                        self.balanced_ci_high.get(judge), self.balanced_baseline,
+                        self.margins[judge])  # fmt: skip
 
     @property
     def passed(self) -> bool:
@@ -479,6 +487,7 @@ def attribute_report(
     curve_tol: float = 0.02,
     key_x=None,
     gate_key: bool = False,
+    original: Mapping[str, float] | None = None,
 ) -> AttributeReport:
     """Audit one attribute: baselines, frozen judge on x and x', attackers retrained on x'.
 
@@ -502,7 +511,9 @@ def attribute_report(
     z = z_value(confidence)
     sup = role == "suppressed"
     kw: dict[str, Any] = dict(families=families, folds=folds, seed=seed)
-    original = {f: float((p[1.0] == y).mean()) for f, p in attack_predictions(x, y, **kw).items()}
+    if original is None:
+        original = {f: float((p[1.0] == y).mean())
+                    for f, p in attack_predictions(x, y, **kw).items()}  # fmt: skip
     feats = x_prime if extra is None or extra.shape[1] == 0 else np.hstack([x_prime, extra])
     fractions = CURVE_FRACTIONS if sup and curve else (1.0,)
     preds = attack_predictions(feats, y, fractions=fractions, **kw)
@@ -544,7 +555,7 @@ def attribute_report(
         majority=majority_rate(y),
         floor=leakage_floor(y, preserved, folds=folds, seed=seed),
         original=max(original.values()),
-        original_by_family=original,
+        original_by_family=dict(original),
         frozen_x=None if frozen is None else frozen_accuracy(frozen, x, y),
         frozen_xprime=scores[FROZEN].accuracy if FROZEN in scores else None,
         attackers={f: scores[f].accuracy for f in families},

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from mass.config import check_attribute_names, read_section, read_yaml
-from mass.errors import ConfigError, MassError
+from mass.config import check_attribute_names, read_section
+from mass.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,14 @@ def train(args: argparse.Namespace) -> int:
     train_ds, sample_note = _load_training(args, suppress, preserve)
     validate_attributes(suppress, preserve, train_ds.labels, source=args.data)
     if calibrating(args):
-        return train_calibrated(args, train_ds, suppress, preserve, sample_note)
+        from mass.calibrate.flow import run_calibration
+
+        run = run_calibration(args, train_ds, suppress, preserve, sample_note,
+                              _load_val(args, train_ds))  # fmt: skip
+        write_run(args.out, run.modifier, run.branches, train_ds, method=run.method,
+                  suppress=suppress, preserve=preserve, resolved=run.resolved, chash=run.chash,
+                  metrics=run.metrics, calibration=run.calibration)  # fmt: skip
+        return 0
     val = _load_val(args, train_ds)
     method = get_method(method_name)
     hp = method.parse(params, suppress=suppress, preserve=preserve)
@@ -125,49 +132,6 @@ def train(args: argparse.Namespace) -> int:
     return 0
 
 
-def train_calibrated(args, train_ds, suppress: list[str], preserve: list[str], sample_note) -> int:
-    """`mass train` without an explicit config: search a configuration that meets the policy
-    on validation data (mass.calibrate), then write the run directory as for any method."""
-    from mass.calibrate import calibrate
-    from mass.config import CalibrationConfig, config_hash
-
-    if args.epochs is not None or args.resume:
-        log.warning("--epochs/--resume apply to an explicit --config/--mode/--method run; "
-                    "calibration chooses its own and ignores them")  # fmt: skip
-    policy = read_policy(args.policy)
-    cfg = CalibrationConfig(budget_minutes=args.budget_minutes, max_rows=args.max_rows,
-                            seed=args.seed or 0)  # fmt: skip
-    val = _load_val(args, train_ds)
-    os.makedirs(args.out, exist_ok=True)
-    t0 = time.perf_counter()
-    res = calibrate(train_ds, suppress=suppress, preserve=preserve, policy=policy, cfg=cfg,
-                    val=val, out_dir=args.out, sample_note=sample_note)  # fmt: skip
-    seconds = time.perf_counter() - t0
-    chosen = {
-        "candidate": res.candidate.name, "method": res.candidate.method,
-        "output_noise": res.noise, "report": "calibration.json", "policy": policy.to_dict(),
-        "seconds": round(seconds, 1),
-    }  # fmt: skip
-    resolved = {**res.config, "calibration": chosen}
-    chash = config_hash(resolved)
-    metrics = {
-        "method": res.candidate.method, "config_hash": chash, "train_seconds": seconds,
-        "calibration_seconds": seconds, "calibration": chosen,
-        "history": res.fit.history, "rows": len(train_ds),
-        "val": res.report["chosen"],
-    }  # fmt: skip
-    if sample_note:
-        metrics["sample"] = sample_note
-    # res.modifier: the chosen fit with the chosen output noise
-    write_run(args.out, res.modifier, res.fit.extra.get("branches_obj"), train_ds,
-              method=res.candidate.method, suppress=suppress,
-              preserve=preserve, resolved=resolved, chash=chash, metrics=metrics,
-              calibration=chosen)  # fmt: skip
-    log.info("calibrated %s: %s, output noise %s (%.0fs); report %s/calibration.json",
-             args.out, res.candidate.name, res.noise, seconds, args.out)  # fmt: skip
-    return 0
-
-
 def write_run(out: str, modifier, branches, train_ds, *, method: str, suppress: list[str],
               preserve: list[str], resolved: dict, chash: str, metrics: dict,
               **meta: Any) -> None:  # fmt: skip
@@ -193,7 +157,7 @@ def write_run(out: str, modifier, branches, train_ds, *, method: str, suppress: 
 
 
 def _load_training(args, suppress: list[str], preserve: list[str]):
-    from mass.calibrate import load_training
+    from mass.calibrate.sampling import load_training
     from mass.config import CalibrationConfig
 
     cfg = CalibrationConfig(max_rows=args.max_rows, seed=args.seed or 0)
@@ -210,23 +174,6 @@ def _load_val(args, train_ds):
     return load_embeddings(args.val, id_col=args.id_col, emb_col=args.emb_col,
                            label_cols=list(train_ds.labels), encodings=train_ds.encodings,
                            expected_dim=train_ds.x.shape[1])  # fmt: skip
-
-
-def read_policy(path: str | None):
-    """The audit policy: ``path``'s ``audit:`` section, else ./params.yaml's, else defaults."""
-    from mass.config import AuditPolicy
-
-    if path is None and os.path.exists("params.yaml"):
-        try:
-            doc = read_yaml("params.yaml")
-        except MassError:
-            doc = {}
-        if isinstance(doc.get("audit"), dict):
-            path = "params.yaml"
-    if path is None:
-        return AuditPolicy()
-    sub = read_section(path, "audit", flag="--policy")
-    return AuditPolicy.from_dict(sub, source=f"{path} (audit:)")
 
 
 def audit(res, train_ds, val, attrs: list[str], *, families: tuple[str, ...]) -> dict:

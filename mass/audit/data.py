@@ -94,12 +94,16 @@ class LabelStats:
     def __init__(self, spec: str, attrs: list[str], encodings: dict[str, list] | None):
         self.spec, self.attrs, self.given = spec, attrs, encodings or {}
         self.nulls = dict.fromkeys(attrs, 0)
+        self.first_null: dict[str, int] = {}
         self.seen: dict[str, dict] = {a: {} for a in attrs}  # value -> [count, first row]
 
     def __call__(self, path: str, batch: pa.RecordBatch, first_row: int) -> None:
         rows = pa.array(np.arange(first_row, first_row + batch.num_rows, dtype=np.int64))
         for attr in self.attrs:
             col = batch.column(attr)
+            if col.null_count and attr not in self.first_null:
+                at = np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0]
+                self.first_null[attr] = first_row + int(at)
             self.nulls[attr] += col.null_count
             g = pa.table({"v": col, "r": rows}).group_by("v").aggregate(
                 [("r", "min"), ("r", "count")])  # fmt: skip
@@ -116,9 +120,10 @@ class LabelStats:
     def encodings(self) -> dict[str, LabelEncoding]:
         spec, encs = self.spec, {}
         for attr in self.attrs:
-            if self.nulls[attr]:
-                raise InvalidValueError(f"{spec}: label column '{attr}' has {self.nulls[attr]} "
-                                        "nulls")  # fmt: skip
+            if n := self.nulls[attr]:  # as mass.io.decode_labels words it
+                raise InvalidValueError(f"{spec}: label column '{attr}' has {n} null"
+                                        f"{'s' if n > 1 else ''} (first at row "
+                                        f"{self.first_null[attr]})")  # fmt: skip
             seen = self.seen[attr]
             if attr in self.given:
                 enc = LabelEncoding(attr, tuple(self.given[attr]))

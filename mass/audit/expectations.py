@@ -21,7 +21,7 @@ from great_expectations.expectations.expectation import BatchExpectation
 from great_expectations.expectations.metrics.metric_provider import metric_value
 from great_expectations.expectations.metrics.table_metric_provider import TableMetricProvider
 
-from mass.metrics import preserved_ok, suppressed_ok
+from mass.metrics import judge_ok, preserved_ok
 
 JUDGE_COLUMNS = ("attribute", "role", "judge", "accuracy", "majority", "floor", "original",
                  "balanced", "ci_high", "balanced_ci_high", "chance", "balanced_floor")  # fmt: skip
@@ -85,9 +85,7 @@ class ExpectAttributeToBeSuppressed(BatchExpectation):
             bal_baseline = max(float(r["chance"]), float(r["balanced_floor"]))
             high, bal_high = float(r["ci_high"]), float(r["balanced_ci_high"])
             # NaN compares False: a missing bound fails
-            ok = suppressed_ok(high, baseline, float(margin)) and suppressed_ok(
-                bal_high, bal_baseline, float(margin)
-            )
+            ok = judge_ok(high, baseline, bal_high, bal_baseline, float(margin))
             worst = max(worst, high - baseline, bal_high - bal_baseline)
             failed += [] if ok else [judge]
             details.append({"judge": judge, "accuracy": float(r["accuracy"]), "ci_high": high,

@@ -1,24 +1,7 @@
-"""Beam job: raw column (image/text) -> Triton feature extractor -> embedding dataset Parquet.
+"""Beam job: raw column (image/text) -> Triton feature extractor -> embedding dataset Parquet
+(see beam_pipelines/extract.py)."""
 
-Unknown flags (``--runner DaskRunner --dask_client_address ...``) go to Beam unchanged.
-"""
-
-from __future__ import annotations
-
-import argparse
+from mass.commands._beam_job import beam_job
 
 HELP = "Beam job: raw column -> Triton feature extractor -> embeddings Parquet"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from beam_pipelines.extract import add_arguments as add
-
-    add(parser)
-    parser.set_defaults(_accepts_extra=True)
-
-
-def run(args: argparse.Namespace) -> int:
-    from beam_pipelines.extract import run_job
-
-    run_job(args, list(getattr(args, "_extra", [])))
-    return 0
+add_arguments, run = beam_job("beam_pipelines.extract")

@@ -236,3 +236,67 @@ def test_shared_memory_and_grpc_payloads_give_byte_identical_releases(
     assert sent["off"] == {"requests": 0, "bytes": 0}, sent
     assert registered() <= before
     assert {f for f in os.listdir("/dev/shm") if f.startswith(mine)} <= before_files
+
+
+@pytest.mark.slow
+def test_extract_then_anonymize_on_a_two_worker_cluster_and_object_store(repo, server, tmp_path):
+    """Both jobs through the real tritonserver, run by Beam's DaskRunner on a
+    dask.distributed cluster of a scheduler and 2 worker processes (each with its own working
+    and scratch directory) reading and writing an S3-compatible store (moto's server): the
+    features and the release equal, byte for byte, the local FnApiRunner runs on local disk,
+    and every file a worker opened was an s3:// object (no local path crosses the shuffle)."""
+    from mass import fs
+    from transforms.publish import committed_parts
+    from transforms.services import dask_cluster, moto_s3
+
+    rng = np.random.default_rng(1)
+    local = tmp_path / "raw"
+    local.mkdir()
+    for i in range(4):  # one work item per file: both workers get some
+        n = 250
+        images = rng.integers(0, 256, size=(n, 2352), dtype=np.uint8)
+        pq.write_table(pa.table({
+            "id": pa.array(np.arange(i * n, (i + 1) * n, dtype=np.int64)),
+            "image": pa.FixedSizeListArray.from_arrays(pa.array(images.ravel()), 2352),
+            "digit": pa.array(rng.integers(0, 10, n)),
+        }), str(local / f"p{i}.parquet"))  # fmt: skip
+
+    def extract_flags(src, out):
+        return ["--input", src, "--output", out, "--model", "mnist_cnn", "--raw-col", "image",
+                "--keep-columns", "digit", "--triton-url", server.grpc_url, "--shards", "2",
+                "--batch-rows", "100"]  # fmt: skip
+
+    def anonymize_flags(src, out):
+        return ["--input", src, "--output", out, "--model", "mod", "--repository",
+                str(repo / "repo"), "--triton-url", server.grpc_url, "--shards", "3",
+                "--batch-rows", "128", "--no-audit"]  # fmt: skip
+
+    # local reference: FnApiRunner on local disk
+    extract.run(extract_flags(str(local), str(tmp_path / "feat")))
+    emb_src = tmp_path / "emb"
+    emb_src.mkdir()
+    from transforms.testing import write_embeddings
+
+    for i in range(3):
+        write_embeddings(str(emb_src / f"e{i}.parquet"), rows=400, dim=DIM, id_offset=400 * i)
+    anonymize.run(anonymize_flags(str(emb_src), str(tmp_path / "rel")))
+
+    with moto_s3(str(tmp_path), "cluster") as _:
+        for d in (local, emb_src):
+            for p in sorted(d.iterdir()):
+                fs.write_bytes(f"s3://cluster/{d.name}/{p.name}", p.read_bytes())
+        with dask_cluster(str(tmp_path / "cluster"), 2, trace=True) as address:
+            dask = ["--runner=DaskRunner", f"--dask_client_address={address}"]
+            extract.run([*extract_flags("s3://cluster/raw", "s3://cluster/feat"), *dask])
+            summary = anonymize.run([*anonymize_flags("s3://cluster/emb", "s3://cluster/rel"),
+                                     *dask])  # fmt: skip
+            assert summary["rows_out"] == 1200
+            for name in ("feat", "rel"):
+                mine = {fs.basename(p): fs.read_bytes(p)
+                        for p in committed_parts(f"s3://cluster/{name}")}  # fmt: skip
+                assert mine and mine == _bytes(str(tmp_path / name)), name
+            traces = sorted((tmp_path / "cluster").glob("w*/trace.log"))
+            opened = [t.read_text().split()[1::2] for t in traces]
+            assert len(opened) == 2 and all(opened), "both workers did work"
+            paths = [p for ps in opened for p in ps]
+            assert all(p.startswith("s3://cluster/") for p in paths), paths[:5]

@@ -284,3 +284,18 @@ def test_learning_curve_parts_too_small_for_early_stopping_still_fit():
     for fam in ("gboost", "mlp"):
         assert set(out[fam]) == {0.25, 1.0}
         assert (out[fam][1.0] == y).mean() > 0.15  # chance is 0.1: learnt something
+
+
+def test_attribute_report_reuses_a_given_original_accuracy():
+    """Calibration judges many releases of the same rows: the original accuracy it measured
+    once gives the same report as measuring it again."""
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 2, 300)
+    x = rng.normal(size=(300, 6)) + y[:, None] * 0.8
+    xp = rng.normal(size=(300, 6))
+    kw = dict(role="suppressed", families=("logreg",), folds=3, curve=False)
+    fresh = attribute_report("s", y, x, xp, **kw)
+    given = attribute_report("s", y, x, xp, original=fresh.original_by_family, **kw)
+    assert given == fresh
+    fake = attribute_report("s", y, x, xp, original={"logreg": 0.123}, **kw)
+    assert fake.original == 0.123 and fake.passed == fresh.passed

@@ -230,7 +230,7 @@ MUTANTS = [
            "return z[:, :dim].to(torch.float32)",
            "return torch.randn(z.shape[0], dim)", NOISE,
            "noise drawn from the global generator: not reproducible from the seed"),
-    Mutant("job-noise-context-dropped", "beam_pipelines.anonymize:_keyed_seeds",
+    Mutant("job-noise-context-dropped", "beam_pipelines.preflight:keyed_seeds",
            'context = str(info.get("sha256") or "")', 'context = ""', KEYED_JOB,
            "the job seeds every modifier's noise alike (not bound to the modifier)"),
     Mutant("worker-seeds-drop-context", "mass.noise:KeyedSeeds.of",

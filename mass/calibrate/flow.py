@@ -1,0 +1,86 @@
+"""The calibration flow of `mass train` (no --config, --mode or --method): read the policy,
+calibrate (:mod:`.search`, which writes calibration.json / calibration.png), and hand back
+what :func:`mass.training.write_run` writes as for any method (docs/calibration.md)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def read_policy(path: str | None):
+    """(policy, source): the audit's own policy (mass.audit.policy, the gate's) from
+    ``path``'s ``audit:`` section, else ./params.yaml's, else the built-in defaults."""
+    from mass.audit.policy import AuditPolicy, load_policy
+    from mass.config import read_yaml
+    from mass.errors import MassError
+
+    if path is None and os.path.exists("params.yaml"):
+        try:
+            doc = read_yaml("params.yaml")
+        except MassError:
+            doc = {}
+        if isinstance(doc.get("audit"), dict):
+            path = "params.yaml"
+    if path is None:
+        return AuditPolicy(), "built-in defaults"
+    return load_policy(path), f"{path} (audit:)"
+
+
+@dataclass
+class CalibratedRun:
+    """What `mass train` writes for a calibrated run (mass.training.write_run's arguments)."""
+
+    modifier: Any  # the chosen fit with the chosen release noise
+    branches: Any  # MaSS's frozen judges, or None
+    method: str
+    resolved: dict
+    chash: str
+    metrics: dict
+    calibration: dict  # the modifier.pt metadata block `mass export` carries
+
+
+def run_calibration(args, train_ds, suppress: list[str], preserve: list[str], sample_note,
+                    val) -> CalibratedRun:  # fmt: skip
+    """`mass train` without an explicit config: search a configuration that meets the policy
+    on validation data (writes calibration.json / .png into ``args.out``; raises
+    CalibrationError with the frontier when nothing passes)."""
+    from mass.calibrate.search import calibrate
+    from mass.config import CalibrationConfig, config_hash
+
+    if args.epochs is not None or args.resume:
+        log.warning("--epochs/--resume apply to an explicit --config/--mode/--method run; "
+                    "calibration chooses its own and ignores them")  # fmt: skip
+    policy, source = read_policy(args.policy)
+    cfg = CalibrationConfig(budget_minutes=args.budget_minutes, max_rows=args.max_rows,
+                            seed=args.seed or 0)  # fmt: skip
+    os.makedirs(args.out, exist_ok=True)
+    t0 = time.perf_counter()
+    res = calibrate(train_ds, suppress=suppress, preserve=preserve, policy=policy, cfg=cfg,
+                    val=val, out_dir=args.out, sample_note=sample_note,
+                    policy_source=source)  # fmt: skip
+    seconds = time.perf_counter() - t0
+    chosen = {
+        "candidate": res.candidate.name, "method": res.candidate.method,
+        "output_noise": res.noise, "report": "calibration.json", "policy": policy.to_dict(),
+        "policy_source": source, "seconds": round(seconds, 1),
+    }  # fmt: skip
+    resolved = {**res.config, "calibration": chosen}
+    chash = config_hash(resolved)
+    metrics = {
+        "method": res.candidate.method, "config_hash": chash, "train_seconds": seconds,
+        "calibration_seconds": seconds, "calibration": chosen,
+        "history": res.fit.history, "rows": len(train_ds),
+        "val": res.report["chosen"],
+    }  # fmt: skip
+    if sample_note:
+        metrics["sample"] = sample_note
+    log.info("calibrated %s: %s, output noise %s (%.0fs); report %s/calibration.json",
+             args.out, res.candidate.name, res.noise, seconds, args.out)  # fmt: skip
+    return CalibratedRun(res.modifier, res.fit.extra.get("branches_obj"), res.candidate.method,
+                         resolved, chash, metrics, chosen)  # fmt: skip

@@ -1,0 +1,198 @@
+"""The validation audit: the publication gate's own rule, applied to a candidate's release.
+
+A suppressed attribute is judged by :func:`mass.metrics.attribute_report` - the function the
+audit (``mass audit`` / ``mass anonymize``'s gate) calls - with the policy's margins and
+families: every retrained family and its re-mapped predictions must keep the upper bound of
+its accuracy within max(majority, floor) + margin and of its balanced accuracy within
+max(1/k, balanced floor) + margin (:meth:`AttributeReport.passed`). The bounds are taken one
+standard error further out than the gate's (``SAFETY_SE``: z = 2.96 instead of 1.96 at 95 %).
+A preserved attribute must keep ``policy.fraction(r)`` of its original accuracy (point
+estimates, as the gate) plus one standard error of that fraction on the validation rows.
+Other differences from the gate: attackers are cross-validated with ``min(policy.folds, 5)``
+folds on at most ``cfg.attacker_rows`` rows, and the frozen branch judge (MaSS runs only) is
+not rerun here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mass.audit.policy import AuditPolicy
+from mass.config import CalibrationConfig
+from mass.io import EmbeddingDataset
+from mass.metrics import AttributeReport, attack_predictions, attribute_report, preserved_ok
+
+# Validation bounds sit this many standard errors beyond the gate's (z + 1 instead of z):
+# the release is audited on other rows with noise of its own, and the search keeps the least
+# noisy level that passes, so a pass exactly at the gate's bound is a coin flip there. Measured
+# (docs/calibration.md): the gate's own bound on validation chose levels that then failed on
+# the 30 % release by 0.005-0.013.
+SAFETY_SE = 1.0
+# The attacker families in the order utility is measured: cheapest first, so a preserved
+# attribute stops being measured as soon as one family keeps it.
+COST_ORDER = ("logreg", "knn", "gboost", "mlp")
+MAX_FOLDS = 5
+
+
+@dataclass
+class Baselines:
+    """What the validation audit compares against, measured once on the original rows."""
+
+    suppress: list[str]
+    preserve: list[str]
+    majority: dict[str, float]
+    floor: dict[str, float]
+    original: dict[str, dict[str, float]]  # attribute -> family -> accuracy on x
+    n_eval: int
+    safety: dict[str, float]  # preserved: one standard error, in fraction units
+
+    def best_original(self, a: str) -> float:
+        return max(self.original[a].values())
+
+    def baseline(self, s: str) -> float:
+        return max(self.majority[s], self.floor[s])
+
+
+def excess(r: AttributeReport) -> float:
+    """The privacy axis: the worst judge's upper bound above its baseline, on both scales
+    (what the gate's expectation reports as 'worst upper bound over its baseline')."""
+    return max(max(r.ci_high[j] - r.baseline, r.balanced_ci_high.get(j, -1.0)
+                   - r.balanced_baseline) for j in r.ci_high)  # fmt: skip
+
+
+def judge(
+    privacy: dict[str, AttributeReport],
+    utility: dict[str, dict[str, float]],
+    base: Baselines,
+    policy: AuditPolicy,
+) -> dict[str, Any]:
+    """The policy on one validation release.
+
+    ``privacy``: suppressed attribute -> its audit report on the release (the gate's rule:
+    :meth:`AttributeReport.passed`); ``utility``: preserved attribute -> family -> accuracy
+    (families may be partial: the search stops measuring once one keeps the fraction).
+    Returns ``privacy_ok``, ``utility_ok`` (None when an attribute was not measured),
+    ``passed``, ``excess`` (worst upper bound over its baseline, the privacy axis) and
+    ``fraction`` (smallest preserved fraction of the original accuracy, the utility axis;
+    1.0 with nothing preserved).
+    """
+    privacy_ok, worst = True, -1.0
+    for s in base.suppress:
+        r = privacy.get(s)
+        if r is None or not r.attackers:
+            privacy_ok = False
+            continue
+        worst = max(worst, excess(r))
+        privacy_ok = privacy_ok and r.passed
+    fraction, utility_ok = 1.0, True
+    for r in base.preserve:
+        accs = utility.get(r)
+        if not accs:
+            utility_ok, fraction = None, float("nan")
+            break
+        orig = base.best_original(r)
+        fraction = min(fraction, max(accs.values()) / max(orig, 1e-12))
+        if not preserved_ok(max(accs.values()), orig, policy.fraction(r) + base.safety[r]):
+            utility_ok = False
+    return {"privacy_ok": bool(privacy_ok), "utility_ok": utility_ok,
+            "passed": bool(privacy_ok and utility_ok), "excess": worst,
+            "fraction": fraction}  # fmt: skip
+
+
+class ValidationAudit:
+    """Attackers retrained on a validation release, judged by the gate's rule (module doc)."""
+
+    def __init__(self, val: EmbeddingDataset, suppress, preserve, policy: AuditPolicy,
+                 cfg: CalibrationConfig):  # fmt: skip
+        from mass import metrics as M
+        from mass.modifiers import normalize_rows
+        from mass.noise import row_seeds
+
+        self.suppress, self.preserve, self.policy, self.cfg = suppress, preserve, policy, cfg
+        self.families = [f for f in COST_ORDER if f in policy.families]
+        self.folds = min(policy.folds, MAX_FOLDS)
+        z = M.z_value(policy.confidence) + SAFETY_SE
+        self.confidence = float(2 * norm_cdf(z) - 1)
+        self.x = normalize_rows(val.x)
+        # public seeds: calibration only needs noise of the right distribution; the release
+        # draws its noise from the owner's keyed seeds
+        self.seeds = row_seeds(val.ids)
+        n = len(val)
+        # the rows the attackers see (seeded cap): every measurement uses the same ones
+        self.rows = np.arange(n)
+        if n > cfg.attacker_rows:
+            rng = np.random.default_rng(cfg.seed + 1)
+            self.rows = np.sort(rng.choice(n, size=cfg.attacker_rows, replace=False))
+        self.labels = {a: val.labels[a][self.rows] for a in [*suppress, *preserve]}
+        x = self.x[self.rows]
+        original = {}
+        for a, y in self.labels.items():
+            preds = attack_predictions(x, y, families=self.families, folds=self.folds,
+                                       seed=cfg.seed)  # fmt: skip
+            original[a] = {f: float((p[1.0] == y).mean()) for f, p in preds.items()}
+        majority, floor, safety = {}, {}, {}
+        pres = {r: self.labels[r] for r in preserve}
+        for s in suppress:
+            majority[s] = M.majority_rate(self.labels[s])
+            floor[s] = M.leakage_floor(self.labels[s], pres, folds=self.folds, seed=cfg.seed)
+        n_eval = len(self.rows)
+        for r in preserve:
+            best = max(original[r].values())
+            q = min(0.99, best * policy.fraction(r))
+            safety[r] = max(0.01, math.sqrt(q * (1 - q) / max(n_eval, 1)) / max(best, 1e-6))
+        self.base = Baselines(list(suppress), list(preserve), majority, floor, original,
+                              n_eval, safety)  # fmt: skip
+
+    def report(self, xp: np.ndarray, attr: str, role: str, families) -> AttributeReport:
+        """The gate's audit row of ``attr`` on the release ``xp`` (validation rows)."""
+        pol = self.policy
+        return attribute_report(
+            attr, self.labels[attr], self.x[self.rows], xp[self.rows], role=role,
+            preserved={r: self.labels[r] for r in self.preserve} if role == "suppressed" else None,
+            margins=pol.margins(attr), min_fraction=pol.fraction(attr),
+            families=tuple(families), folds=self.folds, seed=self.cfg.seed,
+            confidence=self.confidence, curve=False,
+            original=self.base.original[attr],
+        )  # fmt: skip
+
+    def measure(self, xp: np.ndarray, *, full: bool = False, known: dict | None = None
+                ) -> dict[str, Any]:  # fmt: skip
+        """Privacy (every family: the gate's verdict, and the frontier's exact privacy axis)
+        and utility (stops once a family keeps the required fraction unless ``full``: then a
+        lower bound); measurements in ``known`` (the same release, measured earlier) are
+        reused."""
+        base, pol = self.base, self.policy
+        known = known or {}
+        reports = dict(known.get("reports", {}))
+        for s in self.suppress:
+            if s not in reports:
+                reports[s] = self.report(xp, s, "suppressed", self.families)
+        utility: dict[str, dict[str, float]] = {}
+        for r in self.preserve:
+            utility[r] = dict(known.get("utility", {}).get(r, {}))
+            need = (pol.fraction(r) + base.safety[r]) * base.best_original(r)
+            for fam in self.families:
+                if not full and utility[r] and max(utility[r].values()) >= need:
+                    break
+                if fam not in utility[r]:
+                    utility[r][fam] = self.report(xp, r, "preserved", (fam,)).attackers[fam]
+        fidelity = float(np.mean(np.sum(self.x * xp, axis=1)))
+        verdict = judge(reports, utility, base, pol)
+        privacy = {s: summary(rep) for s, rep in reports.items()}
+        return {**verdict, "privacy": privacy, "utility": utility, "fidelity": fidelity,
+                "reports": reports, "complete": bool(full)}  # fmt: skip
+
+
+def summary(r: AttributeReport) -> dict[str, Any]:
+    """A suppressed attribute's judges as calibration.json records them."""
+    return {j: {"accuracy": round(r.accuracies[j], 4), "ci_high": round(r.ci_high[j], 4),
+                "balanced_ci_high": round(r.balanced_ci_high.get(j, float("nan")), 4),
+                "ok": r.judge_ok(j)} for j in r.ci_high}  # fmt: skip
+
+
+def norm_cdf(z: float) -> float:
+    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))

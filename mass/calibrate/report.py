@@ -1,0 +1,139 @@
+"""Calibration's record: the frontier, the verdict, calibration.json and calibration.png."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+
+from mass.audit.policy import AuditPolicy
+from mass.calibrate.judge import Baselines
+
+log = logging.getLogger(__name__)
+
+
+def frontier(points: list[dict]) -> list[dict]:
+    """Best privacy at each utility level: points not beaten on both axes, by utility."""
+    pts = [p for p in points if p.get("fraction") is not None and not math.isnan(p["fraction"])]
+    pts.sort(key=lambda p: (-p["fraction"], p["excess"]))
+    out, best = [], math.inf
+    for p in pts:
+        if p["excess"] < best - 1e-12:
+            best = p["excess"]
+            out.append({"candidate": p["candidate"], "noise": p["noise"],
+                        "fraction": round(p["fraction"], 4), "excess": round(p["excess"], 4),
+                        "passed": p["passed"]})  # fmt: skip
+    return out
+
+
+def baseline_report(base: Baselines, policy: AuditPolicy) -> dict:
+    out = {}
+    for s in base.suppress:
+        margins = policy.margins(s)
+        out[s] = {"role": "suppressed", "majority": base.majority[s], "floor": base.floor[s],
+                  "original": base.original[s],
+                  "limit": {f: base.baseline(s) + margins[f] for f in base.original[s]},
+                  "judged_on": f"{policy.confidence:.0%} upper bounds of accuracy and of "
+                               "balanced accuracy, every family and its re-mapped "
+                               "predictions (the audit's rule)"}  # fmt: skip
+    for r in base.preserve:
+        out[r] = {"role": "preserved", "original": base.original[r], "safety": base.safety[r],
+                  "required_fraction": policy.fraction(r) + base.safety[r]}  # fmt: skip
+    return out
+
+
+def why(pt: dict, policy: AuditPolicy) -> str:
+    return (f"best utility among passing candidates: smallest preserved fraction "
+            f"{pt['fraction']:.3f} (policy {policy.min_utility_fraction}), worst judge's upper "
+            f"bound {pt['excess']:+.3f} over its baseline (margin "
+            f"{min(policy.attacker_margin.values()):.2f})")  # fmt: skip
+
+
+def verdict(infeasible: list[str], points: list[dict], policy, base: Baselines) -> str:
+    if infeasible:
+        return "infeasible: " + "; ".join(infeasible)
+    private = [p for p in points if p["privacy_ok"] and not math.isnan(p["fraction"])]
+    useful = [p for p in points if p["utility_ok"]]
+    parts = ["no configuration met the policy on validation"]
+    if not points:
+        parts.append("nothing was measured within the budget (raise --budget-minutes)")
+        return "; ".join(parts)
+    if private:
+        best = max(p["fraction"] for p in private)
+        need = max((policy.fraction(r) + base.safety[r] for r in base.preserve),
+                   default=policy.min_utility_fraction)  # fmt: skip
+        parts.append(f"the best utility with suppression held was {best:.3f} (needs "
+                     f"{need:.3f}: the policy's fraction + one standard error)")
+    if useful:
+        least = min(p["excess"] for p in useful)
+        parts.append(f"the best privacy with utility kept was {least:+.3f} "
+                     "(worst upper bound over its baseline)")
+    if not private and not useful:
+        parts.append("looks infeasible within this search: neither half of the policy was met")
+    return "; ".join(parts)
+
+
+def failure_message(report: dict, base: Baselines) -> str:
+    lines = [report["verdict"] + "."]
+    for s in base.suppress:
+        lines.append(f"  {s}: majority {base.majority[s]:.3f}, leakage floor {base.floor[s]:.3f}, "
+                     f"original {base.best_original(s):.3f}")  # fmt: skip
+    lines.append("  frontier (best privacy at each utility level; excess = worst judge's 95% "
+                 "upper bound minus its baseline, max(majority, floor) or max(1/k, floor)):")
+    for p in report["frontier"] or [{"candidate": "-", "noise": 0, "fraction": float("nan"),
+                                      "excess": float("nan")}]:  # fmt: skip
+        lines.append(f"    {p['candidate']:<24} noise {p['noise']:<5} utility {p['fraction']:.3f} "
+                     f"excess {p['excess']:+.3f}")  # fmt: skip
+    lines.append(f"  calibration took {report['seconds']:.0f}s (stopped: {report['stopped']}); "
+                 "see calibration.json in the run directory; loosen the policy (--policy), pass "
+                 "--budget-minutes, or train an explicit --config")  # fmt: skip
+    return "\n".join(lines)
+
+
+def write_report(out_dir, report, points, chosen, policy) -> None:
+    if not out_dir:
+        return
+    os.makedirs(out_dir, exist_ok=True)
+    report["points"] = [
+        {k: p[k] for k in ("candidate", "noise", "privacy", "utility", "excess", "fraction",
+                           "fidelity", "privacy_ok", "utility_ok", "passed", "complete")
+         if k in p} | {"seconds": p.get("seconds")}
+        for p in points
+    ]  # fmt: skip
+    with open(os.path.join(out_dir, "calibration.json"), "w") as f:
+        json.dump(report, f, indent=2, default=float)
+    try:
+        plot_frontier(os.path.join(out_dir, "calibration.png"), points, chosen, policy,
+                      seconds=report["seconds"])  # fmt: skip
+    except Exception as e:  # the chart is a convenience; the JSON is the record
+        log.warning("calibration chart not written: %s", e)
+
+
+def plot_frontier(path, points, chosen, policy: AuditPolicy, *, seconds: float) -> None:
+    """Utility (smallest preserved fraction) vs privacy excess, one colour per candidate,
+    with the policy's margin and min_utility_fraction as lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    names = list(dict.fromkeys(p["candidate"] for p in points))
+    for name in names:
+        pts = [p for p in points if p["candidate"] == name and not math.isnan(p["fraction"])]
+        ax.scatter([p["fraction"] for p in pts], [p["excess"] for p in pts], label=name, s=22)
+    if chosen:
+        sel = [p for p in points if (p["candidate"], p["noise"]) == chosen]
+        ax.scatter([sel[-1]["fraction"]], [sel[-1]["excess"]], s=160, facecolors="none",
+                   edgecolors="k", label="chosen")  # fmt: skip
+    ax.axhline(min(policy.attacker_margin.values()), color="r", ls="--", lw=1,
+               label="privacy margin")  # fmt: skip
+    ax.axvline(policy.min_utility_fraction, color="g", ls="--", lw=1, label="min utility")
+    ax.set_xlabel("smallest preserved fraction of original accuracy (higher is better)")
+    ax.set_ylabel("worst judge's upper bound - its baseline (lower is better)")
+    ax.set_title(f"calibration frontier ({seconds:.0f}s)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
