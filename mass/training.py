@@ -53,11 +53,13 @@ def check_columns(spec: str, suppress: list[str], preserve: list[str]) -> None:
     """ConfigError naming suppress/preserve before any data is read in full."""
     import pyarrow.parquet as pq
 
+    from mass import fs
     from mass.io import expand_paths
 
     path = expand_paths(spec)[0]
     try:
-        cols = set(pq.read_schema(path).names)
+        with fs.open_input(path) as f:  # local or object store
+            cols = set(pq.read_schema(f).names)
     except Exception:  # unreadable files get their own error from load_embeddings
         return
     check_attribute_names(suppress, preserve, cols, source=path, what="columns")

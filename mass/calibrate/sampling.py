@@ -58,12 +58,14 @@ def total_rows(spec: str) -> int:
     footer cannot be read (the loader then names the file and the problem)."""
     import pyarrow.parquet as pq
 
+    from mass import fs
     from mass.io import expand_paths
 
     n = 0
     for path in expand_paths(spec):
         try:
-            n += pq.ParquetFile(path).metadata.num_rows
+            with fs.open_input(path) as f:  # local or object store
+                n += pq.ParquetFile(f).metadata.num_rows
         except Exception:
             return -1
     return n
@@ -93,14 +95,16 @@ def sample_table(
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    from mass import fs
     from mass.io import expand_paths
 
     paths = expand_paths(spec)
 
     def batches(cols):
         for path in paths:
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=cols):
-                yield path, batch
+            with fs.open_input(path) as f:  # local or object store
+                for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_rows, columns=cols):
+                    yield path, batch
 
     classes: dict[str, set] = {c: set() for c in strata_cols}
     for path, batch in batches(strata_cols):
@@ -137,8 +141,11 @@ def sample_table(
         keep = rng.random(batch.num_rows) < rates[np.searchsorted(known, codes(batch))]
         if keep.any():
             kept.append(pa.Table.from_batches([batch]).filter(pa.array(keep)).select(columns))
-    table = pa.concat_tables(kept) if kept else pq.read_schema(paths[0]).empty_table().select(
-        columns)  # fmt: skip
+    if kept:
+        table = pa.concat_tables(kept)
+    else:
+        with fs.open_input(paths[0]) as f:
+            table = pq.read_schema(f).empty_table().select(columns)
     note = {"input_rows": n, "sampled_rows": table.num_rows, "max_rows": max_rows,
             "seed": seed, "strata": list(strata_cols),
             "how": "seeded stratified sample over the combinations of "

@@ -14,9 +14,15 @@ import pytest
 import mass.audit.stream as stream
 from mass.errors import InvalidValueError
 from mass.io import embedding_array
-from tests.mass.test_audit import FAST, N, _audit, _drop_s, _failed, _write, data  # noqa: F401
+from mass.synthetic import block_attributes
+from tests.mass.test_audit import FAST, D, N, _audit, _drop_s, _failed, _write
 
 TINY = 97  # rows per partition: ~11 partitions of the 1,000-row release
+
+
+@pytest.fixture(scope="module")
+def data():
+    return block_attributes(N, D)
 
 
 @pytest.fixture(autouse=True)
