@@ -180,14 +180,9 @@ def read_table(spec: str, columns: list[str] | None = None) -> pa.Table:
         raise SchemaError(f"{spec}: files have different schemas ({e})") from e
 
 
-def check_ids(table: pa.Table, column: str, *, source: str) -> pa.Array:
-    """The id column must exist, hold no nulls and no duplicates; returns the ids, decoded
-    when dictionary-encoded (a pandas ``category`` of strings is strings)."""
-    if column not in table.column_names:
-        raise SchemaError(
-            f"{source}: no id column '{column}' (columns: {table.column_names}); pass --id-col"
-        )
-    ids = table.column(column).combine_chunks()
+def decode_ids(ids: pa.Array, column: str, *, source: str) -> pa.Array:
+    """An id column decoded when dictionary-encoded (a pandas ``category`` of strings is
+    strings); ids must be integers or strings."""
     if pa.types.is_dictionary(ids.type):
         ids = ids.dictionary_decode()
     typ = ids.type
@@ -195,6 +190,17 @@ def check_ids(table: pa.Table, column: str, *, source: str) -> pa.Array:
         raise SchemaError(
             f"{source}: id column '{column}' has type {typ}; ids must be integers or strings"
         )
+    return ids
+
+
+def check_ids(table: pa.Table, column: str, *, source: str) -> pa.Array:
+    """The id column must exist, hold no nulls and no duplicates; returns the ids, decoded
+    when dictionary-encoded (a pandas ``category`` of strings is strings)."""
+    if column not in table.column_names:
+        raise SchemaError(
+            f"{source}: no id column '{column}' (columns: {table.column_names}); pass --id-col"
+        )
+    ids = decode_ids(table.column(column).combine_chunks(), column, source=source)
     if ids.null_count:
         row = int(np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))[0])
         raise InvalidValueError(f"{source}: id column '{column}' row {row} is null")

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from mass import fs
 from mass.errors import InvalidValueError, SchemaError, UnreadableInputError
-from mass.io import expand_paths
+from mass.io import decode_ids, expand_paths
 from mass.noise import row_seeds
 
 ROW = "__mass_row"  # global row number in file order, carried through the spill
@@ -50,19 +50,6 @@ def schema_of(path: str) -> pa.Schema:
         raise UnreadableInputError(
             f"{path}: not readable as Parquet ({e}); re-export the file or remove it"
         ) from e
-
-
-def _ids(batch: pa.RecordBatch, id_col: str, source: str) -> pa.Array:
-    """The id column of one batch, decoded; type and nulls checked (as mass.io.check_ids)."""
-    ids = batch.column(id_col)
-    if pa.types.is_dictionary(ids.type):
-        ids = ids.dictionary_decode()
-    typ = ids.type
-    if not (pa.types.is_integer(typ) or pa.types.is_string(typ) or pa.types.is_large_string(typ)):
-        raise SchemaError(
-            f"{source}: id column '{id_col}' has type {typ}; ids must be integers or strings"
-        )
-    return ids
 
 
 @dataclass
@@ -119,7 +106,7 @@ def partition(
                                   f"{paths[0]})")  # fmt: skip
             with fs.open_input(path) as f:
                 for batch in pq.ParquetFile(f).iter_batches(batch_size=BATCH_ROWS, columns=cols):
-                    ids = _ids(batch, id_col, spec)
+                    ids = decode_ids(batch.column(id_col), id_col, source=spec)
                     if ids.null_count:
                         at = int(np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))[0])
                         raise InvalidValueError(
