@@ -158,6 +158,16 @@ def expand_paths(spec: str) -> list[str]:
     return files
 
 
+def parquet_batches(path: str, *, columns: list[str] | None, batch_rows: int):
+    """Record batches of one Parquet file (local or object store, :mod:`mass.fs`) in bounded
+    memory. ``pre_buffer=False``: with pyarrow's default pre-buffering, ``iter_batches`` keeps
+    the coalesced reads of the whole file (measured, 128-d rows: peak RSS 0.81 GB reading a
+    0.5 GB file, growing with the file; 0.41 GB for 0.5 GB and 5 GB files without)."""
+    with fs.open_input(path) as f:
+        yield from pq.ParquetFile(f, pre_buffer=False).iter_batches(batch_size=batch_rows,
+                                                                     columns=columns)
+
+
 def read_table(spec: str, columns: list[str] | None = None) -> pa.Table:
     """Read every file of ``spec`` into one table, naming the file that fails to parse."""
     tables = []

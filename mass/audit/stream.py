@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from mass import fs
 from mass.errors import InvalidValueError, SchemaError, UnreadableInputError
-from mass.io import decode_ids, expand_paths
+from mass.io import decode_ids, expand_paths, parquet_batches
 from mass.noise import row_seeds
 
 ROW = "__mass_row"  # global row number in file order, carried through the spill
@@ -104,34 +104,33 @@ def partition(
                     first.remove_metadata()):  # fmt: skip
                 raise SchemaError(f"{spec}: files have different schemas ({path} differs from "
                                   f"{paths[0]})")  # fmt: skip
-            with fs.open_input(path) as f:
-                for batch in pq.ParquetFile(f).iter_batches(batch_size=BATCH_ROWS, columns=cols):
-                    ids = decode_ids(batch.column(id_col), id_col, source=spec)
-                    if ids.null_count:
-                        at = int(np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))[0])
-                        raise InvalidValueError(
-                            f"{spec}: id column '{id_col}' row {row + at} is null")
-                    if on_batch is not None:
-                        on_batch(path, batch, row)
-                    arrays = [ids if n == id_col else batch.column(n) for n in batch.schema.names]
-                    arrays.append(pa.array(np.arange(row, row + batch.num_rows, dtype=np.int64)))
-                    names = [*batch.schema.names, ROW]
-                    full = pa.RecordBatch.from_arrays(arrays, names=names)
-                    row += batch.num_rows
-                    if n_parts == 1:
-                        mem[0].append(full)
-                        out._mem_schema = full.schema
-                        continue
-                    if not writers:
-                        writers = [pa.ipc.new_file(os.path.join(scratch, f"{tag}-{i:05d}.arrow"),
-                                                   full.schema) for i in range(n_parts)]  # fmt: skip
-                    which = np.mod(row_seeds(ids), n_parts)
-                    order = np.argsort(which, kind="stable")
-                    bounds = np.searchsorted(which[order], np.arange(n_parts + 1))
-                    taken = full.take(pa.array(order))
-                    for i in range(n_parts):
-                        if bounds[i + 1] > bounds[i]:
-                            writers[i].write_batch(taken.slice(bounds[i], bounds[i + 1] - bounds[i]))
+            for batch in parquet_batches(path, columns=cols, batch_rows=BATCH_ROWS):
+                ids = decode_ids(batch.column(id_col), id_col, source=spec)
+                if ids.null_count:
+                    at = int(np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))[0])
+                    raise InvalidValueError(
+                        f"{spec}: id column '{id_col}' row {row + at} is null")
+                if on_batch is not None:
+                    on_batch(path, batch, row)
+                arrays = [ids if n == id_col else batch.column(n) for n in batch.schema.names]
+                arrays.append(pa.array(np.arange(row, row + batch.num_rows, dtype=np.int64)))
+                names = [*batch.schema.names, ROW]
+                full = pa.RecordBatch.from_arrays(arrays, names=names)
+                row += batch.num_rows
+                if n_parts == 1:
+                    mem[0].append(full)
+                    out._mem_schema = full.schema
+                    continue
+                if not writers:
+                    writers = [pa.ipc.new_file(os.path.join(scratch, f"{tag}-{i:05d}.arrow"),
+                                               full.schema) for i in range(n_parts)]  # fmt: skip
+                which = np.mod(row_seeds(ids), n_parts)
+                order = np.argsort(which, kind="stable")
+                bounds = np.searchsorted(which[order], np.arange(n_parts + 1))
+                taken = full.take(pa.array(order))
+                for i in range(n_parts):
+                    if bounds[i + 1] > bounds[i]:
+                        writers[i].write_batch(taken.slice(bounds[i], bounds[i + 1] - bounds[i]))
     finally:
         for w in writers:
             w.close()

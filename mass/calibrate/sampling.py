@@ -96,15 +96,14 @@ def sample_table(
     import pyarrow.parquet as pq
 
     from mass import fs
-    from mass.io import expand_paths
+    from mass.io import expand_paths, parquet_batches
 
     paths = expand_paths(spec)
 
     def batches(cols):
         for path in paths:
-            with fs.open_input(path) as f:  # local or object store
-                for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_rows, columns=cols):
-                    yield path, batch
+            for batch in parquet_batches(path, columns=cols, batch_rows=batch_rows):
+                yield path, batch  # local or object store, bounded memory
 
     classes: dict[str, set] = {c: set() for c in strata_cols}
     for path, batch in batches(strata_cols):
