@@ -219,6 +219,11 @@ class Validator:
             gx.ValidationDefinition(name=vd_name, data=batch, suite=suite)
         )
         result = vd.run(batch_parameters={"dataframe": frame}, result_format="SUMMARY")
+        # the data source's one execution engine caches every batch it ran on (measured:
+        # +8.5 MB per 200,000-row partition frame): drop them, the results are kept
+        batches = self.source.get_execution_engine().batch_manager
+        batches.reset_batch_cache()
+        batches.batch_data_cache.clear()
         self.success = self.success and bool(result.success)
         return list(result.results)
 
