@@ -70,7 +70,8 @@ from mass.serving.manifest import verify_version_dir
 from transforms.inference.tensors import ModifierInputs
 from transforms.inference.triton import TritonModelHandler
 from transforms.modify import ModifyRowGroupFn, pick
-from transforms.parquet_io import MergeShards, WriteShardedParquet, plan_row_groups
+from transforms.parquet_io import plan_row_groups
+from transforms.parquet_write import MergeShards, WriteShardedParquet
 from transforms.quarantine import publish_quarantine, quarantine_schema
 from transforms.release import (
     check_outputs,

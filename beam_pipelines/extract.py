@@ -33,7 +33,8 @@ from mass.errors import MissingInputError, SchemaError, ServingError
 from mass.io import check_ids, read_table
 from transforms.inference.tensors import ImageInputs, TextInputs
 from transforms.inference.triton import TritonModelHandler
-from transforms.parquet_io import ReadArrowBatches, WriteShardedParquet, input_schema
+from transforms.parquet_io import ReadArrowBatches, input_schema
+from transforms.parquet_write import WriteShardedParquet
 from transforms.release import discard_staging, publish_release, staging_dir
 from transforms.validate import check_column_names, release_schema
 

@@ -10,7 +10,7 @@ from beam_pipelines.gate import _audit_plan, _check_allowed
 from mass.errors import ConfigError
 from mass.keys import NOISE_KEY_ENV
 from mass.noise import KeyedSeeds
-from transforms.parquet_io import IDS_DIR
+from transforms.parquet_write import IDS_DIR
 from transforms.release import resolve_allow_columns
 from transforms.validate import CheckedInput, check_dim, check_input
 

@@ -30,8 +30,8 @@ from transforms.parquet_io import (
     footer,
     merge_sorted_runs,
     open_parquet,
-    shard_path,
 )
+from transforms.parquet_write import shard_path
 
 FILE, ROW = "__file", "__row"
 

@@ -13,7 +13,7 @@ thread; pyarrow and gRPC release the GIL). Works with any handler of
 in-process runs swap the server for a function without changing the graph.
 
 Outputs are tagged tuples (DaskRunner does not route tagged outputs): ``("run", (shard,
-path))`` for :class:`transforms.parquet_io.MergeShards` and ``("bad", RecordBatch)`` with the
+path))`` for :class:`transforms.parquet_write.MergeShards` and ``("bad", RecordBatch)`` with the
 quarantined ids and reasons.
 """
 

@@ -38,11 +38,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mass.embeddings import PER_ROW, decode, embedding_array
-from transforms.parquet_io import (
-    decode_dictionaries,
-    fill_empty_shards,
-    remove_sidecars,
-)
+from transforms.parquet_io import decode_dictionaries
+from transforms.parquet_write import fill_empty_shards, remove_sidecars
 
 REASONS = ("ok", "null", "wrong-dimension", "non-finite", "zero-vector", "tiny-norm",
            "huge-norm")  # fmt: skip

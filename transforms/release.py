@@ -33,13 +33,8 @@ import pyarrow.compute as pc
 
 from mass import fs
 from mass.errors import ReleaseError, SchemaError
-from transforms.parquet_io import (
-    fill_empty_shards,
-    footer,
-    open_parquet,
-    read_sidecars,
-    remove_sidecars,
-)
+from transforms.parquet_io import footer, open_parquet
+from transforms.parquet_write import fill_empty_shards, read_sidecars, remove_sidecars
 from transforms.publish import (  # noqa: F401  (re-exported: the publication API)
     KILL_AT_ENV,
     MARKER_FORMATS,

@@ -10,12 +10,8 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from mass.errors import UnreadableInputError
-from transforms.parquet_io import (
-    ReadArrowBatches,
-    WriteShardedParquet,
-    plan_row_groups,
-    read_row_group,
-)
+from transforms.parquet_io import ReadArrowBatches, plan_row_groups, read_row_group
+from transforms.parquet_write import WriteShardedParquet
 from transforms.testing import write_embeddings
 
 
@@ -120,6 +116,7 @@ def test_rows_are_sorted_by_id_within_a_shard(tmp_path, beam_pipeline):
 def _spill_and_merge(tmp_path, tables, *, shards=1, verify=False):
     """Spill each table as its own runs, then merge every shard (no Beam: the pieces)."""
     from transforms import parquet_io as P
+    from transforms.parquet_write import _MergeShardFn
 
     out = str(tmp_path / "out")
     runs: dict[int, list[str]] = {}
@@ -132,7 +129,7 @@ def _spill_and_merge(tmp_path, tables, *, shards=1, verify=False):
                 runs.setdefault(s, []).append(path)
         for s, path in sp.flush():
             runs.setdefault(s, []).append(path)
-    fn = P._MergeShardFn(out, id_col="id", num_shards=shards, schema=None,
+    fn = _MergeShardFn(out, id_col="id", num_shards=shards, schema=None,
                          verify_col="src" if verify else None)  # fmt: skip
     stats = [next(iter(fn.process((s, r)))) for s, r in sorted(runs.items())]
     return out, stats

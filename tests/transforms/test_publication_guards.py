@@ -16,7 +16,7 @@ import pytest
 from mass.errors import AuditFailedError
 from mass.io import embedding_array
 from transforms import release as R
-from transforms.parquet_io import shard_path
+from transforms.parquet_write import shard_path
 
 INFO = {"name": "m", "version": 1, "sha256": "s", "method": "mass", "suppress": ["colour"],
         "preserve": ["digit"], "config_hash": "h"}  # fmt: skip

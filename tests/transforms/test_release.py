@@ -8,7 +8,7 @@ import pytest
 
 from mass.errors import ReleaseError
 from mass.io import embedding_array
-from transforms.parquet_io import shard_path
+from transforms.parquet_write import shard_path
 from transforms.release import (
     publish_release,
     release_metadata,

@@ -16,7 +16,8 @@ from mass.errors import ReleaseError
 from mass.io import embedding_array
 from transforms import publish as P
 from transforms import release as R
-from transforms.parquet_io import NONFINITE, UNMODIFIED, _row_flags, shard_path
+from transforms.parquet_io import NONFINITE, UNMODIFIED, _row_flags
+from transforms.parquet_write import shard_path
 
 INFO = {"name": "m", "version": 1, "sha256": "s", "method": "mass", "suppress": ["colour"],
         "preserve": ["digit"], "config_hash": "h"}  # fmt: skip

@@ -1,0 +1,167 @@
+"""The attackers: scikit-learn families retrained on a release (cross-validated
+predictions, learning curves) and the frozen branch models trained on the original data."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from sklearn.base import ClassifierMixin
+from sklearn.ensemble import HistGradientBoostingClassifier
+from sklearn.linear_model import LogisticRegression
+from sklearn.neighbors import KNeighborsClassifier
+from sklearn.neural_network import MLPClassifier
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import Normalizer, StandardScaler
+from threadpoolctl import threadpool_limits
+
+from mass.metrics.scores import (
+    ATTACKER_FAMILIES,
+    _folds,
+)
+
+
+def _attacker(family: str, seed: int, n_train: int, n_classes: int = 2) -> ClassifierMixin:
+    # Early stopping holds out a stratified 10 %: it needs a row of every class there (sklearn
+    # raises otherwise), which small learning-curve parts of many-class attributes lack.
+    stop = n_train * 0.1 >= 2 * n_classes
+    if family == "logreg":  # lbfgs fits the multinomial model for > 2 classes
+        return make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=500))
+    if family == "mlp":
+        mlp = MLPClassifier(
+            (256, 128), early_stopping=stop, max_iter=100, n_iter_no_change=5, random_state=seed
+        )
+        return make_pipeline(StandardScaler(), mlp)
+    if family == "gboost":  # small trees, early-stopped: the audit runs on 2 shared cores
+        return HistGradientBoostingClassifier(
+            max_iter=40, max_leaf_nodes=8, max_bins=16, learning_rate=0.2,
+            early_stopping=stop, validation_fraction=0.1, n_iter_no_change=5, random_state=seed,
+        )  # fmt: skip
+    if family == "knn":  # euclidean on unit vectors ranks neighbours as cosine does
+        return make_pipeline(Normalizer(), KNeighborsClassifier(min(15, max(1, n_train))))
+    raise ValueError(f"unknown attacker family {family!r}; choose from {ATTACKER_FAMILIES}")
+
+
+def _subsample(x: np.ndarray, y: np.ndarray, max_rows: int | None, seed: int):
+    if max_rows is None or len(y) <= max_rows:
+        return x, y
+    keep = np.sort(np.random.default_rng(seed).choice(len(y), size=max_rows, replace=False))
+    return x[keep], y[keep]
+
+
+def _fit_predict(family, seed, x_tr, y_tr, x_te) -> np.ndarray:
+    if np.unique(y_tr).size < 2:  # one class left: the only sensible guess is that class
+        return np.full(len(x_te), y_tr[0], dtype=y_tr.dtype)
+    # One OpenMP/BLAS thread: on a shared, loaded box oversubscribed OpenMP spin-waits made
+    # gradient boosting ~30x slower; these fits are small enough that one thread is fast.
+    with threadpool_limits(limits=1):
+        model = _attacker(family, seed, len(y_tr), np.unique(y_tr).size)
+        return model.fit(x_tr, y_tr).predict(x_te)
+
+
+def _fit_score(family, seed, x_tr, y_tr, x_te, y_te) -> int:
+    return int((_fit_predict(family, seed, x_tr, y_tr, x_te) == y_te).sum())
+
+
+def attack_predictions(
+    x,
+    y,
+    *,
+    families: tuple[str, ...] | list[str] = ATTACKER_FAMILIES,
+    folds: int = 10,
+    seed: int = 0,
+    fractions: tuple[float, ...] = (1.0,),
+) -> dict[str, dict[float, np.ndarray]]:
+    """Out-of-fold predictions of each family retrained on ``(x, y)``: family -> fraction ->
+    one prediction per row.
+
+    Stratified k-fold: each row is predicted once, by an attacker trained on the other
+    (k-1)/k of the rows (90 % with 10 folds). A fraction f < 1 trains on the first f of a
+    seeded permutation of that training part (nested: 25 % within 50 % within 100 %) and is
+    scored on the same held-out fold, which gives the learning curve.
+    """
+    for fam in families:
+        _attacker(fam, seed, 1)  # fail fast on a typo before any fitting
+    x = np.asarray(x, dtype=np.float32)
+    y = np.asarray(y)
+    splits = list(_folds(y, folds, seed))
+    out: dict[str, dict[float, np.ndarray]] = {}
+    for fam in families:
+        preds = {f: np.empty_like(y) for f in fractions}
+        for i, (tr, te) in enumerate(splits):
+            order = np.random.default_rng(seed + 1 + i).permutation(tr)
+            for f in fractions:
+                part = tr if f >= 1.0 else order[: max(2, int(round(f * len(tr))))]
+                preds[f][te] = _fit_predict(fam, seed, x[part], y[part], x[te])
+        out[fam] = preds
+    return out
+
+
+def retrained_attackers(
+    x_train,
+    y_train,
+    x_test=None,
+    y_test=None,
+    *,
+    families: tuple[str, ...] | list[str] = ATTACKER_FAMILIES,
+    folds: int = 5,
+    seed: int = 0,
+    max_rows: int | None = None,
+) -> dict[str, float]:
+    """Accuracy of each attacker family retrained on ``(x_train, y_train)``.
+
+    Holdout accuracy on ``(x_test, y_test)`` when given, else pooled stratified k-fold
+    cross-validated accuracy. ``max_rows`` subsamples each split (seeded) to bound runtime.
+    """
+    for fam in families:
+        _attacker(fam, seed, 1)  # fail fast on a typo before any fitting
+    x = np.asarray(x_train, dtype=np.float32)
+    y = np.asarray(y_train)
+    x, y = _subsample(x, y, max_rows, seed)
+    out: dict[str, float] = {}
+    if x_test is not None and y_test is not None:
+        xt, yt = _subsample(
+            np.asarray(x_test, dtype=np.float32), np.asarray(y_test), max_rows, seed
+        )
+        for fam in families:
+            out[fam] = _fit_score(fam, seed, x, y, xt, yt) / max(len(yt), 1)
+        return out
+    splits = list(_folds(y, folds, seed))
+    for fam in families:
+        correct = sum(_fit_score(fam, seed, x[tr], y[tr], x[te], y[te]) for tr, te in splits)
+        out[fam] = correct / max(len(y), 1)
+    return out
+
+
+@torch.no_grad()
+def frozen_predict(model, x, *, batch_size: int = 8192) -> np.ndarray:
+    """``argmax`` of a frozen model's logits on ``x``.
+
+    ``model`` is an ``nn.Module`` returning logits, or an object with ``.logits(x)``; a tuple
+    output (e.g. ``(z, logits)``) is read as its last element.
+    """
+    fn: Callable = model.logits if hasattr(model, "logits") else model
+    was_training = getattr(model, "training", False)
+    if hasattr(model, "eval"):
+        model.eval()
+    try:
+        xt = torch.as_tensor(np.asarray(x, dtype=np.float32))
+        parts = []
+        for i in range(0, len(xt), batch_size):
+            out = fn(xt[i : i + batch_size])
+            logits = out[-1] if isinstance(out, tuple | list) else out
+            parts.append(logits.argmax(-1).cpu().numpy())
+    finally:
+        if was_training:
+            model.train()
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def frozen_accuracy(model, x, y, *, batch_size: int = 8192) -> float:
+    """Accuracy of :func:`frozen_predict` on ``(x, y)``."""
+    y = np.asarray(y)
+    pred = frozen_predict(model, x, batch_size=batch_size)
+    return int((pred == y).sum()) / max(len(y), 1)
+
+

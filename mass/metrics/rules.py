@@ -1,0 +1,275 @@
+"""The audit's rules in one place: suppression and preservation checks, the per-attribute
+report (:class:`AttributeReport`) and :func:`attribute_report`, which the gate, `mass audit`
+and calibration all call."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from mass.metrics.attackers import (
+    attack_predictions,
+    frozen_accuracy,
+    frozen_predict,
+)
+from mass.metrics.scores import (
+    ATTACKER_FAMILIES,
+    FROZEN,
+    Score,
+    chance_level,
+    leakage_floor,
+    majority_rate,
+    remap_predictions,
+    score,
+    z_value,
+)
+
+
+def utility_retention(acc_modified: float, acc_original: float) -> float:
+    """Fraction of the original accuracy kept after modification (may exceed 1)."""
+    if acc_original <= 0:
+        raise ValueError(f"acc_original must be > 0 to measure retention, got {acc_original}")
+    return float(acc_modified) / float(acc_original)
+
+
+def aum(efficacy: float, fidelity: float) -> float:
+    """Attribute Unlearning Measure (Guo et al., 'Efficient Attribute Unlearning', eq. 5).
+
+    AUM = 2 * E * F / (E + F): the harmonic mean of the efficacy score and the fidelity.
+    ``efficacy`` is the attacker's accuracy on the unlearnt attribute (lower is better) and
+    enters as E = 1 - efficacy: that reading reproduces the paper's Table 1 (efficacy
+    0.1352, fidelity 0.7950 -> AUM 0.8284). ``fidelity`` is the main-task accuracy.
+    """
+    e, f = 1.0 - float(efficacy), float(fidelity)
+    return 0.0 if e + f <= 0 else 2.0 * e * f / (e + f)
+
+
+def suppressed_ok(accuracy: float, baseline: float, margin: float) -> bool:
+    """The suppression rule: a judge may not beat its baseline by more than margin.
+
+    The audit passes a judge's 95 % upper bound as ``accuracy`` (accuracy against
+    max(majority, floor), balanced accuracy against max(1/k, balanced floor)).
+    """
+    return accuracy <= baseline + margin + 1e-12
+
+
+def judge_ok(ci_high: float, baseline: float, balanced_ci_high: float | None,
+             balanced_baseline: float, margin: float) -> bool:
+    """One suppression judge on both scales (the rule of docs/audit.md, in one place): the
+    upper bound of its accuracy within ``baseline`` + margin and, when measured, of its
+    balanced accuracy within ``balanced_baseline`` + margin. A NaN bound fails."""
+    ok = suppressed_ok(ci_high, baseline, margin)
+    if balanced_ci_high is not None:
+        ok = ok and suppressed_ok(balanced_ci_high, balanced_baseline, margin)
+    return bool(ok)
+
+
+def preserved_ok(accuracy: float, original: float, min_fraction: float) -> bool:
+    """The preservation rule: keep at least ``min_fraction`` of the original accuracy."""
+    return original <= 0 or utility_retention(accuracy, original) >= min_fraction - 1e-12
+
+
+REMAP = "_remap"  # judge-name suffix: the judge's predictions re-mapped on held-out rows
+KEYED = "_key"  # judge-name suffix: family retrained on the release with the noise removed
+CURVE_FRACTIONS = (0.25, 0.5, 1.0)
+
+
+def curve_climbing(curve: list[list[float]], n: int, tol: float) -> bool:
+    """A learning curve is still climbing when its last step (50 % -> 100 % of the attack
+    training set) gains more than ``tol`` and more than one standard error of the
+    difference of two accuracies on ``n`` rows, sqrt(2 p (1 - p) / n)."""
+    if len(curve) < 2 or n <= 0:
+        return False
+    (_, before), (_, last) = curve[-2], curve[-1]
+    return last - before > max(tol, float(np.sqrt(2 * last * (1 - last) / n)))
+
+
+@dataclass(frozen=True)
+class AttributeReport:
+    """One attribute's audit row; ``accuracies`` holds every judge's accuracy on x'.
+
+    Judges: the frozen branch model ("frozen"), each retrained family, each of those
+    re-mapped on held-out rows ("<judge>_remap", suppressed only) and, when the policy gates
+    on it, each family retrained on the key-stripped release ("<family>_key").
+    ``balanced``, ``ci_high`` and ``balanced_ci_high`` hold the same judges' balanced
+    accuracy and 95 % upper bounds; a suppressed attribute is judged on the upper bounds.
+    """
+
+    name: str
+    role: str  # "suppressed" | "preserved"
+    n: int
+    majority: float
+    floor: float
+    original: float  # best retrained attacker on the original x
+    original_by_family: dict[str, float]
+    frozen_x: float | None
+    frozen_xprime: float | None
+    attackers: dict[str, float]
+    margins: dict[str, float] = field(default_factory=dict)  # suppressed: judge -> margin
+    min_fraction: float | None = None  # preserved
+    extra_judges: dict[str, float] = field(default_factory=dict)  # remap (and key) judges
+    chance: float = 0.0  # 1/k
+    balanced_floor: float = 0.0
+    balanced: dict[str, float] = field(default_factory=dict)
+    ci_high: dict[str, float] = field(default_factory=dict)
+    balanced_ci_high: dict[str, float] = field(default_factory=dict)
+    learning_curve: dict[str, list[list[float]]] = field(default_factory=dict)
+    climbing: tuple[str, ...] = ()  # families whose curve is still climbing
+    key_compromised: dict[str, float] | None = None  # family -> accuracy, noise removed
+    confidence: float = 0.95
+
+    @property
+    def baseline(self) -> float:
+        return max(self.majority, self.floor)
+
+    @property
+    def balanced_baseline(self) -> float:
+        return max(self.chance, self.balanced_floor)
+
+    @property
+    def curve_climbing(self) -> bool:
+        return bool(self.climbing)
+
+    @property
+    def accuracies(self) -> dict[str, float]:
+        judges = {} if self.frozen_xprime is None else {FROZEN: self.frozen_xprime}
+        return {**judges, **self.attackers, **self.extra_judges}
+
+    @property
+    def worst(self) -> float:
+        """Suppressed: the strongest judge on x'. Preserved: the best retrained attacker."""
+        accs = self.accuracies if self.role == "suppressed" else self.attackers
+        return max(accs.values()) if accs else float("nan")
+
+    @property
+    def retention(self) -> float | None:
+        return None if self.original <= 0 else utility_retention(self.worst, self.original)
+
+    def judge_ok(self, judge: str) -> bool:
+        """Suppressed: the judge's upper bounds stay within both limits."""
+        return judge_ok(self.ci_high.get(judge, self.accuracies[judge]), self.baseline,
+                        self.balanced_ci_high.get(judge), self.balanced_baseline,
+                        self.margins[judge])  # fmt: skip
+
+    @property
+    def passed(self) -> bool:
+        if self.role == "suppressed":
+            return all(self.judge_ok(judge) for judge in self.accuracies)
+        return preserved_ok(self.worst, self.original, self.min_fraction or 0.0)
+
+
+def _take(a, rows):
+    return None if a is None else np.asarray(a)[rows]
+
+
+def attribute_report(
+    name: str,
+    y,
+    x,
+    x_prime,
+    *,
+    role: str,
+    preserved: Mapping[str, np.ndarray] | None = None,
+    frozen=None,
+    margins: Mapping[str, float] | float = 0.05,
+    min_fraction: float = 0.9,
+    families: tuple[str, ...] | list[str] = ATTACKER_FAMILIES,
+    folds: int = 5,
+    seed: int = 0,
+    max_rows: int | None = None,
+    extra=None,
+    confidence: float = 0.95,
+    curve: bool = True,
+    curve_tol: float = 0.02,
+    key_x=None,
+    gate_key: bool = False,
+    original: Mapping[str, float] | None = None,
+) -> AttributeReport:
+    """Audit one attribute: baselines, frozen judge on x and x', attackers retrained on x'.
+
+    ``preserved`` (labels of the preserved attributes, same rows) sets the leakage floors of
+    a suppressed attribute; ``frozen`` is its branch model, if a run directory is known.
+    ``margins`` is one margin or a mapping judge -> margin (``"frozen"`` and each family).
+    ``extra`` (float [N, m]) are the other released columns, encoded: the retrained attackers
+    see ``[x', extra]``. ``key_x`` are the features of the release with its noise removed
+    (owner's key): families retrained on them give ``key_compromised``, judged when
+    ``gate_key``. ``max_rows`` subsamples the rows once (seeded) for every judge.
+    """
+    if role not in ("suppressed", "preserved"):
+        raise ValueError(f"role must be 'suppressed' or 'preserved', got {role!r}")
+    y = np.asarray(y)
+    rows = np.arange(y.size)
+    if max_rows is not None and y.size > max_rows:
+        rows = np.sort(np.random.default_rng(seed).choice(y.size, size=max_rows, replace=False))
+    y, x, x_prime = y[rows], np.asarray(x)[rows], np.asarray(x_prime)[rows]
+    extra, key_x = _take(extra, rows), _take(key_x, rows)
+    preserved = {k: np.asarray(v)[rows] for k, v in (preserved or {}).items()}
+    z = z_value(confidence)
+    sup = role == "suppressed"
+    kw: dict[str, Any] = dict(families=families, folds=folds, seed=seed)
+    if original is None:
+        original = {f: float((p[1.0] == y).mean())
+                    for f, p in attack_predictions(x, y, **kw).items()}  # fmt: skip
+    feats = x_prime if extra is None or extra.shape[1] == 0 else np.hstack([x_prime, extra])
+    fractions = CURVE_FRACTIONS if sup and curve else (1.0,)
+    preds = attack_predictions(feats, y, fractions=fractions, **kw)
+    judged: dict[str, np.ndarray] = {}
+    if frozen is not None:
+        judged[FROZEN] = frozen_predict(frozen, x_prime)
+    judged.update({f: p[1.0] for f, p in preds.items()})
+    scores = {j: score(y, p, z) for j, p in judged.items()}
+    if sup:
+        for j, p in list(judged.items()):
+            acc = score(y, remap_predictions(y, p, seed=seed), z)
+            bal = score(y, remap_predictions(y, p, seed=seed, balanced=True), z)
+            scores[j + REMAP] = Score(acc.accuracy, bal.balanced, acc.ci_high,
+                                      bal.balanced_ci_high)  # fmt: skip
+    key_compromised = None
+    if key_x is not None:
+        kp = attack_predictions(key_x, y, **kw)
+        key_compromised = {f: float((p[1.0] == y).mean()) for f, p in kp.items()}
+        if sup and gate_key:
+            scores.update({f + KEYED: score(y, p[1.0], z) for f, p in kp.items()})
+    learning_curve = {}
+    if len(fractions) > 1:
+        learning_curve = {f: [[fr, float((p[fr] == y).mean())] for fr in fractions]
+                          for f, p in preds.items()}  # fmt: skip
+    climbing = tuple(f for f, c in learning_curve.items() if curve_climbing(c, y.size, curve_tol))
+    judges = list(scores)
+    if isinstance(margins, Mapping):
+        base = {j: float(margins[j]) for j in ((FROZEN,) if frozen is not None else ())
+                + tuple(families)}  # fmt: skip
+    else:
+        base = dict.fromkeys((FROZEN, *families), float(margins))
+    margin_map = {j: base[j.removesuffix(REMAP).removesuffix(KEYED)] for j in judges}
+    if not sup:  # preserved: only the direct judges are reported
+        scores = {j: s for j, s in scores.items() if j == FROZEN or j in families}
+    return AttributeReport(
+        name=name,
+        role=role,
+        n=int(y.size),
+        majority=majority_rate(y),
+        floor=leakage_floor(y, preserved, folds=folds, seed=seed),
+        original=max(original.values()),
+        original_by_family=dict(original),
+        frozen_x=None if frozen is None else frozen_accuracy(frozen, x, y),
+        frozen_xprime=scores[FROZEN].accuracy if FROZEN in scores else None,
+        attackers={f: scores[f].accuracy for f in families},
+        margins=margin_map if sup else {},
+        min_fraction=None if sup else min_fraction,
+        extra_judges={
+            j: s.accuracy for j, s in scores.items() if j != FROZEN and j not in families
+        },  # fmt: skip
+        chance=chance_level(y),
+        balanced_floor=leakage_floor(y, preserved, folds=folds, seed=seed, balanced=True),
+        balanced={j: s.balanced for j, s in scores.items()},
+        ci_high={j: s.ci_high for j, s in scores.items()},
+        balanced_ci_high={j: s.balanced_ci_high for j, s in scores.items()},
+        learning_curve=learning_curve,
+        climbing=climbing,
+        key_compromised=key_compromised,
+        confidence=confidence,
+    )

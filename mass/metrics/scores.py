@@ -1,0 +1,171 @@
+"""Rates, confidence bounds and the leakage floor: what an attacker's predictions score
+(accuracy, balanced accuracy, Wilson upper bounds, re-mapping, chance and floors)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from sklearn.model_selection import KFold, StratifiedKFold
+
+from mass.rows import joint_codes
+
+ATTACKER_FAMILIES = ("logreg", "mlp", "gboost", "knn")
+FROZEN = "frozen"  # judge name of the frozen branch model in reports and GX frames
+
+
+def majority_rate(y) -> float:
+    """Accuracy of always predicting the most frequent class (0.0 for no rows)."""
+    y = np.asarray(y)
+    if y.size == 0:
+        return 0.0
+    _, counts = np.unique(y, return_counts=True)
+    return float(counts.max() / y.size)
+
+
+def _folds(y: np.ndarray, folds: int, seed: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Stratified folds when every class has >= 2 rows, else plain shuffled folds."""
+    _, counts = np.unique(y, return_counts=True)
+    k = int(min(folds, counts.min())) if counts.size else 0
+    if k >= 2:
+        yield from StratifiedKFold(k, shuffle=True, random_state=seed).split(y, y)
+    else:
+        k = max(2, min(folds, y.size))
+        yield from KFold(k, shuffle=True, random_state=seed).split(y)
+
+
+def chance_level(y) -> float:
+    """Balanced accuracy of any constant guess: 1/k for the k classes present in ``y``."""
+    k = np.unique(np.asarray(y)).size
+    return 1.0 / k if k else 0.0
+
+
+def balanced_accuracy(y, pred) -> float:
+    """Mean per-class recall over the classes present in ``y`` (0.0 for no rows)."""
+    y, pred = np.asarray(y), np.asarray(pred)
+    classes = np.unique(y)
+    if classes.size == 0:
+        return 0.0
+    return float(np.mean([(pred[y == c] == c).mean() for c in classes]))
+
+
+def z_value(confidence: float) -> float:
+    """Two-sided normal quantile: 1.96 for a 95 % interval."""
+    from scipy.stats import norm
+
+    return float(norm.ppf(0.5 + confidence / 2.0))
+
+
+def wilson_upper(correct: float, n: int, z: float = 1.96) -> float:
+    """Upper end of the Wilson score interval of ``correct`` successes in ``n`` trials."""
+    if n <= 0:
+        return 1.0
+    p = correct / n
+    centre = p + z * z / (2 * n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return float(min(1.0, (centre + half) / (1 + z * z / n)))
+
+
+def balanced_upper(y, pred, z: float = 1.96) -> float:
+    """Upper end of a normal interval on balanced accuracy.
+
+    Balanced accuracy is the mean of k per-class recalls r_c (n_c rows each), so its variance
+    is sum(r_c (1 - r_c) / n_c) / k^2. Each r_c enters the variance Wilson-adjusted,
+    (correct_c + z^2/2) / (n_c + z^2) over n_c + z^2 rows, so a class recall of exactly 0 or 1
+    (a constant guess) still carries the uncertainty of its n_c rows.
+    """
+    y, pred = np.asarray(y), np.asarray(pred)
+    classes = np.unique(y)
+    if classes.size == 0:
+        return 1.0
+    n_c = np.array([(y == c).sum() for c in classes], dtype=np.float64)
+    hit = np.array([(pred[y == c] == c).sum() for c in classes], dtype=np.float64)
+    adj = (hit + z * z / 2) / (n_c + z * z)
+    var = float(np.sum(adj * (1 - adj) / (n_c + z * z))) / classes.size**2
+    return float(min(1.0, np.mean(hit / n_c) + z * np.sqrt(var)))
+
+
+@dataclass(frozen=True)
+class Score:
+    """One judge's predictions summarised: point estimates and their 95 % upper bounds."""
+
+    accuracy: float
+    balanced: float
+    ci_high: float
+    balanced_ci_high: float
+
+
+def score(y, pred, z: float = 1.96) -> Score:
+    y, pred = np.asarray(y), np.asarray(pred)
+    correct = float((pred == y).sum())
+    return Score(
+        accuracy=correct / max(y.size, 1),
+        balanced=balanced_accuracy(y, pred),
+        ci_high=wilson_upper(correct, int(y.size), z),
+        balanced_ci_high=balanced_upper(y, pred, z),
+    )
+
+
+def remap_predictions(y, pred, *, seed: int = 0, balanced: bool = False) -> np.ndarray:
+    """A judge's predictions re-mapped by what they reveal, scored honestly.
+
+    An attacker far *below* chance is informative: its prediction tells the label, just not
+    as "the same class". The rows are split in two halves (seeded); on each half the map
+    predicted class -> label is learned from the *other* half (the label most often behind
+    that prediction, or with ``balanced`` the one with the highest share of its class) and
+    applied. A judge at chance gains nothing (the map is learned on independent rows); one
+    that flips or permutes the labels is read back.
+    """
+    y, pred = np.asarray(y), np.asarray(pred)
+    out = np.empty_like(y)
+    if y.size < 2:
+        return pred.copy()
+    classes, y_idx = np.unique(y, return_inverse=True)
+    p_vals, p_idx = np.unique(pred, return_inverse=True)
+    half = np.zeros(y.size, dtype=bool)
+    half[np.random.default_rng(seed).permutation(y.size)[: y.size // 2]] = True
+    for test in (half, ~half):
+        learn = ~test
+        counts = np.zeros((p_vals.size, classes.size), dtype=np.float64)
+        np.add.at(counts, (p_idx[learn], y_idx[learn]), 1.0)
+        totals = np.bincount(y_idx[learn], minlength=classes.size).astype(np.float64)
+        weights = counts / np.maximum(totals, 1.0) if balanced else counts
+        fallback = int(totals.argmax())
+        mapping = np.where(counts.sum(1) > 0, weights.argmax(1), fallback)
+        out[test] = classes[mapping[p_idx[test]]]
+    return out
+
+
+def leakage_floor(
+    y_s, preserved: Mapping[str, np.ndarray], *, folds: int = 5, seed: int = 0,
+    balanced: bool = False,
+) -> float:  # fmt: skip
+    """Cross-validated accuracy of predicting ``y_s`` from the preserved labels alone.
+
+    The model is a lookup table (majority ``s`` per combination of preserved labels,
+    the Bayes-optimal classifier on discrete inputs); unseen combinations fall back to the
+    training fold's majority. With no preserved attribute this is :func:`majority_rate`.
+    ``balanced``: the table picks, per combination, the class with the highest share of its
+    own class's rows (the balanced-accuracy-optimal rule) and the result is the balanced
+    accuracy; with no preserved attribute it is :func:`chance_level`.
+    """
+    y = np.asarray(y_s)
+    if not preserved or y.size == 0:
+        return chance_level(y) if balanced else majority_rate(y)
+    _, y_idx = np.unique(y, return_inverse=True)
+    cell = joint_codes(dict(preserved))
+    n_cells, n_classes = int(cell.max()) + 1, int(y_idx.max()) + 1
+    pred = np.empty_like(y_idx)
+    for train, test in _folds(y_idx, folds, seed):
+        counts = np.zeros((n_cells, n_classes), dtype=np.int64)
+        np.add.at(counts, (cell[train], y_idx[train]), 1)
+        totals = np.bincount(y_idx[train], minlength=n_classes)
+        weights = counts / np.maximum(totals, 1) if balanced else counts
+        fallback = totals.argmax()
+        pred[test] = np.where(counts.sum(1) > 0, weights.argmax(1), fallback)[cell[test]]
+    if balanced:
+        return balanced_accuracy(y_idx, pred)
+    return float((pred == y_idx).sum() / y.size)
+
+

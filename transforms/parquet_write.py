@@ -1,0 +1,228 @@
+"""The sharded Parquet writer every Beam runner can execute: spill id-sorted runs per shard,
+GroupByKey(shard -> run paths), merge each shard into its part file with fixed writer settings
+(byte-identical output on any runner; see :mod:`transforms.parquet_io` for the contract and
+:mod:`transforms.runs` for the external sort). Also the per-part sidecars the publisher reads.
+"""
+
+from __future__ import annotations
+
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from mass import fs
+from transforms.parquet_io import WRITE_OPTIONS
+from transforms.runs import (
+    RUNS_DIR,
+    ShardSpiller,
+    _reduce_runs,
+    count_flags,
+    disk_full,
+    merge_sorted_runs,
+)
+
+
+def shard_path(directory: str, shard: int, num_shards: int) -> str:
+    return fs.join(directory, f"part-{shard:05d}-of-{num_shards:05d}.parquet")
+
+
+IDS_DIR = "_ids"  # the input's id index (transforms.id_index), inside the staging directory
+
+
+class _ShardSink:
+    """Writes a shard's sorted rows as exactly ``row_group_size``-row row groups, so the file
+    is byte-identical to ``pq.write_table`` of the whole sorted shard."""
+
+    def __init__(self, sink, schema: pa.Schema | None) -> None:
+        self._path, self._schema = sink, schema  # an output stream (mass.fs.atomic_output)
+        self._rows = WRITE_OPTIONS["row_group_size"]
+        self._pending: list[pa.Table] = []
+        self._n = 0
+        self._writer: pq.ParquetWriter | None = None
+
+    def write(self, table: pa.Table) -> None:
+        self._pending.append(table)
+        self._n += table.num_rows
+        while self._n >= self._rows:
+            self._flush(self._rows)
+
+    def _flush(self, rows: int) -> None:
+        table = pa.concat_tables(self._pending).combine_chunks()
+        head, rest = table.slice(0, rows), table.slice(rows)
+        self._pending, self._n = ([rest] if rest.num_rows else []), rest.num_rows
+        if self._writer is None:
+            opts = {k: v for k, v in WRITE_OPTIONS.items() if k != "row_group_size"}
+            self._writer = pq.ParquetWriter(self._path, head.schema, **opts)
+        self._writer.write_table(head, row_group_size=self._rows)
+
+    def close(self, empty_schema: pa.Schema) -> None:
+        if self._n:
+            self._flush(self._n)
+        if self._writer is None:
+            pq.write_table(empty_schema.empty_table(), self._path, **WRITE_OPTIONS)
+        else:
+            self._writer.close()
+
+
+class _MergeShardFn(beam.DoFn):
+    """Merge a shard's sorted runs into its part file (drops and checks ``verify_col``).
+
+    With ``verify_col`` the merge counts rows whose output is the input up to scale (cosine
+    similarity > :data:`BYPASS_COSINE`: a bypassed model) or is not finite, and leaves those counts in a ``_part-*.json`` sidecar for the
+    publisher; the column is never written.
+    """
+
+    def __init__(
+        self,
+        directory: str,
+        *,
+        id_col: str,
+        num_shards: int,
+        schema: pa.Schema | None,
+        verify_col: str | None,
+        runs: str | None = None,
+    ) -> None:
+        self._dir = directory
+        self._runs = runs or directory
+        self._id_col = id_col
+        self._n = num_shards
+        self._schema = schema
+        self._verify_col = verify_col
+
+    def process(self, element):
+        with disk_full(self._dir, f"shard {int(element[0])}"):
+            yield from self._merge(element)
+
+    def _merge(self, element):
+        shard, runs = element
+        shard = int(shard)
+        paths = _reduce_runs(sorted(runs), fs.join(self._runs, RUNS_DIR), self._id_col)
+        stats = {"shard": shard, "rows": 0}
+        counts = {"unmodified": 0, "first_unmodified_id": None,
+                  "nonfinite": 0, "first_nonfinite_id": None}  # fmt: skip
+        first_schema = None
+        with fs.atomic_output(shard_path(self._dir, shard, self._n)) as out:
+            sink = _ShardSink(out, self._schema)
+            for table in merge_sorted_runs(paths, self._id_col):
+                if self._verify_col is not None:
+                    count_flags(counts, table, self._id_col, self._verify_col)
+                    table = table.drop_columns([self._verify_col])
+                if self._schema is not None:  # fixed column order, types and metadata
+                    table = table.select(self._schema.names).cast(self._schema)
+                first_schema = first_schema or table.schema
+                stats["rows"] += table.num_rows
+                sink.write(table)
+            sink.close(self._schema or first_schema or pa.schema([]))
+        for p in paths:
+            fs.remove(p)
+        if self._verify_col is not None:
+            stats.update(counts)
+        fs.write_json(fs.join(self._dir, f"_part-{shard:05d}.json"), stats, indent=None)
+        yield stats
+
+
+class _SpillFn(beam.DoFn):
+    """Each element's rows -> one sorted run per shard it touches.
+
+    Runs are emitted from ``process`` (never ``finish_bundle``: DaskRunner drops what
+    ``finish_bundle`` emits); the merge copes with many small runs (see :data:`FAN_IN`).
+    """
+
+    def __init__(self, directory: str, **spiller) -> None:
+        self._dir, self._spiller_args = directory, spiller
+
+    def process(self, batch: pa.RecordBatch):
+        spiller = ShardSpiller(self._dir, **self._spiller_args)
+        yield from spiller.add(batch)
+        yield from spiller.flush()
+
+
+class MergeShards(beam.PTransform):
+    """PCollection of ``(shard, run path)`` -> ``directory/part-XXXXX-of-NNNNN.parquet``.
+
+    Only run paths travel through the GroupByKey, never rows: every runner (FnApiRunner keeps
+    a GroupByKey's input in memory) stays within bounded memory whatever the row count.
+    """
+
+    def __init__(self, directory: str, *, id_col: str, num_shards: int,
+                 schema: pa.Schema | None = None, verify_col: str | None = None,
+                 runs: str | None = None) -> None:  # fmt: skip
+        super().__init__()
+        self._fn = _MergeShardFn(directory, id_col=id_col, num_shards=int(num_shards),
+                                 schema=schema, verify_col=verify_col, runs=runs)  # fmt: skip
+
+    def expand(self, runs):
+        return runs | "GroupRuns" >> beam.GroupByKey() | "MergeShard" >> beam.ParDo(self._fn)
+
+
+class WriteShardedParquet(beam.PTransform):
+    """PCollection of RecordBatch -> ``directory/part-XXXXX-of-NNNNN.parquet`` (+ sidecars).
+
+    Each worker spills id-sorted runs per shard (bounded buffer); one merge per shard streams
+    them into the part file. Files depend only on the rows and the shard count.
+    """
+
+    def __init__(
+        self,
+        directory: str,
+        *,
+        id_col: str,
+        num_shards: int,
+        schema: pa.Schema | None = None,
+        emb_col: str | None = None,
+        verify_col: str | None = None,
+        runs: str | None = None,
+    ) -> None:
+        super().__init__()
+        self._dir = directory
+        self._runs = runs or directory
+        self._id_col = id_col
+        self._n = int(num_shards)
+        self._schema = schema
+        self._emb_col = emb_col
+        self._verify_col = verify_col
+
+    def expand(self, pcoll):
+        spill = _SpillFn(self._runs, id_col=self._id_col, num_shards=self._n,
+                         emb_col=self._emb_col, verify_col=self._verify_col)  # fmt: skip
+        return (
+            pcoll
+            | "SpillRuns" >> beam.ParDo(spill)
+            | MergeShards(
+                self._dir,
+                id_col=self._id_col,
+                num_shards=self._n,
+                schema=self._schema,
+                verify_col=self._verify_col,
+                runs=self._runs,
+            )  # fmt: skip
+        )
+
+
+def fill_empty_shards(directory: str, schema: pa.Schema, num_shards: int) -> None:
+    """Write the shards that got no row as empty files, so the file set is always complete."""
+    with disk_full(directory, "an empty shard"):
+        fs.makedirs(directory)
+        have = set(fs.listdir(directory))
+        for s in range(num_shards):
+            path = shard_path(directory, s, num_shards)
+            if fs.basename(path) not in have:
+                with fs.atomic_output(path) as f:
+                    pq.write_table(schema.empty_table(), f, **WRITE_OPTIONS)
+
+
+def _sidecar(name: str) -> bool:
+    return name.startswith("_part-") and name.endswith(".json")
+
+
+def read_sidecars(directory: str) -> list[dict]:
+    return [fs.read_json(fs.join(directory, n)) for n in fs.listdir(directory) if _sidecar(n)]
+
+
+def remove_sidecars(directory: str) -> None:
+    """Drop the writer's bookkeeping (sidecars, and spill runs of retried bundles)."""
+    fs.rmtree(fs.join(directory, RUNS_DIR))
+    fs.rmtree(fs.join(directory, IDS_DIR))
+    for name in fs.listdir(directory):
+        if _sidecar(name):
+            fs.remove(fs.join(directory, name))
