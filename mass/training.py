@@ -16,8 +16,6 @@ import os
 import time
 from typing import Any
 
-import torch
-
 from mass.config import check_attribute_names, read_section
 from mass.errors import ConfigError
 
@@ -149,13 +147,27 @@ def write_run(out: str, modifier, branches, train_ds, *, method: str, suppress: 
     if branches is not None:
         save_branches(os.path.join(out, "branches.pt"), branches.classifiers, branches.agnostic)
     else:
-        torch.save({"classifiers": {}, "agnostic": None, "method": method},
-                   os.path.join(out, "branches.pt"))  # fmt: skip
+        # Methods that train no judges of their own (the erasers, the baselines) still get the
+        # paper's frozen judges: one classifier per named attribute on the original rows, so
+        # the audit reports frozen numbers beside the retrained attackers for every release.
+        save_branches(os.path.join(out, "branches.pt"),
+                      frozen_judges(train_ds, list(dict.fromkeys(suppress + preserve))), None)
     _write_yaml(os.path.join(out, "config.yaml"), resolved)
     with open(os.path.join(out, "encodings.json"), "w") as f:
         json.dump(encodings, f, indent=2, default=str)
     with open(os.path.join(out, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2, default=float)
+
+
+def frozen_judges(train_ds, attributes: list[str], *, epochs: int = 10, seed: int = 0) -> dict:
+    """The paper's protocol judges: one frozen classifier per attribute on the original rows."""
+    from mass.branches import train_classifier
+    from mass.rows import normalize_rows
+
+    x = normalize_rows(train_ds.x)
+    return {a: train_classifier(x, train_ds.labels[a], len(train_ds.encodings[a].classes),
+                                epochs=epochs, seed=seed + 17 * i)
+            for i, a in enumerate(attributes)}  # fmt: skip
 
 
 def _load_training(args, suppress: list[str], preserve: list[str]):
