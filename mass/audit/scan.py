@@ -123,7 +123,7 @@ def scan(req, rows_sink, *, attrs: list[str], encodings: dict | None) -> Scan:
             # Bypass: a row (nearly) parallel to its original is unmodified, whatever its bytes.
             both = finite & np.isfinite(x).all(axis=1)
             xd = np.where(both[:, None], xr, 0.0).astype(np.float64)
-            cos = np.sum(xd * np.where(both[:, None], x, 0.0), axis=1) / np.maximum(
+            cos = np.einsum("ij,ij->i", xd, np.where(both[:, None], x, 0.0)) / np.maximum(
                 np.linalg.norm(xd, axis=1), 1e-30)  # x rows are unit-norm already
             del xd
             rows = pd.DataFrame({"id": r_ids.to_pandas(), "in_labels": pos >= 0,
@@ -138,17 +138,19 @@ def scan(req, rows_sink, *, attrs: list[str], encodings: dict | None) -> Scan:
             counts["audited"] += int(use.sum())
             if not use.any():
                 continue
-            where = pa.array(np.flatnonzero(use))
-            u_ids = r_ids.take(where)
-            kept["key"].append(_sample_keys(u_ids, pol.seed))
-            kept["row"].append(r_rows[use])
-            kept["ids"].append(u_ids)
-            kept["x"].append(x[use])
-            kept["xp"].append(xr[use])
-            codes = [encs[a].encode(L.column(a).combine_chunks(), source=req.labels)[pos[use]]
+            # only this partition's `cap` smallest keys can be among the whole input's:
+            # nothing else of it is copied (the kept state stays <= 2 x cap rows)
+            at, key = _smallest(np.flatnonzero(use), r_ids, pol.seed, cap)
+            where = pa.array(at)
+            kept["key"].append(key)
+            kept["row"].append(r_rows[at])
+            kept["ids"].append(r_ids.take(where))
+            kept["x"].append(x[at])
+            kept["xp"].append(xr[at])
+            codes = [encs[a].encode(L.column(a).combine_chunks(), source=req.labels)[pos[at]]
                      for a in attrs]  # fmt: skip
             kept["y"].append(np.stack(codes, axis=1) if codes else
-                             np.zeros((int(use.sum()), 0), np.int64))  # fmt: skip
+                             np.zeros((len(at), 0), np.int64))  # fmt: skip
             kept["extra"].append(R.select(extra_cols).take(where))
             _bound(kept, cap)
         n_rel, n_lab = rel.n_rows, lab.n_rows
@@ -166,6 +168,15 @@ def scan(req, rows_sink, *, attrs: list[str], encodings: dict | None) -> Scan:
         ex = kept["extra"][0].take(pa.array(order))
         out.extra = {c: ex.column(c).combine_chunks() for c in extra_cols}
     return out
+
+
+def _smallest(at: np.ndarray, ids: pa.Array, seed: int, cap: int | None):
+    """(rows ``at`` with the ``cap`` smallest sample keys, in their order; their keys)."""
+    key = _sample_keys(ids.take(pa.array(at)), seed)
+    if cap is not None and key.size > cap:
+        sel = np.sort(np.argpartition(key, cap - 1)[:cap])
+        at, key = at[sel], key[sel]
+    return at, key
 
 
 def _bound(kept: dict[str, list], cap: int | None) -> None:

@@ -100,3 +100,39 @@ def test_attackers_train_on_a_seeded_sample_that_ignores_partitioning(tmp_path, 
     assert [r.accuracies for r in a.reports] == [r.accuracies for r in b.reports]
     other = _audit(tmp_path, release, labels, policy={**policy, "seed": 7}, partition_rows=TINY)
     assert [r.accuracies for r in other.reports] != [r.accuracies for r in a.reports]
+
+
+def test_state_kept_across_partitions_is_bounded(tmp_path, data, monkeypatch):
+    """What one partition leaves behind is O(sample), not O(rows): the attackers' candidate
+    rows kept between partitions never exceed 2 x max_rows (each partition contributes only
+    its max_rows smallest keys), and GX's engine keeps no batch or per-row metric of a
+    validated partition (it cached both: ~4 MB per 200,000-row partition, docs/performance.md)."""
+    import mass.audit.scan as scan_mod
+    from mass.audit import AuditRequest, policy_from_dict
+    from mass.audit.runner import _spec
+    from mass.audit.suite import Validator
+
+    release, labels = _write(tmp_path, data)
+    cap, held = 40, []
+    real_bound = scan_mod._bound
+
+    def bound(kept, c):
+        held.append(sum(len(k) for k in kept["key"]))
+        real_bound(kept, c)
+
+    monkeypatch.setattr(scan_mod, "_bound", bound)
+    req = AuditRequest(release=release, labels=labels, suppress=("s",), preserve=("r",),
+                       policy=policy_from_dict({**FAST, "max_rows": cap}),
+                       partition_rows=TINY)  # fmt: skip
+    v = Validator(_spec(req, 0, None, []))
+    engine, caches = v.source.get_execution_engine(), []
+
+    def sink(i, n_parts, frame):
+        v.validate_rows_part(i, frame)
+        caches.append((len(engine._metric_cache), len(engine.batch_manager.batch_data_cache)))
+
+    s = scan_mod.scan(req, sink, attrs=["s", "r"], encodings=None)
+    assert s.n_parts >= 10 and len(caches) == s.n_parts
+    assert len(held) == s.n_parts + 1 and max(held) <= 2 * cap  # partitions hold 97 rows
+    assert len(s.x) == cap
+    assert caches == [(0, 0)] * s.n_parts
