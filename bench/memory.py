@@ -180,7 +180,12 @@ def measure_one(command: str, d: str, rows: int, dim: int, args) -> dict:
         with open(log) as f:
             lines = [ln for ln in f if ln.startswith("{")]
         if lines:  # million_rows.py's own summary: the job child and the server
-            res["million_rows"] = json.loads(lines[-1])
+            m = res["million_rows"] = json.loads(lines[-1])
+            # the wrapper's own peak is million_rows.py reading the released ids back to
+            # compare them: the job's is the number (max over its reaped children: the job,
+            # then tritonserver, whose own sampled peak is reported beside it)
+            res["wrapper_peak_rss_mib"] = res["peak_rss_mib"]
+            res["peak_rss_mib"] = m["job_peak_rss_mib_ru_maxrss"]
     if res["rc"] != 0:
         with open(log) as f:
             res["log_tail"] = f.read()[-2000:]
@@ -199,7 +204,7 @@ def table(results: list[dict]) -> str:
                      f"{r['peak_after_scan_mib']:.0f} MiB")  # fmt: skip
         if r["command"] == "anonymize" and "million_rows" in r:
             m = r["million_rows"]
-            note += (f"; job ru_maxrss {m['job_peak_rss_mib_ru_maxrss']:.0f} MiB, server "
+            note += (f"; job process (peak RSS column), server "
                      f"{m['server_peak_rss_mib_sampled']:.0f} MiB, {m['rows_per_s']:.0f} rows/s, "
                      f"ids equal {m['ids_equal_input']}")  # fmt: skip
         mins, secs = divmod(int(r["wall_s"]), 60)
@@ -216,12 +221,23 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default="1000000,10000000")
     ap.add_argument("--dim", type=int, default=128)
-    ap.add_argument("--work", required=True, help="data directory (generated, then deleted)")
+    ap.add_argument("--work", help="data directory (generated, then deleted)")
     ap.add_argument("--commands", default="audit,train,anonymize")
     ap.add_argument("--train-method", default="leace")
     ap.add_argument("--keep", action="store_true", help="keep the generated data")
     ap.add_argument("--out", help="write every result as JSON here")
+    ap.add_argument("--table", nargs="+", metavar="JSON",
+                    help="only print the table of earlier --out files")
     a = ap.parse_args(argv)
+    if a.table:
+        results = []
+        for path in a.table:
+            with open(path) as f:
+                results += json.load(f)
+        print(table(results))
+        return 0
+    if not a.work:
+        ap.error("--work is required")
     sys.path.insert(0, ROOT)
     results = []
     for rows in [int(r) for r in a.rows.split(",")]:
