@@ -132,14 +132,16 @@ def run_jobs(args, work: Path, data: Path, warm: Path, repo: Path, url: str) -> 
                     from beam_pipelines import anonymize
 
                     anonymize.run(argv(warm_src, out + "_warm"))
-                    fs.rmtree(out + "_warm")
+                    for d in (out + "_warm", out + "_warm_quarantine"):
+                        fs.rmtree(d)
                 rec: dict = {"name": name, "runner": runner, "storage": storage,
                              "batch_rows": args.batch_rows, "shards": args.shards,
                              "shm": args.job_shm, "load_1m": [_load()]}  # fmt: skip
                 timed_job(rec, argv(src, out), args.rows)
                 rec["load_1m"].append(_load())
             digests[name] = release_digest(out)
-            fs.rmtree(out)
+            for d in (out, out + "_quarantine"):
+                fs.rmtree(d)
             records.append(rec)
             _say(f"{name}: {rec['rows_per_s']:.0f} rows/s, {rec['rows_per_cpu_s']:.0f} rows/CPU-s,"
                  f" load {rec['load_1m']}")  # fmt: skip
