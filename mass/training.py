@@ -160,14 +160,17 @@ def write_run(out: str, modifier, branches, train_ds, *, method: str, suppress: 
 
 
 def frozen_judges(train_ds, attributes: list[str], *, epochs: int = 10, seed: int = 0) -> dict:
-    """The paper's protocol judges: one frozen classifier per attribute on the original rows."""
-    from mass.branches import train_classifier
+    """The paper's protocol judges: one frozen classifier per attribute on the original rows
+    (MaSS's own branch pretraining, :func:`mass.methods.mass.pretrain_branches`)."""
+    from mass.config import MassConfig
+    from mass.methods.mass import pretrain_branches
     from mass.rows import normalize_rows
 
-    x = normalize_rows(train_ds.x)
-    return {a: train_classifier(x, train_ds.labels[a], len(train_ds.encodings[a].classes),
-                                epochs=epochs, seed=seed + 17 * i)
-            for i, a in enumerate(attributes)}  # fmt: skip
+    cfg = MassConfig.from_dict({"method": "mass", "branch_epochs": epochs, "seed": seed},
+                               suppress=list(attributes), preserve=[])  # fmt: skip
+    num_classes = {a: train_ds.num_classes(a) for a in attributes}
+    return pretrain_branches(normalize_rows(train_ds.x), train_ds.labels, num_classes, cfg,
+                             attributes=tuple(attributes), agnostic=False).classifiers
 
 
 def _load_training(args, suppress: list[str], preserve: list[str]):

@@ -107,14 +107,16 @@ class ValidationAudit:
     """Attackers retrained on a validation release, judged by the gate's rule (module doc)."""
 
     def __init__(self, val: EmbeddingDataset, suppress, preserve, policy: AuditPolicy,
-                 cfg: CalibrationConfig):  # fmt: skip
+                 cfg: CalibrationConfig, folds: int | None = None):  # fmt: skip
         from mass import metrics as M
         from mass.modifiers import normalize_rows
         from mass.noise import row_seeds
 
         self.suppress, self.preserve, self.policy, self.cfg = suppress, preserve, policy, cfg
         self.families = [f for f in COST_ORDER if f in policy.families]
-        self.folds = min(policy.folds, MAX_FOLDS)
+        # attackers' CV folds: min(policy.folds, 5) unless given (a holdout validation uses the
+        # gate's own count, so its attackers train on the same share of the rows, 9/10)
+        self.folds = int(folds) if folds else min(policy.folds, MAX_FOLDS)
         z = M.z_value(policy.confidence) + SAFETY_SE
         self.confidence = float(2 * norm_cdf(z) - 1)
         self.x = normalize_rows(val.x)

@@ -83,7 +83,7 @@ def bisect_noise(parts, audit, deadline: float, comfortable: float = 2.0) -> dic
         reason = "budget exhausted during the noise search"
         return {"points": points, "chosen": None, "reason": reason}
     elif not at(last)["privacy_ok"]:
-        return {"points": points, "chosen": None,
+        return {"points": points, "chosen": None, "max_noise_failed": True,
                 "reason": f"privacy fails even at noise {NOISE_LEVELS[last]}"}  # fmt: skip
     else:
         lo, hi = 0, last

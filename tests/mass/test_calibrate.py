@@ -336,3 +336,86 @@ def test_noise_search_takes_privacy_room_when_utility_is_to_spare(monkeypatch):
     # measured: 0 and 0.08-0.2 fail; 0.3 (+0.045), 0.5 (+0.03), 1.2 (+0.025) pass
     assert roomy["chosen"]["noise"] == 1.2 and roomy["chosen"]["excess"] == 0.025
     assert tight["chosen"]["noise"] == 0.3  # 0.5 keeps only 0.94 < 0.95: the smallest stays
+
+
+def _point(noise, ok_by_judge):
+    judges = {j: {"accuracy": 0.5, "ci_high": 0.6, "balanced_ci_high": 0.6, "ok": ok}
+              for j, ok in ok_by_judge.items()}  # fmt: skip
+    return {"noise": noise, "privacy": {"s": judges}}
+
+
+def test_nonlinear_leak_is_named_only_when_the_linear_judges_pass():
+    """A linear eraser's failure at the highest noise is a non-linear leak only when logistic
+    regression (plain and re-mapped) passes and another judge fails."""
+    from mass.calibrate.search import nonlinear_leak
+
+    low = _point(0.0, {"logreg": False, "logreg_remap": False, "knn": False})
+    nonlin = _point(1.2, {"logreg": True, "logreg_remap": True, "knn": False, "mlp": True})
+    assert "['knn']" in nonlinear_leak([low, nonlin], "leace")
+    assert nonlinear_leak([low], "leace") is None  # logreg still reads it: a linear leak
+    both = _point(1.2, {"logreg": True, "logreg_remap": False, "knn": False})
+    assert nonlinear_leak([both], "leace") is None
+    assert nonlinear_leak([], "leace") is None
+
+
+def test_trained_candidates_validate_on_one_holdout_fit_and_skip_useless_erasers(
+    files, tmp_path, monkeypatch
+):
+    """Out-of-fold validation (small data) fits a closed-form candidate once per fold, a
+    trained candidate once, on a stratified holdout judged with the gate's folds, and that
+    validated fit is released (no refit). Once a linear eraser fails at the highest noise with
+    only non-linear judges reading s, the other linear erasers are skipped."""
+    from mass.calibrate import search as S
+
+    fits = []
+    real_get = __import__("mass.methods", fromlist=["get_method"]).get_method
+
+    class Counting:
+        def __init__(self, name):
+            self.m = real_get(name)
+            self.name = name
+
+        def fit(self, ds, **kw):
+            fits.append((self.name, len(ds)))
+            return self.m.fit(ds, **kw)
+
+    monkeypatch.setattr("mass.methods.get_method", lambda name: Counting(name))
+
+    def fake_bisect(parts, audit, deadline, comfortable=2.0):
+        models = {id(m) for m, _ in parts}
+        covered = sorted(np.concatenate([rows for _, rows in parts]).tolist())
+        assert covered == list(range(len(audit.x)))  # every validation row released once
+        trained = any(isinstance(m, ChainModifier) or isinstance(m, DataModifier)
+                      for m, _ in parts)  # fmt: skip
+        ok = {"logreg": True, "logreg_remap": True, "knn": trained}
+        pt = {**_point(1.2, ok), "privacy_ok": trained, "utility_ok": True, "passed": trained,
+              "excess": 0.0 if trained else 0.1, "fraction": 1.0, "fidelity": 0.5,
+              "utility": {"u": {"logreg": 0.9}}, "folds": audit.folds,
+              "n_models": len(models)}  # fmt: skip
+        if trained:
+            return {"points": [pt], "chosen": pt, "reason": "passes at noise 1.2"}
+        return {"points": [pt], "chosen": None, "max_noise_failed": True,
+                "reason": "privacy fails even at noise 1.2"}
+
+    monkeypatch.setattr(S, "bisect_noise", fake_bisect)
+    ds = load_embeddings(str(files / "ring.parquet"), label_cols=["s", "u"])
+    space = (C.SEARCH_SPACE[0], C.SEARCH_SPACE[2],
+             C.Candidate("mass", "mass", {**C._adaptive("none"), "epochs": 5,
+                                          "branch_epochs": 2}))  # fmt: skip
+    res = C.calibrate(ds, suppress=["s"], preserve=["u"], policy=AuditPolicy(),
+                      cfg=CalibrationConfig(budget_minutes=5), space=space,
+                      out_dir=str(tmp_path))  # fmt: skip
+    rep = res.report
+    leace, x3, mass = rep["candidates"]
+    assert leace["validated_on"] == "main" and leace["points"][0]["n_models"] == 4
+    assert x3["status"] == "skipped" and "non-linear" in x3["reason"]
+    assert mass["validated_on"] == "holdout" and mass["points"][0]["n_models"] == 1
+    assert mass["points"][0]["folds"] == AuditPolicy().folds  # the gate's folds
+    val = rep["validation"]["trained"]
+    assert val["rows"] + val["train_rows"] == len(ds)
+    assert abs(val["rows"] - 0.3 * len(ds)) <= 4
+    # 4 out-of-fold leace fits, then one MaSS fit on the holdout's training part: no refit
+    assert [n for n, _ in fits] == ["leace_iterated"] * 4 + ["mass"]
+    assert fits[-1][1] == val["train_rows"]
+    assert res.candidate.name == "mass" and "holdout" in rep["chosen"]["validated_on"]
+    assert res.fit.modifier is not None
