@@ -26,53 +26,31 @@ import resource
 import shutil
 import subprocess
 import sys
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from bench import entry  # noqa: E402
+from bench.measure import TreeRss  # noqa: E402
+
 MiB = 2**20
 
 
-def _tree_rss(pid: int) -> int:
-    import psutil
-
-    try:
-        p = psutil.Process(pid)
-        procs = [p, *p.children(recursive=True)]
-    except psutil.Error:
-        return 0
-    total = 0
-    for q in procs:
-        try:
-            total += q.memory_info().rss
-        except psutil.Error:
-            pass
-    return total
-
-
 def run_measured(cmd: list[str], *, log_path: str) -> dict:
-    """Run ``cmd`` as a child; its ``ru_maxrss`` (own process), sampled tree peak, wall."""
+    """Run ``cmd`` as a child: its ``ru_maxrss`` (``os.wait4``: the largest of it and the
+    children it reaped), the sampled peak of the whole tree (this process included), wall."""
     t0 = time.monotonic()
-    with open(log_path, "w") as log:
+    with open(log_path, "w") as log, TreeRss(interval=0.2) as tree:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-        peak = [0]
-        done = threading.Event()
-
-        def sample() -> None:
-            while not done.is_set():
-                peak[0] = max(peak[0], _tree_rss(proc.pid))
-                done.wait(0.2)
-
-        th = threading.Thread(target=sample, daemon=True)
-        th.start()
         _pid, status, usage = os.wait4(proc.pid, 0)
-        done.set()
-        th.join()
         proc.returncode = os.waitstatus_to_exitcode(status)
     return {"rc": proc.returncode, "wall_s": round(time.monotonic() - t0, 1),
             "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
-            "tree_peak_mib": round(peak[0] / MiB, 1), "cmd": cmd, "log": log_path}  # fmt: skip
+            "tree_peak_mib": round(tree.peak_tree / MiB, 1),
+            "cpu_s_by_process": tree.cpu_by_process, "cmd": cmd, "log": log_path}  # fmt: skip
 
 
 def _partition_lines(log_path: str) -> list[dict]:
@@ -86,7 +64,7 @@ def _partition_lines(log_path: str) -> list[dict]:
 
 def child_audit(argv: list[str]) -> int:
     """``mass audit`` in this process, with one ``MEMPART {json}`` line per partition."""
-    sys.path.insert(0, ROOT)
+    import psutil
     import pyarrow as pa
 
     import mass.audit.runner as runner
@@ -95,7 +73,7 @@ def child_audit(argv: list[str]) -> int:
     real_scan = runner.scan
 
     def own(i: int | str, n: int) -> None:
-        rss = _tree_rss(os.getpid())
+        rss = psutil.Process().memory_info().rss
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         print("MEMPART " + json.dumps({
             "partition": i, "n_parts": n, "rss_mib": round(rss / MiB, 1),
@@ -214,11 +192,7 @@ def table(results: list[dict]) -> str:
     return "\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["--child-audit"]:
-        return child_audit(argv[1:])
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--rows", default="1000000,10000000")
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--work", help="data directory (generated, then deleted)")
@@ -228,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="write every result as JSON here")
     ap.add_argument("--table", nargs="+", metavar="JSON",
                     help="only print the table of earlier --out files")
-    a = ap.parse_args(argv)
+
+
+def run(a: argparse.Namespace) -> int:
     if a.table:
         results = []
         for path in a.table:
@@ -237,8 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         print(table(results))
         return 0
     if not a.work:
-        ap.error("--work is required")
-    sys.path.insert(0, ROOT)
+        raise SystemExit("bench/memory.py: --work is required")
     results = []
     for rows in [int(r) for r in a.rows.split(",")]:
         d = generate(a.work, rows, a.dim)
@@ -255,5 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(r["rc"] == 0 for r in results) else 1
 
 
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--child-audit"]:  # the measured audit process itself
+        return child_audit(argv[1:])
+    return entry.main(__file__, __doc__, add_arguments, run, argv)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

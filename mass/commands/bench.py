@@ -24,6 +24,7 @@ SCRIPTS = {
     "generalize": "calibrated `mass train` on scikit-learn datasets nobody tuned it for",
     "small_row_groups": "`mass anonymize` on one file of thousands of tiny row groups",
     "objstore": "`mass anonymize` on local disk vs an S3-compatible store, FnApiRunner vs Dask",
+    "memory": "peak RSS of mass audit (per partition), train and anonymize at 1M and 10M rows",
 }
 
 
