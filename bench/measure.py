@@ -25,6 +25,8 @@ class TreeRss:
         self.peak_self = self.peak_tree = 0
         self._cpu0: dict[int, float] = {}
         self._cpu: dict[int, float] = {}
+        self._label: dict[int, str] = {}
+        self.sampler_cpu = 0.0  # CPU of the sampling thread itself: not counted as the tree's
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -40,17 +42,31 @@ class TreeRss:
                     total += p.memory_info().rss
                 t = p.cpu_times()
                 self._cpu[p.pid] = t.user + t.system
+                if p.pid not in self._label:
+                    self._label[p.pid] = _label(p, self._proc)
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 pass
         self.peak_self, self.peak_tree = max(self.peak_self, own), max(self.peak_tree, total)
 
     @property
     def cpu_seconds(self) -> float:
-        return sum(self._cpu[p] - self._cpu0.get(p, 0.0) for p in self._cpu)
+        return sum(self.cpu_by_process.values())
+
+    @property
+    def cpu_by_process(self) -> dict[str, float]:
+        """CPU seconds per kind of process (this one, tritonserver, its stub, Dask, moto)."""
+        out: dict[str, float] = {}
+        for pid, c in self._cpu.items():
+            label = self._label.get(pid, "other")
+            c -= self._cpu0.get(pid, 0.0) + (self.sampler_cpu if pid == self._proc.pid else 0.0)
+            out[label] = round(out.get(label, 0.0) + c, 2) + 0.0  # no -0.0
+        return out
 
     def _loop(self) -> None:
+        t0 = time.thread_time()
         while not self._stop.wait(self._interval):
             self.sample()
+            self.sampler_cpu = time.thread_time() - t0
 
     def __enter__(self) -> TreeRss:
         self.sample()
@@ -68,7 +84,29 @@ class TreeRss:
             "peak_rss_mb": round(self.peak_self / 2**20, 1),
             "peak_tree_rss_mb": round(self.peak_tree / 2**20, 1),
             "tree_cpu_s": round(self.cpu_seconds, 2),
+            "cpu_s_by_process": self.cpu_by_process,
+            "sampler_cpu_s": round(self.sampler_cpu, 2),
         }
+
+
+KINDS = ("tritonserver", "triton_python_backend_stub", "dask worker", "dask scheduler",
+         "moto_server")  # fmt: skip
+
+
+def _label(p, me) -> str:
+    """What a process of the tree is, for the CPU breakdown."""
+    if p.pid == me.pid:
+        return "this process"
+    try:
+        while p is not None and p.pid != me.pid:  # a Dask nanny's worker: its parent's kind
+            cmd = " ".join(p.cmdline())
+            kind = next((k for k in KINDS if k in cmd), None)
+            if kind:
+                return kind
+            p = p.parent()
+    except Exception:  # gone, or not ours to read
+        pass
+    return "other"
 
 
 @contextmanager

@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench import entry
-from bench.throughput_parts.data import MODEL, make_run, reference, write_dataset
+from bench.throughput_parts.data import MODEL, make_run, owner_key, reference, write_dataset
 from bench.throughput_parts.job import RUNNERS, run_job
 from bench.throughput_parts.limit import run_limit
 from bench.throughput_parts.train import run_training
@@ -188,6 +188,7 @@ def bench_dataset(args, work: Path, rows: int, dim: int) -> dict:
         return res
     repo = work / f"repo_d{dim}"
     shutil.rmtree(repo, ignore_errors=True)
+    owner_key(work)
     export_modifier(
         run_dir, repo, MODEL, max_batch_size=args.max_batch_size, instances=args.instances
     )

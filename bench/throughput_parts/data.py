@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from pathlib import Path
 
@@ -52,6 +53,21 @@ def make_run(run_dir: Path, *, dim: int, noise_dim: int, seed: int) -> Path:
         config_hash="bench",
     )
     return run_dir / "modifier.pt"
+
+
+def owner_key(work: Path) -> None:
+    """Exports are signed and the job verifies them: without ``MASS_SIGNING_KEY_FILE`` set,
+    a throw-away owner key in ``work`` signs (and seeds) this benchmark's runs; child
+    processes (Dask workers) inherit it."""
+    from mass.keys import NOISE_KEY_ENV, SIGNING_KEY_ENV, write_key
+
+    if os.environ.get(SIGNING_KEY_ENV):
+        return
+    path = work / "bench-owner.key"
+    if not path.exists():
+        write_key(str(path))
+    os.environ[SIGNING_KEY_ENV] = str(path)
+    os.environ.setdefault(NOISE_KEY_ENV, str(path))
 
 
 def matrix(batch: pa.RecordBatch | pa.Table, col: str) -> np.ndarray:

@@ -27,6 +27,27 @@ def runner_flags(runner: str):
             yield ["--runner=DaskRunner", f"--dask_client_address={cluster.scheduler_address}"]
 
 
+def job_argv(src: str, out: str, repo: Path, url: str, *, batch_rows: int, shards: int,
+             shm: str = "auto", flags: tuple[str, ...] | list[str] = ()) -> list[str]:  # fmt: skip
+    """The anonymize job's command line against the served benchmark model, no audit."""
+    return ["--input", src, "--output", out, "--model", MODEL, "--repository", str(repo),
+            "--triton-url", url, "--batch-rows", str(batch_rows), "--shards", str(shards),
+            "--progress-every", "1000000", "--triton-shm", shm,
+            "--no-audit",  # job throughput; the audit gate is timed on its own (README)
+            *flags]  # fmt: skip
+
+
+def timed_job(rec: dict, argv: list[str], rows: int) -> dict:
+    """Run the job once under :func:`bench.measure.measured` into ``rec``; check its rows."""
+    from beam_pipelines import anonymize
+
+    with measured(rec, rows):
+        summary = anonymize.run(argv)
+    if summary["rows_out"] != rows:
+        raise RuntimeError(f"job released {summary['rows_out']} of {rows} rows")
+    return rec
+
+
 def run_job(
     data: Path,
     repo: Path,
@@ -39,36 +60,11 @@ def run_job(
     rows: int,
     shm: str = "auto",
 ) -> dict:
-    from beam_pipelines import anonymize
-
     rec: dict = {"runner": runner, "batch_rows": batch_rows, "shards": shards, "shm": shm}
-    with runner_flags(runner) as flags, measured(rec, rows):
-        summary = anonymize.run(
-            [
-                "--input",
-                str(data),
-                "--output",
-                str(out),
-                "--model",
-                MODEL,
-                "--repository",
-                str(repo),
-                "--triton-url",
-                url,
-                "--batch-rows",
-                str(batch_rows),
-                "--shards",
-                str(shards),
-                "--progress-every",
-                "1000000",
-                "--triton-shm",
-                shm,
-                "--no-audit",  # job throughput; the audit gate is timed on its own (README)
-                *flags,
-            ]
-        )
-    if summary["rows_out"] != rows:
-        raise RuntimeError(f"job released {summary['rows_out']} of {rows} rows")
+    with runner_flags(runner) as flags:
+        argv = job_argv(str(data), str(out), repo, url, batch_rows=batch_rows, shards=shards,
+                        shm=shm, flags=flags)  # fmt: skip
+        timed_job(rec, argv, rows)
     shutil.rmtree(out, ignore_errors=True)
     shutil.rmtree(f"{out}_quarantine", ignore_errors=True)
     return rec

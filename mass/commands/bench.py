@@ -18,6 +18,7 @@ SCRIPTS = {
     "quality": "MaSS suppression/preservation quality (paper Tables 2, 8, 9)",
     "compare": "MaSS against the comparison methods, same splits",
     "throughput": "rows/s and peak RSS of the anonymize path vs its in-process limit",
+    "throughput_scale": "in one run: the limit, the job on Triton, 2-worker Dask, S3 vs local disk",
     "denoising_attack": "the public-id denoising attack on a release, with and without the key",
     "adaptive_study": "one MaSS setting against attackers retrained on its output",
     "generalize": "calibrated `mass train` on scikit-learn datasets nobody tuned it for",

@@ -81,9 +81,23 @@ def _write(path, *, rows=ROWS, seed=0, labels=True):
     return str(path)
 
 
-def _run(src, out, load, *flags, info=INFO):
+# The default audit fits 4 families x 10 folds x 3 learning-curve fractions per attribute.
+# Tests about the gate's mechanics (what is published, staged, reported, read) run the same
+# rule with 3 folds and no curve - a tenth of the fits; the first test runs the defaults.
+QUICK = {"path": None}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _quick_policy(tmp_path_factory):
+    QUICK["path"] = tmp_path_factory.mktemp("policy") / "quick.yaml"
+    QUICK["path"].write_text("audit:\n  folds: 3\n  curve: false\n")
+
+
+def _run(src, out, load, *flags, info=INFO, quick=True):
     handler = FunctionModelHandler(load, output_dim=DIM, keep_input_as=anonymize.INPUT_COPY)
     argv = ["--input", str(src), "--output", str(out), "--model", "gate", *flags]
+    if quick and "--policy" not in flags and "--no-audit" not in flags:
+        argv += ["--policy", str(QUICK["path"])]
     return anonymize.run(argv, model_handler=handler, model_info=info)
 
 
@@ -101,7 +115,7 @@ def src(tmp_path_factory):
 
 def test_a_passing_audit_publishes_with_its_verdict_in_the_manifest(src, tmp_path):
     out, report = tmp_path / "rel", tmp_path / "rep"
-    summary = _run(src, out, Erase(), "--report", str(report))
+    summary = _run(src, out, Erase(), "--report", str(report), quick=False)  # the defaults
     assert summary["audited"] and summary["rows_out"] == ROWS
     audit = json.loads((report / "audit.json").read_text())
     assert audit["pass"] is True and set(audit["attributes"]) == {"digit", "colour"}
@@ -187,7 +201,7 @@ def test_labels_from_a_separate_file(src, tmp_path):
 def test_policy_file_is_used_and_a_strict_one_fails_the_gate(src, tmp_path):
     """The same release passes the default policy and fails one that demands more utility."""
     strict = tmp_path / "strict.yaml"
-    strict.write_text("audit:\n  min_utility_fraction: 1.5\n")
+    strict.write_text("audit:\n  min_utility_fraction: 1.5\n  folds: 3\n  curve: false\n")
     out = tmp_path / "rel"
     with pytest.raises(AuditFailedError, match="attribute 'colour' \\(preserved"):
         _run(src, out, Erase(), "--policy", str(strict))
@@ -229,6 +243,7 @@ def test_a_forced_suppressed_column_fails_the_gate(src, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow  # moto server + three audits: about a minute on 2 loaded cores
 def test_the_gate_audits_a_staged_object_store_release_and_uploads_the_report(src, tmp_path):
     """Input, release and report in an S3-compatible store (moto's server): the staged
     version is audited, the report uploaded, and `mass audit` reads the committed version; a
@@ -256,6 +271,6 @@ def test_the_gate_audits_a_staged_object_store_release_and_uploads_the_report(sr
         assert fs.read_json(f"{out}/{RELEASE_MARKER}") == manifest
         assert committed_parts(out) == parts and all(fs.isfile(p) for p in parts)
         req = AuditRequest(release=out, labels="s3://gate/in/in.parquet", suppress=("digit",),
-                           preserve=("colour",), policy=AuditPolicy(),
+                           preserve=("colour",), policy=AuditPolicy(folds=3, curve=False),
                            report_dir=str(tmp_path / "rep"))  # fmt: skip
         assert run_audit(req).counts["release"] == ROWS
