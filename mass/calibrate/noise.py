@@ -109,11 +109,14 @@ def bisect_noise(parts, audit, deadline: float, comfortable: float = 2.0) -> dic
         hi = min(spare, key=lambda i: (cache[i]["excess"], i))
     # complete the chosen level's utility for the report, unless the budget is spent (a
     # partial utility measurement already decides: it stops only once the fraction is kept)
+    cut = hi > 0 and hi - lo > 1  # the bisection stopped at the deadline, not converged
     pt = at(hi, full=time.perf_counter() < deadline)
     if not pt["passed"]:
         reason = ("privacy failed when every family was measured" if not pt["privacy_ok"] else
                   f"utility {pt['fraction']:.3f} of the original at the smallest private noise "
-                  f"{pt['noise']}")  # fmt: skip
+                  f"{pt['noise']}" + (" measured: the budget ran out before the levels "
+                                      f"between {NOISE_LEVELS[lo]} and {pt['noise']}"
+                                      if cut else ""))  # fmt: skip
         return {"points": points, "chosen": None, "reason": reason}
     return {"points": points, "chosen": pt, "reason": f"passes at noise {pt['noise']}"}
 
