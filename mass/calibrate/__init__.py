@@ -36,6 +36,7 @@ from mass.calibrate.search import (
     CalibrationResult,
     Candidate,
     _adaptive,
+    budget_clock,
     calibrate,
     infeasible_attributes,
     resolved_config,
@@ -43,7 +44,8 @@ from mass.calibrate.search import (
 
 __all__ = [
     "ADAPTIVE_BASE", "NOISE_LEVELS", "SEARCH_SPACE", "Baselines", "CalibrationResult",
-    "Candidate", "ValidationAudit", "_adaptive", "apply", "bisect_noise", "calibrate",
+    "Candidate", "ValidationAudit", "_adaptive", "apply", "bisect_noise", "budget_clock",
+    "calibrate",
     "fold_indices", "frontier", "infeasible_attributes", "joint_codes", "judge",
     "load_training", "plot_frontier", "resolved_config", "sample_table", "stratified_split",
     "stream_sample", "subset", "total_rows", "with_output_noise",

@@ -58,6 +58,7 @@ def run_calibration(args, train_ds, suppress: list[str], preserve: list[str], sa
                     "calibration chooses its own and ignores them")  # fmt: skip
     policy, source = read_policy(args.policy)
     cfg = CalibrationConfig(budget_minutes=args.budget_minutes, max_rows=args.max_rows,
+                            budget_clock=getattr(args, "budget_clock", "cpu"),
                             seed=args.seed or 0)  # fmt: skip
     os.makedirs(args.out, exist_ok=True)
     t0 = time.perf_counter()

@@ -50,18 +50,20 @@ def apply(model: torch.nn.Module, x: np.ndarray, seeds: np.ndarray, batch: int =
 
 
 
-def bisect_noise(parts, audit, deadline: float, comfortable: float = 2.0) -> dict[str, Any]:
+def bisect_noise(parts, audit, deadline: float, comfortable: float = 2.0,
+                 now=time.perf_counter) -> dict[str, Any]:
     """Smallest level of :data:`NOISE_LEVELS` whose release passes the privacy half, and whose
     next level passes too, found by bisection (privacy is taken to fall with noise), or a
     measured level above it with more privacy room where utility stays >= ``comfortable``;
-    the chosen level is then measured whole. ``parts``: (fitted modifier, validation rows) pairs."""
+    the chosen level is then measured whole. ``parts``: (fitted modifier, validation rows) pairs;
+    ``deadline`` is read on the clock ``now`` (the search's budget clock)."""
     points: list[dict] = []
     cache: dict[int, dict] = {}
 
     def at(i: int, full: bool = False) -> dict:
         if i in cache and (cache[i]["complete"] or not full):
             return cache[i]
-        t = time.perf_counter()
+        t = now()
         xp = np.empty_like(audit.x)
         for model, rows in parts:  # each fitted model releases its own (unseen) rows
             xp[rows] = apply(with_output_noise(model, NOISE_LEVELS[i]), audit.x[rows],
@@ -69,7 +71,7 @@ def bisect_noise(parts, audit, deadline: float, comfortable: float = 2.0) -> dic
         prior = cache.get(i)
         m = audit.measure(xp, full=full, known=prior)
         m.update(noise=NOISE_LEVELS[i],
-                 seconds=time.perf_counter() - t + (prior["seconds"] if prior else 0.0))
+                 seconds=now() - t + (prior["seconds"] if prior else 0.0))
         if prior is not None:
             points.remove(prior)
         cache[i] = m
@@ -79,7 +81,7 @@ def bisect_noise(parts, audit, deadline: float, comfortable: float = 2.0) -> dic
     last = len(NOISE_LEVELS) - 1
     if at(0)["privacy_ok"]:
         hi = 0
-    elif time.perf_counter() > deadline:
+    elif now() > deadline:
         reason = "budget exhausted during the noise search"
         return {"points": points, "chosen": None, "reason": reason}
     elif not at(last)["privacy_ok"]:
@@ -87,7 +89,7 @@ def bisect_noise(parts, audit, deadline: float, comfortable: float = 2.0) -> dic
                 "reason": f"privacy fails even at noise {NOISE_LEVELS[last]}"}  # fmt: skip
     else:
         lo, hi = 0, last
-        while hi - lo > 1 and time.perf_counter() < deadline:
+        while hi - lo > 1 and now() < deadline:
             mid = (lo + hi) // 2
             if at(mid)["privacy_ok"]:
                 hi = mid
@@ -110,7 +112,7 @@ def bisect_noise(parts, audit, deadline: float, comfortable: float = 2.0) -> dic
     # complete the chosen level's utility for the report, unless the budget is spent (a
     # partial utility measurement already decides: it stops only once the fraction is kept)
     cut = hi > 0 and hi - lo > 1  # the bisection stopped at the deadline, not converged
-    pt = at(hi, full=time.perf_counter() < deadline)
+    pt = at(hi, full=now() < deadline)
     if not pt["passed"]:
         reason = ("privacy failed when every family was measured" if not pt["privacy_ok"] else
                   f"utility {pt['fraction']:.3f} of the original at the smallest private noise "

@@ -49,7 +49,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     cal.add_argument("--policy", help="YAML whose `audit:` section is the policy to calibrate "
                      "to (default: ./params.yaml's, else built-in defaults)")  # fmt: skip
     cal.add_argument("--budget-minutes", type=float, default=10.0,
-                     help="wall-clock bound of the calibration search (default 10)")  # fmt: skip
+                     help="bound of the calibration search, in minutes of --budget-clock "
+                     "(default 10)")  # fmt: skip
+    cal.add_argument("--budget-clock", choices=["cpu", "wall"], default="cpu",
+                     help="cpu (default): CPU minutes of the training process, so a loaded "
+                     "machine searches and chooses as an idle one does (it takes longer); "
+                     "wall: elapsed minutes")  # fmt: skip
     p.add_argument("--max-rows", type=int, default=200_000,
                    help="above this many rows, train on a seeded stratified sample read in a "
                    "streaming pass (default 200000)")  # fmt: skip
