@@ -172,3 +172,26 @@ def test_a_method_without_judges_of_its_own_still_writes_frozen_judges(files, tm
         pred = classifiers["s"](x)[1].argmax(1).numpy()
     # trained on the original rows: it reads s there well above the majority rate
     assert (pred == ds.labels["s"]).mean() > max(ds.labels["s"].mean(), 1 - ds.labels["s"].mean()) + 0.1
+
+
+def test_frozen_judges_train_on_a_seeded_subsample_of_large_inputs(files, monkeypatch):
+    """Above ATTACKER_ROWS the frozen judges fit on a seeded subsample (10 epochs x 2 judges on
+    a 200k-row sample cost ~1,000 CPU-s otherwise); below it, on every row."""
+    import mass.methods.mass as mm
+    import mass.training as T
+    from mass.io import load_embeddings
+
+    seen = []
+    real = mm.pretrain_branches
+
+    def spy(x, labels, *a, **kw):
+        seen.append((len(x), {k: len(v) for k, v in labels.items()}))
+        return real(x, labels, *a, **kw)
+
+    monkeypatch.setattr(mm, "pretrain_branches", spy)
+    ds = load_embeddings(str(files / "train.parquet"), label_cols=["s", "u"])
+    T.frozen_judges(ds, ["s", "u"], epochs=1)
+    monkeypatch.setattr(T, "ATTACKER_ROWS", 50)
+    a = T.frozen_judges(ds, ["s", "u"], epochs=1, seed=3)
+    assert seen[0][0] == len(ds) > 50 and seen[1] == (50, {"s": 50, "u": 50})
+    assert sorted(a) == ["s", "u"]
