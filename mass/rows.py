@@ -30,3 +30,12 @@ def joint_codes(labels: dict[str, np.ndarray], attrs: list[str] | None = None) -
     cols = [np.unique(np.asarray(labels[a]), return_inverse=True)[1].reshape(-1) for a in attrs]
     _, cell = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
     return cell.reshape(-1).astype(np.int64)
+
+
+def seeded_rows(n: int, max_rows: int | None, seed: int) -> np.ndarray | None:
+    """Sorted indices of a seeded uniform sample of ``max_rows`` of ``n`` rows, or None when
+    every row is kept (``max_rows`` None or >= ``n``): the cap of the retrained attackers, the
+    frozen judges and the validation audit - the same seed picks the same rows."""
+    if max_rows is None or n <= max_rows:
+        return None
+    return np.sort(np.random.default_rng(seed).choice(n, size=max_rows, replace=False))

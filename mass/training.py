@@ -167,19 +167,18 @@ ATTACKER_ROWS = 20_000
 def frozen_judges(train_ds, attributes: list[str], *, epochs: int = 10, seed: int = 0) -> dict:
     """The paper's protocol judges: one frozen classifier per attribute on the original rows
     (MaSS's own branch pretraining, :func:`mass.methods.mass.pretrain_branches`)."""
-    import numpy as np
-
     from mass.config import MassConfig
     from mass.methods.mass import pretrain_branches
-    from mass.rows import normalize_rows
+    from mass.rows import normalize_rows, seeded_rows
 
     cfg = MassConfig.from_dict({"method": "mass", "branch_epochs": epochs, "seed": seed},
                                suppress=list(attributes), preserve=[])  # fmt: skip
     num_classes = {a: train_ds.num_classes(a) for a in attributes}
     x, labels = train_ds.x, train_ds.labels
-    if len(x) > ATTACKER_ROWS:  # measured: 10 epochs x 2 judges on a 200k-row sample were
-        # ~1,000 CPU-s (5 CPU-s per epoch per 20k rows), more than a LEACE fit by far
-        keep = np.sort(np.random.default_rng(seed).choice(len(x), ATTACKER_ROWS, replace=False))
+    # measured: 10 epochs x 2 judges on a 200k-row sample were ~1,000 CPU-s (5 CPU-s per
+    # epoch per 20k rows), more than a LEACE fit by far
+    keep = seeded_rows(len(x), ATTACKER_ROWS, seed)
+    if keep is not None:
         x, labels = x[keep], {a: labels[a][keep] for a in attributes}
     return pretrain_branches(normalize_rows(x), labels, num_classes, cfg,
                              attributes=tuple(attributes), agnostic=False).classifiers

@@ -25,6 +25,7 @@ from mass.audit.policy import AuditPolicy
 from mass.config import CalibrationConfig
 from mass.io import EmbeddingDataset
 from mass.metrics import AttributeReport, attack_predictions, attribute_report, preserved_ok
+from mass.rows import seeded_rows
 
 # Validation bounds sit this many standard errors beyond the gate's. The gate judges the
 # release: other rows, noise of its own, so its point estimate differs from validation's by
@@ -128,10 +129,8 @@ class ValidationAudit:
         self.seeds = row_seeds(val.ids)
         n = len(val)
         # the rows the attackers see (seeded cap): every measurement uses the same ones
-        self.rows = np.arange(n)
-        if n > cfg.attacker_rows:
-            rng = np.random.default_rng(cfg.seed + 1)
-            self.rows = np.sort(rng.choice(n, size=cfg.attacker_rows, replace=False))
+        keep = seeded_rows(n, cfg.attacker_rows, cfg.seed + 1)
+        self.rows = np.arange(n) if keep is None else keep
         self.labels = {a: val.labels[a][self.rows] for a in [*suppress, *preserve]}
         x = self.x[self.rows]
         original = {}

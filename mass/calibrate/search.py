@@ -63,12 +63,18 @@ CROSSFIT_MAX_ROWS = 16000
 CROSSFIT_FOLDS = 4
 # ... but a trained (MaSS) candidate is validated on ONE fit: this share of the training rows
 # held out (stratified), judged with the gate's own CV folds (attackers train on 9/10 of the
-# held rows, as the gate's on a release) and the same z + 1 bounds; the validated fit is the
+# held rows, as the gate's on a release) and the same bounds (the gate's z + SAFETY_SE, see
+# mass.calibrate.judge); the validated fit is the
 # release model (no refit). Out of fold it cost 4 fits, which put every MaSS candidate out of
 # a 5-10 minute budget on 2 cores from a few thousand rows on (docs/calibration.md, run 4).
 TRAINED_HOLDOUT = 0.3
 # adaptive epoch cost per row on a busy 2-core box, until the first MaSS fit is measured
 SECONDS_PER_ROW_EPOCH = 1.5e-3
+# Share of the budget the last-resort candidates (``Candidate.last_resort``) keep for
+# themselves while nothing has passed: the others stop where it begins. A last resort is closed
+# form (seconds to fit) and its noise search measured 1-3 levels on names (13-27 s each on
+# 2,100 rows, docs/calibration.md); a fifth of a 5-minute budget is 60 CPU-s.
+LAST_RESORT_SHARE = 0.2
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,9 @@ class Candidate:
     name: str
     method: str  # registered method name
     params: dict[str, Any] = field(default_factory=dict)
+    # tried only when nothing else passed (its budget share kept aside until then): it keeps
+    # the preserved attributes and drops what else the data was useful for
+    last_resort: bool = False
 
     @property
     def trained(self) -> bool:
@@ -103,6 +112,7 @@ SEARCH_SPACE: tuple[Candidate, ...] = (
         "mass",
         _adaptive("quadratic", w_r=5.0, adaptive={"adv_weight": 10.0}),
     ),
+    Candidate("leace|R+R-span", "leace_project", last_resort=True),
 )
 
 
@@ -225,23 +235,34 @@ def calibrate(
     stopped = "search space exhausted"
     per_row_epoch = SECONDS_PER_ROW_EPOCH
     linear_only = None  # set once a linear eraser leaves S to non-linear judges only
+    over_budget = False
+    last_resorts = preserve and any(c.last_resort for c in space)
+    reserve = LAST_RESORT_SHARE * 60.0 * cfg.budget_minutes if last_resorts else 0.0
     if infeasible:
         stopped = "infeasible request"
         ident = audit.measure(audit.x, full=True)
         points.append({"candidate": "identity", "noise": 0.0, **ident})
-    for c in [] if infeasible else space:
-        if c.params.get("given_preserved") and not preserve:
-            continue  # the same eraser as plain leace
+    ordered = [c for c in space if not c.last_resort] + [c for c in space if c.last_resort]
+    for c in [] if infeasible else ordered:
+        if (c.params.get("given_preserved") or c.last_resort) and not preserve:
+            continue  # the same eraser as plain leace / nothing to keep
         entry: dict[str, Any] = {"name": c.name, "method": c.method, "params": c.params}
         report["candidates"].append(entry)
-        if linear_only and c.method == LINEAR_ERASER:
+        if c.last_resort:
+            entry["last_resort"] = True
+            if chosen is not None:
+                entry.update(status="skipped", reason=f"{chosen[0].name} passed and keeps more")
+                continue
+        if linear_only and c.method == LINEAR_ERASER and int(c.params.get("rounds", 1)) == 1:
             entry.update(status="skipped", reason=linear_only)
             continue
+        # the last resorts' share is kept aside while nothing has passed
+        c_deadline = deadline if c.last_resort or chosen is not None else deadline - reserve
         c_fit, c_audit, c_folds = fit_ds, audit, folds
-        if c.trained and folds and deadline > now():
+        if c.trained and folds and c_deadline > now():
             c_fit, c_audit = trained_validation()
             c_folds = []
-        left = deadline - now()
+        left = c_deadline - now()
         epochs = None
         if c.trained:
             # cost ~ rows * (G epochs + branch pretraining, ~half an epoch per branch epoch)
@@ -250,12 +271,15 @@ def calibrate(
             epochs = int(min(int(c.params.get("epochs", 30)),
                              (0.5 * left) // max(per_epoch, 1e-9) - branch_units))  # fmt: skip
             if epochs < MIN_EPOCHS:
+                over_budget = True
                 entry.update(status="skipped", reason=(
                     f"budget: {left:.0f}s left, a fit of {MIN_EPOCHS} epochs would take "
                     f"~{per_epoch * (MIN_EPOCHS + branch_units):.0f}s"))  # fmt: skip
                 continue
         elif left <= 0:
-            entry.update(status="skipped", reason="budget exhausted")
+            over_budget = True
+            entry.update(status="skipped", reason="budget exhausted" if c_deadline == deadline
+                         else "budget exhausted (the last resorts' share is kept aside)")
             continue
         params = _params_for(c, cfg.seed, epochs)
         entry["params"] = params
@@ -286,7 +310,7 @@ def calibrate(
                      + 0.5 * int(params.get("branch_epochs", 30)) * len(attrs))  # fmt: skip
             per_row_epoch = entry["fit_seconds"] / (len(c_fit) * units * (len(c_folds) or 1))
         entry["validated_on"] = "holdout" if c_audit is not audit else "main"
-        found = bisect_noise(parts, c_audit, deadline, comfortable=min(0.99, room_fraction),
+        found = bisect_noise(parts, c_audit, c_deadline, comfortable=min(0.99, room_fraction),
                              now=now)
         entry["points"] = [{k: v for k, v in p.items() if k != "reports"} for p in found["points"]]
         for p in found["points"]:
@@ -295,7 +319,8 @@ def calibrate(
         entry["reason"] = found["reason"]
         if found["chosen"] is None:
             if c.method == LINEAR_ERASER and found.get("max_noise_failed"):
-                linear_only = nonlinear_leak(found["points"], c.name)
+                linear_only = linear_only or nonlinear_leak(found["points"], c.name)
+            over_budget = over_budget or now() > c_deadline
             continue
         pt = found["chosen"]
         entry["noise"] = pt["noise"]
@@ -308,7 +333,8 @@ def calibrate(
         if now() > deadline:
             stopped = "budget"
             break
-    if chosen is None and stopped == "search space exhausted" and now() > deadline:
+    if chosen is None and stopped == "search space exhausted" and (over_budget
+                                                                   or now() > deadline):
         stopped = "budget"
     report["seconds"] = now() - t0  # on the budget clock
     report["wall_seconds"] = time.perf_counter() - wall0
@@ -345,6 +371,11 @@ def calibrate(
                         "privacy": pt["privacy"], "utility": pt["utility"],
                         "why": why(pt, policy)}  # fmt: skip
     report["verdict"] = "passed on validation"
+    if c.last_resort:
+        report["chosen"]["last_resort"] = (
+            f"nothing that keeps more passed: the release keeps only the preserved attributes' "
+            f"discriminant directions ({fit.extra.get('kept_dims')} of {train.x.shape[1]}); "
+            "whatever else the data was useful for is not in it")  # fmt: skip
     config = resolved_config(c, params, noise, suppress, preserve)
     report["config"] = config
     write_report(out_dir, report, points, (c.name, noise), policy)
@@ -357,12 +388,14 @@ LINEAR_ERASER = "leace_iterated"
 
 
 def nonlinear_leak(points: list[dict], name: str) -> str | None:
-    """Why the remaining linear erasers are skipped, or None: at the highest noise measured
-    the linear judges (logistic regression, re-mapped or not) pass and only non-linear ones
-    read S. Every LEACE variant removes linear information of S only (``|R`` less of it,
-    ``x3`` the linear trace renormalisation writes back, which logistic regression would
-    read), so none can remove what is left; the search goes on with the quadratic eraser
-    and the trained candidates, whose adversaries and distribution matching are non-linear."""
+    """Why the remaining one-round linear erasers are skipped, or None: at the highest noise
+    measured the linear judges (logistic regression, re-mapped or not) pass and only
+    non-linear ones read S. A one-round LEACE removes linear information of S only (``|R``
+    less of it), so it cannot remove what is left. The iterated variants (``rounds`` > 1) are
+    still tried: they refit on the renormalised output, where renormalisation has written S
+    back non-linearly (k401 passed with ``leace|R x3`` in runs 4-5 of docs/calibration.md and
+    was refused in run 7, where this skip also took the iterated variants away); then the
+    quadratic eraser and the trained candidates."""
     if not points:
         return None
     top = max(points, key=lambda p: p["noise"])

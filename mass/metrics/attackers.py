@@ -20,6 +20,7 @@ from mass.metrics.scores import (
     ATTACKER_FAMILIES,
     _folds,
 )
+from mass.rows import seeded_rows
 
 
 def _attacker(family: str, seed: int, n_train: int, n_classes: int = 2) -> ClassifierMixin:
@@ -44,10 +45,8 @@ def _attacker(family: str, seed: int, n_train: int, n_classes: int = 2) -> Class
 
 
 def _subsample(x: np.ndarray, y: np.ndarray, max_rows: int | None, seed: int):
-    if max_rows is None or len(y) <= max_rows:
-        return x, y
-    keep = np.sort(np.random.default_rng(seed).choice(len(y), size=max_rows, replace=False))
-    return x[keep], y[keep]
+    keep = seeded_rows(len(y), max_rows, seed)
+    return (x, y) if keep is None else (x[keep], y[keep])
 
 
 def _fit_predict(family, seed, x_tr, y_tr, x_te) -> np.ndarray:

@@ -389,7 +389,8 @@ def test_trained_candidates_validate_on_one_holdout_fit_and_skip_useless_erasers
     """Out-of-fold validation (small data) fits a closed-form candidate once per fold, a
     trained candidate once, on a stratified holdout judged with the gate's folds, and that
     validated fit is released (no refit). Once a linear eraser fails at the highest noise with
-    only non-linear judges reading s, the other linear erasers are skipped."""
+    only non-linear judges reading s, the other one-round linear erasers are skipped; the
+    iterated ones (rounds > 1) are still tried."""
     from mass.calibrate import search as S
 
     fits = []
@@ -410,8 +411,8 @@ def test_trained_candidates_validate_on_one_holdout_fit_and_skip_useless_erasers
         models = {id(m) for m, _ in parts}
         covered = sorted(np.concatenate([rows for _, rows in parts]).tolist())
         assert covered == list(range(len(audit.x)))  # every validation row released once
-        trained = any(isinstance(m, ChainModifier) or isinstance(m, DataModifier)
-                      for m, _ in parts)  # fmt: skip
+        trained = any(isinstance(m, DataModifier) or (isinstance(m, ChainModifier)
+                      and isinstance(m.parts[-1], DataModifier)) for m, _ in parts)  # fmt: skip
         ok = {"logreg": True, "logreg_remap": True, "knn": trained}
         pt = {**_point(1.2, ok), "privacy_ok": trained, "utility_ok": True, "passed": trained,
               "excess": 0.0 if trained else 0.1, "fraction": 1.0, "fidelity": 0.5,
@@ -424,23 +425,84 @@ def test_trained_candidates_validate_on_one_holdout_fit_and_skip_useless_erasers
 
     monkeypatch.setattr(S, "bisect_noise", fake_bisect)
     ds = load_embeddings(str(files / "ring.parquet"), label_cols=["s", "u"])
-    space = (C.SEARCH_SPACE[0], C.SEARCH_SPACE[2],
+    by_name = {c.name: c for c in C.SEARCH_SPACE}
+    space = (by_name["leace"], by_name["leace|R"], by_name["leace x3"],
              C.Candidate("mass", "mass", {**C._adaptive("none"), "epochs": 5,
                                           "branch_epochs": 2}))  # fmt: skip
     res = C.calibrate(ds, suppress=["s"], preserve=["u"], policy=AuditPolicy(),
                       cfg=CalibrationConfig(budget_minutes=5), space=space,
                       out_dir=str(tmp_path))  # fmt: skip
     rep = res.report
-    leace, x3, mass = rep["candidates"]
+    leace, leace_r, x3, mass = rep["candidates"]
     assert leace["validated_on"] == "main" and leace["points"][0]["n_models"] == 4
-    assert x3["status"] == "skipped" and "non-linear" in x3["reason"]
+    assert leace_r["status"] == "skipped" and "non-linear" in leace_r["reason"]
+    assert x3["status"] == "failed" and x3["points"][0]["n_models"] == 4
     assert mass["validated_on"] == "holdout" and mass["points"][0]["n_models"] == 1
     assert mass["points"][0]["folds"] == AuditPolicy().folds  # the gate's folds
     val = rep["validation"]["trained"]
     assert val["rows"] + val["train_rows"] == len(ds)
     assert abs(val["rows"] - 0.3 * len(ds)) <= 4
-    # 4 out-of-fold leace fits, then one MaSS fit on the holdout's training part: no refit
-    assert [n for n, _ in fits] == ["leace_iterated"] * 4 + ["mass"]
+    # 4 out-of-fold fits of leace and of leace x3, then one MaSS fit on the holdout's
+    # training part: no refit
+    assert [n for n, _ in fits] == ["leace_iterated"] * 8 + ["mass"]
     assert fits[-1][1] == val["train_rows"]
     assert res.candidate.name == "mass" and "holdout" in rep["chosen"]["validated_on"]
     assert res.fit.modifier is not None
+
+
+def test_the_last_resort_runs_only_when_nothing_else_passes_and_keeps_its_budget_share(
+    files, monkeypatch
+):
+    """A last-resort candidate (keeps the preserved attributes only) is tried after every other
+    one and only when none passed; while nothing has passed the others stop where its share of
+    the budget begins, so a search that spends the rest still reaches it."""
+    from mass.calibrate import search as S
+
+    clock = [0.0]
+    monkeypatch.setattr(S, "budget_clock", lambda kind: lambda: clock[0])
+    seen = []
+
+    def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None):
+        model = parts[0][0]
+        last = isinstance(model, ChainModifier)  # leace_project serves a chain of two affines
+        seen.append(("last" if last else "other", deadline))
+        passes = last or passing_others
+        if not passes:
+            clock[0] = deadline + 1.0  # the noise search spends this candidate's whole budget
+        pt = {**_point(0.0, {"logreg": passes}), "privacy_ok": passes, "utility_ok": True,
+              "passed": passes, "excess": 0.0, "fraction": 0.95, "fidelity": 0.5,
+              "utility": {"u": {"logreg": 0.9}}}  # fmt: skip
+        return {"points": [pt], "chosen": pt if passes else None,
+                "reason": "passes" if passes else "budget exhausted during the noise search"}
+
+    monkeypatch.setattr(S, "bisect_noise", fake_bisect)
+    ds = load_embeddings(str(files / "ring.parquet"), label_cols=["s", "u"])
+    by_name = {c.name: c for c in C.SEARCH_SPACE}
+    space = (by_name["leace|R+R-span"], by_name["leace"])  # order given does not matter
+    cfg = CalibrationConfig(budget_minutes=5)
+
+    passing_others = False
+    res = C.calibrate(ds, suppress=["s"], preserve=["u"], policy=AuditPolicy(), cfg=cfg,
+                      space=space)  # fmt: skip
+    (_, other_deadline), (_, last_deadline) = seen
+    assert [k for k, _ in seen] == ["other", "last"]
+    assert last_deadline - other_deadline == pytest.approx(S.LAST_RESORT_SHARE * 300)
+    assert res.candidate.name == "leace|R+R-span"
+    assert res.config["method"] == "leace_project"
+    assert "preserved attributes' discriminant directions" in res.report["chosen"]["last_resort"]
+    # what it serves: erasure, then the projection onto u's k - 1 = 2 discriminant directions
+    assert res.fit.extra["kept_dims"] == 2
+    out = res.fit.modifier(torch.from_numpy(ds.x[:200]), torch.zeros(200, dtype=torch.int64))
+    assert torch.linalg.matrix_rank(out.double(), atol=1e-5) <= 2
+
+    seen.clear()
+    clock[0] = 0.0
+    passing_others = True
+    res = C.calibrate(ds, suppress=["s"], preserve=["u"], policy=AuditPolicy(), cfg=cfg,
+                      space=space)  # fmt: skip
+    assert [k for k, _ in seen] == ["other"] and res.candidate.name == "leace"
+    last = res.report["candidates"][-1]
+    assert last["status"] == "skipped" and "keeps more" in last["reason"]
+    with pytest.raises(CalibrationError):  # without a preserved attribute it is never tried
+        C.calibrate(ds, suppress=["s"], preserve=[], policy=AuditPolicy(), cfg=cfg,
+                    space=(by_name["leace|R+R-span"],))  # fmt: skip

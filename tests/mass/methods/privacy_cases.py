@@ -85,6 +85,7 @@ METHODS: dict[str, tuple[str, dict]] = {
     "leace": ("leace", {}),
     "leace_quadratic": ("leace_quadratic", {}),
     "leace_iterated": ("leace_iterated", {}),
+    "leace_project": ("leace_project", {}),
     "inlp": ("inlp", {}),
 }
 

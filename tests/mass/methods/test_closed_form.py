@@ -29,7 +29,7 @@ def probe(mod, tr, te, attr):
     return LogisticRegression(max_iter=500).fit(a, tr.labels[attr]).score(b, te.labels[attr])
 
 
-@pytest.mark.parametrize("name", ["leace", "leace_quadratic", "inlp"])
+@pytest.mark.parametrize("name", ["leace", "leace_quadratic", "inlp", "leace_project"])
 def test_erasers_remove_linear_signal_and_keep_the_other_attribute(name, toy, tmp_path):
     tr, te = toy
     res = get_method(name).fit(tr, suppress=["a"], preserve=["b"], params={})
@@ -86,6 +86,20 @@ def test_gaussian_noise_is_a_pure_function_of_the_row_seed():
 def test_gaussian_method_rejects_zero_sigma(toy):
     with pytest.raises(ConfigError, match="sigma"):
         get_method("gaussian").fit(toy[0], suppress=["a"], preserve=[], params={"sigma": 0.0})
+
+
+def test_leace_project_keeps_only_the_preserved_directions(toy):
+    """The release spans sum(k_r - 1) directions (k_r classes of b), and without a preserved
+    attribute there is nothing to keep: a ConfigError, not a constant release."""
+    tr, te = toy
+    res = get_method("leace_project").fit(tr, suppress=["a"], preserve=["b"], params={})
+    k = len(np.unique(tr.labels["b"]))
+    assert res.extra["kept_dims"] == k - 1 < tr.x.shape[1]
+    with torch.no_grad():
+        out = res.modifier(torch.as_tensor(te.x)).double()
+    assert torch.linalg.matrix_rank(out, atol=1e-5) == k - 1
+    with pytest.raises(ConfigError, match="--preserve"):
+        get_method("leace_project").fit(tr, suppress=["a"], preserve=[], params={})
 
 
 def test_unknown_attribute_is_a_config_error(toy):
