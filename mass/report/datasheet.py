@@ -111,6 +111,14 @@ def datasheet(release_dir: str, *, metadata: Mapping, audit: Mapping | None,
     }
 
 
+# What a consumer must know about a method's release beyond "suppressed / preserved"
+METHOD_NOTES = {
+    "leace_project": " Only the preserved attributes' discriminant directions were kept "
+    "(calibration's last resort, mass.methods.leace_project): the embedding is not useful for "
+    "tasks beyond the preserved attributes.",
+}
+
+
 def _markdown(sheet: Mapping, name: str | None) -> str:
     prov, emb, aud = sheet["provenance"], sheet["embedding"], sheet["audit"]
     model = f"{prov.get('model') or '?'} version {prov.get('model_version') or '?'}"
@@ -125,7 +133,8 @@ def _markdown(sheet: Mapping, name: str | None) -> str:
         f"(method {prov.get('method') or '?'}): {emb['rows'] if emb['rows'] is not None else '?'}"
         f" rows in {len(emb['parts'])} Parquet part(s), columns {', '.join(emb['columns']) or '?'}."
         " Each row keeps its id; the embedding was transformed so the suppressed attributes "
-        "cannot be predicted from it while the preserved ones can.",
+        "cannot be predicted from it while the preserved ones can."
+        + METHOD_NOTES.get(str(prov.get("method")), ""),
         "",
         f"- Suppressed: {', '.join(sheet['suppressed']) or 'none recorded'}",
         f"- Preserved: {', '.join(sheet['preserved']) or 'none recorded'}",

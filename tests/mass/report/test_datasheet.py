@@ -57,6 +57,17 @@ def test_datasheet_says_what_the_release_is_and_how_to_cite_it(release):
     assert sheet["embedding"]["rows"] == 1600 and len(sheet["threat_model"]) == 2
 
 
+def test_a_release_that_keeps_only_the_preserved_directions_says_so(release):
+    rel, meta = release
+    plain = {**meta, b"mass.method": b"mass"}
+    write_datasheet(str(rel), metadata=plain, audit=AUDIT, report_path=None)
+    assert "not useful for tasks beyond" not in (rel / "_RELEASE.md").read_text()
+    write_datasheet(str(rel), metadata={**meta, b"mass.method": b"leace_project"}, audit=AUDIT,
+                    report_path=None)  # fmt: skip
+    md = (rel / "_RELEASE.md").read_text()
+    assert "(method leace_project)" in md and "not useful for tasks beyond the preserved" in md
+
+
 def test_an_existing_release_json_keeps_its_fields(release):
     rel, meta = release
     manifest = {"published": "2026-11-23T10:00:00Z", "parts": {"part-0.parquet": "sha"}}
