@@ -13,6 +13,7 @@ preserved attribute keeps its fraction of the original accuracy). Where calibrat
 a Markdown table.
 
     python bench/generalize.py --out reports/generalize [--only names,twoyear] [--budget-minutes 5]
+        [--release-rows]
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def judge_release(x, xp, labels, suppress, preserve, policy) -> dict:
     return out
 
 
-def run_one(name: str, out_dir: str, budget: float | None) -> dict:
+def run_one(name: str, out_dir: str, budget: float | None, release_rows: bool = False) -> dict:
     import torch
 
     from mass.audit.policy import load_policy
@@ -102,6 +103,8 @@ def run_one(name: str, out_dir: str, budget: float | None) -> dict:
            "--policy", "params.yaml", "--out", os.path.join(d, "run"), "--no-progress"]  # fmt: skip
     if budget is not None:
         cmd += ["--budget-minutes", str(budget)]
+    if release_rows:
+        cmd += ["--release-rows", str(len(te))]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     seconds = time.perf_counter() - t0
@@ -163,12 +166,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", help="comma-separated subset of "
                     + ",".join(DATASETS + SKLEARN))  # fmt: skip
     ap.add_argument("--budget-minutes", type=float, help="passed to mass train (default: its own)")
+    ap.add_argument("--release-rows", action="store_true",
+                    help="tell mass train the size of the release it is judged on (the 30 %%): "
+                    "--release-rows N")  # fmt: skip
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     names = args.only.split(",") if args.only else list(DATASETS)
     rows = []
     for name in names:
-        row = run_one(name, args.out, args.budget_minutes)
+        row = run_one(name, args.out, args.budget_minutes, args.release_rows)
         rows.append(row)
         print(json.dumps(row, default=float), flush=True)
     with open(os.path.join(args.out, "results.jsonl"), "w") as f:

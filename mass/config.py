@@ -319,6 +319,9 @@ class CalibrationConfig:
     seed: int = 0
     attacker_rows: int = 4000  # validation rows the attackers see (seeded cap, 5-fold CV)
     room: float = 0.05  # stop early once utility beats the policy by this much
+    # rows of the release the gate will audit (None: as many as validated); sizes the
+    # validation margin (mass.calibrate.judge.validation_z)
+    release_rows: int | None = None
 
     def __post_init__(self) -> None:
         if self.budget_minutes <= 0:
@@ -328,5 +331,7 @@ class CalibrationConfig:
                               f"{list(BUDGET_CLOCKS)}")  # fmt: skip
         if self.max_rows < 100:
             raise ConfigError(f"--max-rows {self.max_rows}: must be >= 100")
+        if self.release_rows is not None and self.release_rows < 20:
+            raise ConfigError(f"--release-rows {self.release_rows}: must be >= 20")
         if not 0.05 <= self.val_fraction <= 0.5:
             raise ConfigError(f"val_fraction {self.val_fraction}: must be in [0.05, 0.5]")

@@ -59,6 +59,7 @@ def run_calibration(args, train_ds, suppress: list[str], preserve: list[str], sa
     policy, source = read_policy(args.policy)
     cfg = CalibrationConfig(budget_minutes=args.budget_minutes, max_rows=args.max_rows,
                             budget_clock=getattr(args, "budget_clock", "cpu"),
+                            release_rows=getattr(args, "release_rows", None),
                             seed=args.seed or 0)  # fmt: skip
     os.makedirs(args.out, exist_ok=True)
     t0 = time.perf_counter()

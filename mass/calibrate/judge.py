@@ -5,7 +5,9 @@ audit (``mass audit`` / ``mass anonymize``'s gate) calls - with the policy's mar
 families: every retrained family and its re-mapped predictions must keep the upper bound of
 its accuracy within max(majority, floor) + margin and of its balanced accuracy within
 max(1/k, balanced floor) + margin (:meth:`AttributeReport.passed`). The bounds are taken 1.645
-standard errors further out than the gate's (``SAFETY_SE``: z = 3.60 instead of 1.96 at 95 %).
+standard errors further out than the gate's (``SAFETY_SE``: z = 3.60 instead of 1.96 at 95 %)
+when the release is audited on as many rows as validation's attackers; for another release
+size (``CalibrationConfig.release_rows``) see :func:`validation_z`.
 A preserved attribute must keep ``policy.fraction(r)`` of its original accuracy (point
 estimates, as the gate) plus one standard error of that fraction on the validation rows.
 Other differences from the gate: attackers are cross-validated with ``min(policy.folds, 5)``
@@ -36,6 +38,24 @@ from mass.rows import seeded_rows
 # MLP bound 0.578 vs 0.570) and the demo (digit bound 0.158 vs 0.156); at k = 2.33 the demo's
 # 1,000 validation rows were too few for any candidate (refused). k = 1.645 is the compromise.
 SAFETY_SE = 1.645
+
+
+def validation_z(z_gate: float, n_val: int, n_release: int | None) -> float:
+    """The z of the validation bounds for a release the gate audits on ``n_release`` rows
+    (None: as many as ``n_val``, the validation rows the attackers are scored on).
+
+    The gate passes a judge when p_rel + z_gate se_rel <= limit. Its point estimate differs
+    from validation's by N(0, se_val^2 + se_rel^2), so a validation pass with
+    p_val + z_gate se_rel + k sqrt(se_val^2 + se_rel^2) <= limit fails its gate with
+    probability P(N(0,1) > k). In units of se_val, with rho = se_rel / se_val =
+    sqrt(n_val / n_release): z = z_gate rho + k sqrt(1 + rho^2), k = SAFETY_SE / sqrt 2
+    (12 %), which is z_gate + SAFETY_SE at rho = 1. A larger release does not narrow it
+    (rho >= 1): its attackers also train on more rows and read more (the learning curve is
+    not modelled), so only a smaller release moves the margin."""
+    rho = 1.0 if not n_release else max(1.0, math.sqrt(n_val / max(int(n_release), 1)))
+    return z_gate * rho + SAFETY_SE / math.sqrt(2.0) * math.sqrt(1.0 + rho * rho)
+
+
 # The attacker families in the order utility is measured: cheapest first, so a preserved
 # attribute stops being measured as soon as one family keeps it.
 COST_ORDER = ("logreg", "knn", "gboost", "mlp")
@@ -121,8 +141,6 @@ class ValidationAudit:
         # attackers' CV folds: min(policy.folds, 5) unless given (a holdout validation uses the
         # gate's own count, so its attackers train on the same share of the rows, 9/10)
         self.folds = int(folds) if folds else min(policy.folds, MAX_FOLDS)
-        z = M.z_value(policy.confidence) + SAFETY_SE
-        self.confidence = float(2 * norm_cdf(z) - 1)
         self.x = normalize_rows(val.x)
         # public seeds: calibration only needs noise of the right distribution; the release
         # draws its noise from the owner's keyed seeds
@@ -132,6 +150,11 @@ class ValidationAudit:
         keep = seeded_rows(n, cfg.attacker_rows, cfg.seed + 1)
         self.rows = np.arange(n) if keep is None else keep
         self.labels = {a: val.labels[a][self.rows] for a in [*suppress, *preserve]}
+        # the gate's attackers see at most policy.max_rows of the release
+        n_rel = (None if cfg.release_rows is None else
+                 min(cfg.release_rows, policy.max_rows or cfg.release_rows))  # fmt: skip
+        z = validation_z(M.z_value(policy.confidence), len(self.rows), n_rel)
+        self.confidence = float(2 * norm_cdf(z) - 1)
         x = self.x[self.rows]
         original = {}
         for a, y in self.labels.items():

@@ -221,7 +221,9 @@ def calibrate(
                                "rows faces attackers trained on more rows than validated",
                        "judge": f"the audit's rule (mass.metrics.attribute_report), "
                                 f"{audit.folds}-fold CV, upper bounds at {audit.confidence:.4f} "
-                                f"(the gate's {policy.confidence} plus one standard error)",
+                                f"(the gate's {policy.confidence} widened for the release "
+                                f"size: mass.calibrate.judge.validation_z)",
+                       "release_rows": cfg.release_rows,
                        "families": list(audit.families)},
         "sample": sample_note,
         "noise_levels": list(NOISE_LEVELS),

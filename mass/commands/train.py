@@ -55,6 +55,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="cpu (default): CPU minutes of the training process, so a loaded "
                      "machine searches and chooses as an idle one does (it takes longer); "
                      "wall: elapsed minutes")  # fmt: skip
+    cal.add_argument("--release-rows", type=int,
+                     help="rows of the release the gate will audit, if known: a release "
+                     "audited on fewer rows than were validated has wider bounds, and the "
+                     "validation margin widens to match (default: as many as validated)")  # fmt: skip
     p.add_argument("--max-rows", type=int, default=200_000,
                    help="above this many rows, train on a seeded stratified sample read in a "
                    "streaming pass (default 200000)")  # fmt: skip

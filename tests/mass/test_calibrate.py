@@ -506,3 +506,26 @@ def test_the_last_resort_runs_only_when_nothing_else_passes_and_keeps_its_budget
     with pytest.raises(CalibrationError):  # without a preserved attribute it is never tried
         C.calibrate(ds, suppress=["s"], preserve=[], policy=AuditPolicy(), cfg=cfg,
                     space=(by_name["leace|R+R-span"],))  # fmt: skip
+
+
+def test_the_validation_margin_widens_for_a_release_audited_on_fewer_rows():
+    """validation_z is the gate's z + SAFETY_SE for a release as large as validation or
+    larger (its attackers train on more rows: never a narrower margin) and grows as the
+    release shrinks (its bounds are wider); --release-rows reaches the validation audit."""
+    from mass.calibrate.judge import SAFETY_SE, ValidationAudit, norm_cdf, validation_z
+    from mass.metrics import z_value
+
+    z = z_value(0.95)
+    assert validation_z(z, 1000, None) == pytest.approx(z + SAFETY_SE)
+    assert validation_z(z, 1000, 1000) == pytest.approx(z + SAFETY_SE)
+    assert validation_z(z, 1000, 500) > validation_z(z, 1000, 1000) + 0.8
+    assert validation_z(z, 1000, 10**6) == pytest.approx(z + SAFETY_SE)
+    ds = toy_dataset(300, seed=3)
+    kw = dict(suppress=["a"], preserve=["b"], policy=AuditPolicy(max_rows=400, families=("logreg",)))
+    same = ValidationAudit(ds, cfg=CalibrationConfig(), **kw)
+    small = ValidationAudit(ds, cfg=CalibrationConfig(release_rows=100), **kw)
+    capped = ValidationAudit(ds, cfg=CalibrationConfig(release_rows=10**6), **kw)
+    assert small.confidence > same.confidence == pytest.approx(capped.confidence)
+    assert small.confidence == pytest.approx(2 * norm_cdf(validation_z(z, 300, 100)) - 1)
+    with pytest.raises(ConfigError, match="--release-rows"):
+        CalibrationConfig(release_rows=5)
