@@ -235,7 +235,8 @@ def calibrate(
     points: list[dict] = []
     chosen = None
     stopped = "search space exhausted"
-    per_row_epoch = SECONDS_PER_ROW_EPOCH
+    per_row_epoch = SECONDS_PER_ROW_EPOCH  # then the slowest rate measured (below)
+    measured_rates: list[float] = []
     linear_only = None  # set once a linear eraser leaves S to non-linear judges only
     over_budget = False
     last_resorts = preserve and any(c.last_resort for c in space)
@@ -310,7 +311,13 @@ def calibrate(
         if c.trained:
             units = (int(params.get("epochs", 30))
                      + 0.5 * int(params.get("branch_epochs", 30)) * len(attrs))  # fmt: skip
-            per_row_epoch = entry["fit_seconds"] / (len(c_fit) * units * (len(c_folds) or 1))
+            # the slowest measured rate, not the last: on a loaded box torch's threads spin on
+            # the CPU clock, and the rates of one search's fits differed 3-4x (the demo, session
+            # 6: 2.2 to 8.2 CPU-s per epoch unit; planning the last fit on the fastest rate put
+            # the search 147 s past a 600 s budget)
+            measured_rates.append(entry["fit_seconds"]
+                                  / (len(c_fit) * units * (len(c_folds) or 1)))  # fmt: skip
+            per_row_epoch = max(measured_rates)
         entry["validated_on"] = "holdout" if c_audit is not audit else "main"
         found = bisect_noise(parts, c_audit, c_deadline, comfortable=min(0.99, room_fraction),
                              now=now)

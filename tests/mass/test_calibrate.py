@@ -529,3 +529,47 @@ def test_the_validation_margin_widens_for_a_release_audited_on_fewer_rows():
     assert small.confidence == pytest.approx(2 * norm_cdf(validation_z(z, 300, 100)) - 1)
     with pytest.raises(ConfigError, match="--release-rows"):
         CalibrationConfig(release_rows=5)
+
+
+def test_trained_candidates_are_planned_on_the_slowest_rate_measured(files, monkeypatch):
+    """Epochs of a trained candidate are planned from the slowest per-row-epoch rate measured
+    so far in this search, not the last one (a fast fit after a slow one must not plan the
+    next fit on the fast rate)."""
+    from mass.calibrate import search as S
+    from mass.methods import FitResult
+
+    clock = [0.0]
+    monkeypatch.setattr(S, "budget_clock", lambda kind: lambda: clock[0])
+    rates = [4e-3, 1e-3, 1e-3]  # CPU-s per row per epoch unit of each fit, in order
+    planned = []
+
+    class Timed:
+        def fit(self, ds, *, params, **kw):
+            planned.append((params["epochs"], len(ds)))
+            units = params["epochs"] + 0.5 * params["branch_epochs"] * 2  # 2 attributes
+            clock[0] += rates[len(planned) - 1] * len(ds) * units
+            return FitResult(modifier=torch.nn.Identity())
+
+    monkeypatch.setattr("mass.methods.get_method", lambda name: Timed())
+
+    def failing(parts, audit, deadline, comfortable=2.0, now=None):
+        return {"points": [], "chosen": None, "reason": "privacy fails"}
+
+    monkeypatch.setattr(S, "bisect_noise", failing)
+    ds = load_embeddings(str(files / "ring.parquet"), label_cols=["s", "u"])
+    base = {**C._adaptive("none"), "branch_epochs": 2, "epochs": 1000}
+    space = tuple(C.Candidate(f"m{i}", "mass", base) for i in range(3))
+    with pytest.raises(CalibrationError):
+        C.calibrate(ds, suppress=["s"], preserve=["u"], policy=AuditPolicy(),
+                    cfg=CalibrationConfig(budget_minutes=60), space=space)  # fmt: skip
+    assert len(planned) == 3
+    rows = planned[0][1]
+
+    def plan(left, rate):
+        return int(min(1000, (0.5 * left) // (rate * rows) - 2))
+
+    assert planned[0][0] == plan(3600, S.SECONDS_PER_ROW_EPOCH)  # the prior before any fit
+    left = 3600 - sum(r * rows * (e + 2) for (e, _), r in zip(planned[:2], rates, strict=False))
+    assert planned[1][0] == plan(3600 - rates[0] * rows * (planned[0][0] + 2), rates[0])
+    assert planned[2][0] == plan(left, rates[0])  # the slow first rate, not the last (fast)
+    assert planned[2][0] < plan(left, rates[1]) - 100
