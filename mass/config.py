@@ -311,8 +311,9 @@ class CalibrationConfig:
     """Bounds of `mass train`'s calibration (docs/calibration.md)."""
 
     budget_minutes: float = 10.0  # bound of the whole search, in minutes of ``budget_clock``
-    # "cpu": CPU time of the calibrating process (every thread), so the search - and the
-    # configuration it picks - does not change with the machine's load; "wall": elapsed time
+    # "cpu": CPU time of the calibrating process (every thread), so waiting on a loaded
+    # machine does not spend it (torch's fits still cost more CPU there: search.budget_clock);
+    # "wall": elapsed time
     budget_clock: str = "cpu"
     max_rows: int = 200_000  # above this, train on a seeded stratified sample (streaming)
     val_fraction: float = 0.25  # held out for the validation audit when --val is not given

@@ -34,10 +34,12 @@ log = logging.getLogger(__name__)
 
 def budget_clock(kind: str):
     """The clock ``--budget-minutes`` is read on: ``"cpu"`` is this process's CPU time (every
-    thread: torch trains on two, the attackers on one), which a loaded machine does not eat
-    into, so the same data, seed and budget search the same candidates whatever else runs
-    (measured: run 4 vs run 5 of docs/calibration.md, same wall budget, 4-5x the load, labsup
-    passed then was refused); ``"wall"`` is elapsed time, for a hard bound on the clock."""
+    thread: torch trains on two, the attackers on one), which waiting for a loaded machine
+    does not eat into, so the erasers and the attackers search the same candidates whatever
+    else runs (measured: run 4 vs run 5 of docs/calibration.md, same wall budget, 4-5x the
+    load, labsup passed then was refused). Not torch's fits: its threads spin on the CPU
+    clock under contention (the demo's 30-epoch MaSS fits: 47-65 CPU-s at load ~2, 264-310 at
+    load 3-5). ``"wall"`` is elapsed time, for a hard bound on the clock."""
     return time.process_time if kind == "cpu" else time.perf_counter
 
 # MaSS adaptive base of every mass candidate: attribute-specific (the agnostic NT-Xent term
@@ -235,8 +237,7 @@ def calibrate(
     points: list[dict] = []
     chosen = None
     stopped = "search space exhausted"
-    per_row_epoch = SECONDS_PER_ROW_EPOCH  # then the slowest rate measured (below)
-    measured_rates: list[float] = []
+    measured_rates: list[float] = []  # per-row-epoch CPU-s of each trained fit so far
     linear_only = None  # set once a linear eraser leaves S to non-linear judges only
     over_budget = False
     last_resorts = preserve and any(c.last_resort for c in space)
@@ -270,6 +271,11 @@ def calibrate(
         if c.trained:
             # cost ~ rows * (G epochs + branch pretraining, ~half an epoch per branch epoch)
             branch_units = 0.5 * int(c.params.get("branch_epochs", 30)) * len(attrs)
+            # planned on the slowest measured rate, not the last: on a loaded box torch's
+            # threads spin on the CPU clock, and the rates of one search's fits differed 3-4x
+            # (the demo, session 6: 2.2 to 8.2 CPU-s per epoch unit; planning the last fit on
+            # the fastest rate put the search 147 s past a 600 s budget)
+            per_row_epoch = max(measured_rates, default=SECONDS_PER_ROW_EPOCH)
             per_epoch = per_row_epoch * len(c_fit) * (len(c_folds) or 1)
             epochs = int(min(int(c.params.get("epochs", 30)),
                              (0.5 * left) // max(per_epoch, 1e-9) - branch_units))  # fmt: skip
@@ -311,13 +317,8 @@ def calibrate(
         if c.trained:
             units = (int(params.get("epochs", 30))
                      + 0.5 * int(params.get("branch_epochs", 30)) * len(attrs))  # fmt: skip
-            # the slowest measured rate, not the last: on a loaded box torch's threads spin on
-            # the CPU clock, and the rates of one search's fits differed 3-4x (the demo, session
-            # 6: 2.2 to 8.2 CPU-s per epoch unit; planning the last fit on the fastest rate put
-            # the search 147 s past a 600 s budget)
             measured_rates.append(entry["fit_seconds"]
                                   / (len(c_fit) * units * (len(c_folds) or 1)))  # fmt: skip
-            per_row_epoch = max(measured_rates)
         entry["validated_on"] = "holdout" if c_audit is not audit else "main"
         found = bisect_noise(parts, c_audit, c_deadline, comfortable=min(0.99, room_fraction),
                              now=now)

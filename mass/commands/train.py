@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 
-from mass.config import METHOD_NAMES, MODES
+from mass.config import BUDGET_CLOCKS, METHOD_NAMES, MODES
 
 HELP = "train a data modifier (MaSS or another method) on embedding Parquet"
 
@@ -51,10 +51,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     cal.add_argument("--budget-minutes", type=float, default=10.0,
                      help="bound of the calibration search, in minutes of --budget-clock "
                      "(default 10)")  # fmt: skip
-    cal.add_argument("--budget-clock", choices=["cpu", "wall"], default="cpu",
-                     help="cpu (default): CPU minutes of the training process, so a loaded "
-                     "machine searches and chooses as an idle one does (it takes longer); "
-                     "wall: elapsed minutes")  # fmt: skip
+    cal.add_argument("--budget-clock", choices=BUDGET_CLOCKS, default="cpu",
+                     help="cpu (default): CPU minutes of the training process, so waiting on "
+                     "a loaded machine does not spend the budget (MaSS fits still cost more "
+                     "CPU there); wall: elapsed minutes")  # fmt: skip
     cal.add_argument("--release-rows", type=int,
                      help="rows of the release the gate will audit, if known: a release "
                      "audited on fewer rows than were validated has wider bounds, and the "

@@ -41,6 +41,16 @@ def residual_codes(codes: torch.Tensor, preserved: dict[str, np.ndarray]) -> tor
     return codes - (sums / counts[:, None])[cell]
 
 
+def erasure_concept(train, suppress: list[str], preserve: list[str], given_preserved: bool):
+    """(unit x, the concept LEACE erases): onehot(S), less its mean within each combination
+    of preserved labels when ``given_preserved`` (the module docstring)."""
+    x, labels, ks = erasure_inputs(train, suppress, preserve)
+    codes = one_hot_codes(labels, ks)
+    if given_preserved:
+        codes = residual_codes(codes, {r: train.labels[r] for r in preserve})
+    return x, codes
+
+
 @dataclass(frozen=True)
 class IteratedParams(Params):
     rounds: int = knob(3, lo=1, help="LEACE fits, each on the previous renormalised output")
@@ -55,10 +65,7 @@ class LeaceIterated(Method):
     Params = IteratedParams
 
     def fit_params(self, train, p: IteratedParams, *, suppress, preserve, val, progress, **_):
-        x, labels, ks = erasure_inputs(train, suppress, preserve)
-        codes = one_hot_codes(labels, ks)
-        if p.given_preserved:
-            codes = residual_codes(codes, {r: train.labels[r] for r in preserve})
+        x, codes = erasure_concept(train, suppress, preserve, p.given_preserved)
         parts = []
         for _ in range(p.rounds):
             weight, bias = leace_affine(x, codes, shrinkage=p.shrinkage)

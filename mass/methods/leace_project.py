@@ -26,8 +26,8 @@ import torch
 from mass.errors import ConfigError
 from mass.methods import FitResult, Method, Params, register_method
 from mass.methods.base import knob
-from mass.methods.leace import erasure_inputs, leace_affine, one_hot_codes
-from mass.methods.leace_iterated import residual_codes
+from mass.methods.leace import leace_affine
+from mass.methods.leace_iterated import erasure_concept
 from mass.modifiers import AffineModifier, AffineSpec, ChainModifier
 
 
@@ -81,10 +81,7 @@ class LeaceProject(Method):
         if not preserve:
             raise ConfigError("leace_project keeps only the preserved attributes' directions: "
                               "name at least one --preserve attribute")  # fmt: skip
-        x, labels, ks = erasure_inputs(train, suppress, preserve)
-        codes = one_hot_codes(labels, ks)
-        if p.given_preserved:
-            codes = residual_codes(codes, {r: train.labels[r] for r in preserve})
+        x, codes = erasure_concept(train, suppress, preserve, p.given_preserved)
         weight, bias = leace_affine(x, codes, shrinkage=p.shrinkage)
         erase = AffineModifier(AffineSpec(dim=x.shape[1])).set(weight, bias).eval()
         with torch.no_grad():
