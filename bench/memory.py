@@ -96,10 +96,24 @@ def child_audit(argv: list[str]) -> int:
     return rc
 
 
+# written into every data directory this script creates: only such a directory is ever
+# replaced or deleted (a --work that already holds a d<rows> of someone else's is refused)
+MARKER = ".mass-bench-memory"
+
+
+def _ours(d: str) -> bool:
+    return os.path.isfile(os.path.join(d, MARKER))
+
+
 def generate(work: str, rows: int, dim: int) -> str:
     d = os.path.join(work, f"d{rows}")
+    if os.path.exists(d) and not _ours(d):
+        raise SystemExit(f"bench/memory.py: {d} exists and was not written by this script "
+                         f"(no {MARKER}); choose another --work")  # fmt: skip
     if not os.path.exists(os.path.join(d, "labels.parquet")):
-        shutil.rmtree(d, ignore_errors=True)
+        shutil.rmtree(d, ignore_errors=True)  # ours (marker checked above): a partial run
+        os.makedirs(d)
+        open(os.path.join(d, MARKER), "w").close()
         subprocess.run([sys.executable, os.path.join(HERE, "gen_release.py"), "--rows",
                         str(rows), "--dim", str(dim), "--out", d], check=True, cwd=ROOT)  # fmt: skip
     return d
@@ -224,7 +238,7 @@ def run(a: argparse.Namespace) -> int:
             if a.out:
                 with open(a.out, "w") as f:
                     json.dump(results, f, indent=1)
-        if not a.keep:
+        if not a.keep and _ours(d):
             shutil.rmtree(d, ignore_errors=True)
     print(table(results))
     return 0 if all(r["rc"] == 0 for r in results) else 1
