@@ -67,6 +67,7 @@ from mass.io import read_table
 from mass.keys import NOISE_KEY_ENV, resolve_key
 from mass.serving.contract import export_info, server_info
 from mass.serving.manifest import verify_version_dir
+from mass.serving.staging import require_signed_export
 from transforms.inference.tensors import ModifierInputs
 from transforms.inference.triton import TritonModelHandler
 from transforms.modify import ModifyRowGroupFn, pick
@@ -222,6 +223,7 @@ def _run_checked(args, extra, test_pipeline, model_handler, model_info) -> dict:
     local = model_handler is None and os.path.isdir(os.path.join(args.repository, args.model))
     info = model_info or {}
     if local:
+        require_signed_export(args.repository, args.model)  # a folder nobody signed: refused
         info = export_info(args.repository, args.model, args.model_version or None)
         # The weights must still be the exported ones (the server checks again when loading).
         verify_version_dir(os.path.join(args.repository, args.model, str(info["version"])))

@@ -129,7 +129,8 @@ def triton_endpoint(args: argparse.Namespace, *, model: str, expected_sha256: st
         check_server(args.triton_url, **kw)
         yield args.triton_url
         return
-    with TritonServer(args.repository) as server:
+    # The job's server stages and serves this one model (version) only (mass.serving.staging).
+    with TritonServer(args.repository, models={model: version}) as server:
         check_server(server.grpc_url, **kw)
         yield server.grpc_url
 

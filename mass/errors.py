@@ -57,6 +57,10 @@ class ChecksumMismatchError(ServingError):
     """The served model's files differ from the checksum recorded at export."""
 
 
+class UnsignedModelError(ChecksumMismatchError):
+    """A model the job asked to serve is no signed export (or has no such version)."""
+
+
 class ResponseShapeError(ServingError):
     """The server returned a tensor with the wrong shape or dtype."""
 

@@ -138,16 +138,47 @@ class TritonPythonModel:
 """
 
 
-@pytest.fixture()
-def tiny_repo(tmp_path):
-    """A numpy-only python-backend repository: model ``double`` (X FP32[2] -> Y = 2 X)."""
-    model = tmp_path / "repo" / "double"
+def sign_handmade(version_dir, weights: str = "model.py") -> None:
+    """Sign a hand-written version folder with the session key, as `mass export` would
+    (``export.json`` naming ``weights``, the ``__pycache__`` blocker, SHA256SUMS + signature):
+    a server of ours serves only signed models."""
+    import json
+    from pathlib import Path
+
+    from mass.digest import sha256_file
+    from mass.serving.manifest import sign_version_dir, signing_key
+
+    folder = Path(version_dir)
+    meta = {"name": folder.parent.name, "version": int(folder.name), "weights": weights,
+            "sha256": sha256_file(folder / weights)}  # fmt: skip
+    (folder / "export.json").write_text(json.dumps(meta))
+    (folder / "__pycache__").write_bytes(b"")
+    sign_version_dir(folder, signing_key())
+
+
+def write_tiny_model(repo, model_py: str = TINY_MODEL, name: str = "double"):
+    """``repo/<name>``: X FP32[2] -> Y = 2 X (numpy only), signed with the session key."""
+    model = repo / name
     (model / "1").mkdir(parents=True)
-    (model / "1" / "model.py").write_text(TINY_MODEL)
+    (model / "1" / "model.py").write_text(model_py)
     (model / "config.pbtxt").write_text(
-        'name: "double"\nbackend: "python"\nmax_batch_size: 8\n'
+        f'name: "{name}"\nbackend: "python"\nmax_batch_size: 8\n'
         'input [ { name: "X" data_type: TYPE_FP32 dims: [ 2 ] } ]\n'
         'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] } ]\n'
         "instance_group [ { kind: KIND_CPU } ]\n"
     )
-    return tmp_path / "repo"
+    sign_handmade(model / "1")
+    return repo
+
+
+@pytest.fixture(scope="session")
+def sign_handmade_model():
+    """:func:`sign_handmade` (test modules cannot import a conftest under importlib mode)."""
+    return sign_handmade
+
+
+@pytest.fixture()
+def tiny_repo(tmp_path):
+    """A numpy-only python-backend repository: model ``double`` (X FP32[2] -> Y = 2 X),
+    signed with the session key."""
+    return write_tiny_model(tmp_path / "repo")

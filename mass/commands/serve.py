@@ -1,8 +1,9 @@
 """Start the local Triton Inference Server on a model repository and wait until Ctrl-C/SIGTERM.
 
 Binds HTTP, gRPC and metrics to 127.0.0.1 only; prints the URLs as one JSON line once every
-model is loaded. Every exported model is verified first (signed manifest; owner key from
---signing-key-file or MASS_SIGNING_KEY_FILE). The shared-memory and model-control APIs need a
+model is loaded. The server runs on a private copy of the models it serves (--model, default
+every signed export), each verified first (signed manifest; owner key from --signing-key-file or
+MASS_SIGNING_KEY_FILE); a folder nobody signed is never loaded. The shared-memory and model-control APIs need a
 random token: the line's ``access_file`` (0600) holds it; jobs of the same user that pass
 ``--triton-url`` use shared memory only with ``MASS_TRITON_ACCESS_FILE`` set to that file
 (without it they send tensors over gRPC). Example:
@@ -24,6 +25,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="Triton model repository (default: triton_models)",
     )
+    parser.add_argument(
+        "--model",
+        action="append",
+        default=None,
+        metavar="NAME[:VERSION]",
+        help="serve only this model (repeatable; default: the newest version of every signed "
+        "export). Folders nobody signed are never loaded; a named one is refused",
+    )
     parser.add_argument("--grpc-port", type=int, default=None, help="default: a free port")
     parser.add_argument("--http-port", type=int, default=None, help="default: a free port")
     parser.add_argument("--metrics-port", type=int, default=None, help="default: a free port")
@@ -31,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--model-control",
         choices=["none", "explicit", "poll"],
         default="none",
-        help="Triton --model-control-mode (poll reloads new exports)",
+        help="none: load every served model at start; explicit: clients load them (with the "
+        "access token); poll is refused (it would load unverified files)",
     )
     parser.add_argument("--log", default=None, metavar="FILE", help="server log file")
     parser.add_argument(
@@ -60,4 +70,5 @@ def run(args: argparse.Namespace) -> int:
         startup_timeout=args.startup_timeout,
         model_control=args.model_control,
         signing_key_file=args.signing_key_file,
+        models=args.model,
     )

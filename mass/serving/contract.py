@@ -79,6 +79,7 @@ SHA256SUMS = "SHA256SUMS"
 SIGNATURE = "SHA256SUMS.sig"
 MANIFEST_FORMAT = "mass-export-manifest-v1"
 SIGN_PURPOSE = "sign"  # the owner key's subkey that signs exports
+STAGED_DIGESTS = "mass-staged.json"  # a staged model's verified digests (mass.serving.staging)
 PYCACHE_BLOCKER = "__pycache__"  # an empty FILE: the stub cannot cache model.py as .pyc
 
 # -- restricted server APIs (mass.serving.access) ------------------------------------------------

@@ -81,8 +81,9 @@ def export_kind(
 
     check_model_name(name)
     common: dict = {"version": version, "instances": instances, "gpu_variant": gpu_variant}
+    key = signing_key(resolve_key(signing_key_file, SIGNING_KEY_ENV), purpose="sign")
     if kind != "ensemble":
-        common["key"] = signing_key(resolve_key(signing_key_file, SIGNING_KEY_ENV), purpose="sign")
+        common["key"] = key
     if max_batch_size is not None:
         common["max_batch_size"] = max_batch_size
     if kind in ("modifier", "extractor") and run_dir is None:
@@ -90,7 +91,9 @@ def export_kind(
     if kind == "ensemble":
         if modifier is None:
             raise ConfigError("--kind ensemble needs --modifier NAME (an exported modifier)")
-        path = export_ensemble(repository, extractor=extractor, modifier=modifier, name=name)
+        path = export_ensemble(
+            repository, extractor=extractor, modifier=modifier, name=name, key=key
+        )
         return {"name": name, "version": 1, "path": str(path)}
     if kind == "modifier":
         result = export_modifier(run_dir, repository, name, **common)
@@ -261,12 +264,17 @@ def export_ensemble(
     extractor: str = "mnist_cnn",
     modifier: str,
     name: str | None = None,
+    key: OwnerKey | None = None,
 ) -> Path:
-    """Ensemble ``name``: IMAGE + ROW_SEED -> extractor -> modifier -> PRIVATIZED (raw inputs)."""
+    """Ensemble ``name``: IMAGE + ROW_SEED -> extractor -> modifier -> PRIVATIZED (raw inputs).
+
+    Signed like every export (``1/export.json`` names its steps; its "weights" are its
+    config.pbtxt): a server stages it, and its steps with it, only when it verifies."""
     for what, value in (("--extractor", extractor), ("--modifier", modifier)):
         check_model_name(value, option=what)
     name = name or f"{extractor}_{modifier}"
     check_model_name(name)
+    key = signing_key(key, purpose="sign")
     repo = Path(repository)
     ext_meta, mod_meta = latest_export(repo, extractor), latest_export(repo, modifier)
     if ext_meta["dim"] != mod_meta["dim"]:
@@ -305,6 +313,12 @@ ensemble_scheduling {{
 }}
 '''
     atomic_write(model_dir / "config.pbtxt", text)
+    meta = {"name": name, "version": 1, "kind": "ensemble", "steps": [extractor, modifier],
+            "weights": "../config.pbtxt", "sha256": sha256_file(model_dir / "config.pbtxt"),
+            "dim": dim, "method": mod_meta.get("method"), "suppress": mod_meta.get("suppress"),
+            "preserve": mod_meta.get("preserve"), "config_hash": mod_meta.get("config_hash")}  # fmt: skip
+    atomic_write(model_dir / "1" / C.EXPORT_JSON, json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    sign_version_dir(model_dir / "1", key)
     return model_dir
 
 

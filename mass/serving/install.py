@@ -41,21 +41,54 @@ LOG = logging.getLogger("mass.serving")
 # which fchmod()s them to 0644 whatever the umask. This LD_PRELOAD shim, built at start with
 # the system C compiler, drops the group/other bits of every fchmod() in tritonserver and its
 # stubs, so the regions are 0600 from the moment they exist.
+#
+# It also ties every process of the server tree to its parent: the stubs are children of
+# tritonserver and ignore SIGTERM, so a SIGKILLed job (whose server gets its parent-death
+# signal) used to leave one ~380 MB stub per model behind. A thread started in each process
+# polls getppid(): when the parent is gone, a stub SIGKILLs itself at once; tritonserver
+# itself (which already has a parent-death signal from the job) gets 10 s to shut down first.
 _SHM_SHIM_C = r"""
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <unistd.h>
 int fchmod(int fd, mode_t mode) {
     static int (*real)(int, mode_t) = 0;
     if (!real) real = (int (*)(int, mode_t))dlsym(RTLD_NEXT, "fchmod");
     return real(fd, mode & ~(mode_t)(S_IRWXG | S_IRWXO));
 }
+static pid_t mass_parent;
+static int mass_grace;
+static void *mass_watch(void *arg) {
+    (void)arg;
+    for (;;) {
+        if (getppid() != mass_parent) {
+            for (int i = 0; i < mass_grace; i++) usleep(500000);
+            kill(getpid(), SIGKILL);
+        }
+        usleep(500000);
+    }
+    return 0;
+}
+__attribute__((constructor)) static void mass_tie_to_parent(void) {
+    int sig = 0;
+    pthread_t thread;
+    prctl(PR_GET_PDEATHSIG, &sig);
+    mass_grace = sig ? 20 : 0;
+    mass_parent = getppid();
+    if (mass_parent == 1) return;
+    if (pthread_create(&thread, 0, mass_watch, 0) == 0) pthread_detach(thread);
+}
 """
 
 
 def build_shm_shim(workdir: Path) -> Path | None:
-    """Compile the fchmod shim (see ``_SHM_SHIM_C``) into ``workdir``; None without a compiler."""
+    """Compile the shim (0600 regions, processes tied to their parent; see ``_SHM_SHIM_C``)
+    into ``workdir``; None without a compiler."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         LOG.warning(
@@ -65,7 +98,8 @@ def build_shm_shim(workdir: Path) -> Path | None:
         return None
     src, lib = workdir / "shm0600.c", workdir / "libmass_shm0600.so"
     src.write_text(_SHM_SHIM_C)
-    res = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(lib), str(src), "-ldl"],
+    res = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(lib), str(src), "-ldl",
+                          "-lpthread"],
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     if res.returncode != 0:
         LOG.warning("could not build the shm shim (%s); regions will be 0644", res.stderr[-300:])
@@ -121,18 +155,14 @@ def python_path_for_models() -> list[str]:
     return out
 
 
-def server_env(install: TritonInstall, signing_key_file: str | None = None) -> dict[str, str]:
+def server_env(install: TritonInstall) -> dict[str, str]:
     """The environment ``tritonserver`` and its python stubs need (see the module docstring).
 
-    ``MASS_SIGNING_KEY_FILE`` (``signing_key_file``, else inherited) is passed as an absolute
-    path: the served adapters verify the export's signature with it before loading anything.
+    No key reaches them: ``MASS_NOISE_KEY_FILE``, ``MASS_SIGNING_KEY_FILE`` and every other
+    variable naming a key file or an access token are dropped (the job verifies the staged
+    models with the key, the adapters check the digests it wrote; noise seeds arrive keyed).
     """
-    from mass.keys import SIGNING_KEY_ENV
-
-    env = dict(os.environ)
-    key_file = signing_key_file or env.get(SIGNING_KEY_ENV)
-    if key_file:
-        env[SIGNING_KEY_ENV] = os.path.abspath(key_file)
+    env = {k: v for k, v in os.environ.items() if not _secret_variable(k)}
     lib_dirs = [os.path.join(sys.base_prefix, "lib"), str(install.libs)]
     if env.get("LD_LIBRARY_PATH"):
         lib_dirs.append(env["LD_LIBRARY_PATH"])
@@ -144,6 +174,16 @@ def server_env(install: TritonInstall, signing_key_file: str | None = None) -> d
     # One thread per stub: the stubs share the machine with the caller (Beam workers).
     env.setdefault("OMP_NUM_THREADS", "1")
     return env
+
+
+def _secret_variable(name: str) -> bool:
+    from mass.keys import NOISE_KEY_ENV, SIGNING_KEY_ENV
+    from mass.serving.contract import ACCESS_FILE_ENV
+
+    upper = name.upper()
+    return name in (NOISE_KEY_ENV, SIGNING_KEY_ENV, ACCESS_FILE_ENV) or (
+        upper.startswith("MASS_") and ("KEY" in upper or "TOKEN" in upper or "SECRET" in upper)
+    )
 
 
 def prepare_backends(workdir: Path, install: TritonInstall) -> Path:

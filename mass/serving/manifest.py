@@ -26,6 +26,7 @@ from mass.serving.contract import (
     SHA256SUMS,
     SIGN_PURPOSE,
     SIGNATURE,
+    STAGED_DIGESTS,
     version_parameter,
 )
 
@@ -89,13 +90,53 @@ def verify_version_dir(
     """
     folder = Path(version_dir)
     key = signing_key(key)
+    meta = _export_json(folder)
+    return check_listed_files(folder, _verified_manifest(folder, key), meta, model_config)
+
+
+def verify_staged_version(version_dir: str | Path, model_config: dict | None = None) -> dict:
+    """What a served adapter checks in ``initialize``, with no key: the version folder against
+    the digests that the job wrote into its private staging copy after verifying the signed
+    manifest with the owner key (:mod:`mass.serving.staging`, ``../STAGED_DIGESTS``).
+
+    A folder with no such file was not staged by mass (a ``tritonserver`` started by hand): it
+    is verified with the key of ``MASS_SIGNING_KEY_FILE`` when that is set, else refused.
+    """
+    folder = Path(version_dir)
+    digests = folder.parent / STAGED_DIGESTS
+    if not digests.is_file():
+        if os.environ.get(SIGNING_KEY_ENV):
+            return verify_version_dir(folder, model_config)
+        raise ChecksumMismatchError(
+            f"{folder}: not staged by mass (no {digests.name}) and no {SIGNING_KEY_ENV} to "
+            "verify it with; serve exports with `mass serve` or the job's own server"
+        )
     try:
-        meta = json.loads((folder / EXPORT_JSON).read_text())
+        record = json.loads(digests.read_text())
+        listed = dict(record["files"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ChecksumMismatchError(f"{digests}: unreadable ({e}); restart the job") from e
+    if str(record.get("version")) != folder.name:
+        raise ChecksumMismatchError(
+            f"{folder}: the staged digests are for version {record.get('version')}; restart the job"
+        )
+    return check_listed_files(folder, listed, _export_json(folder), model_config)
+
+
+def _export_json(folder: Path) -> dict:
+    try:
+        return json.loads((folder / EXPORT_JSON).read_text())
     except (OSError, ValueError) as e:
         raise ChecksumMismatchError(
             f"{folder / EXPORT_JSON}: missing or unreadable ({e}); re-export with `mass export`"
         ) from e
-    listed = _verified_manifest(folder, key)
+
+
+def check_listed_files(
+    folder: Path, listed: dict[str, str], meta: dict, model_config: dict | None = None
+) -> dict:
+    """Every file of ``folder`` (and its config) is in ``listed`` with that sha256, nothing
+    else is there, and the weights match ``export.json`` (and the served config); ``meta``."""
     for name, digest in listed.items():
         path = folder / name
         if not path.is_file() or path.is_symlink():
@@ -136,6 +177,11 @@ def verify_version_dir(
                 f"{weights}: sha256 {actual} differs from {recorded} in config.pbtxt ({param})"
             )
     return meta
+
+
+def verified_manifest(folder: str | Path, key: OwnerKey) -> dict[str, str]:
+    """``{name: sha256}`` of a version folder's SHA256SUMS once its signature checks out."""
+    return _verified_manifest(Path(folder), key)
 
 
 def _verified_manifest(folder: Path, key: OwnerKey) -> dict[str, str]:

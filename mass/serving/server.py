@@ -20,14 +20,19 @@ Hardening (docs/failure-modes.md, "Untrusted files and the local server"):
   :func:`mass.serving.access.client_headers`). Inference, health and metadata stay open. The
   token is on the server's command line, readable in ``/proc`` by other local users unless
   ``/proc`` is mounted ``hidepid=2`` (Triton has no other way to take it).
-* Before launching, every model of the repository that ``mass export`` wrote (has an
-  ``export.json``) is verified (:func:`mass.serving.manifest.verify_repository`: signed
-  manifest, no unlisted file, config.pbtxt unchanged), so a foreign ``model.py`` or a config
-  pointing at one is never imported; the served adapters verify again in ``initialize``.
-  The owner key reaches the stubs through ``MASS_SIGNING_KEY_FILE`` in their environment.
-* The work directory (``/tmp/mass-triton-*``) is removed on every exit path: a failed start,
-  an exception, SIGINT, and SIGTERM (a handler that raises :class:`SystemExit` is installed
-  while a server runs, when the main thread has none of its own).
+* The server never sees the user's repository: the models it may serve (``models``; default
+  every signed export) are copied into ``<work dir>/models`` and verified there with the owner
+  key (:mod:`mass.serving.staging`); a requested folder nobody signed is refused by name before
+  launching and every other folder is never loaded. Model control is always explicit
+  (``--load-model=NAME`` for each staged model, never ``*``): a second wall. The served
+  adapters check their staged copy again in ``initialize`` against the digests the job wrote,
+  with no key: neither the owner key nor a key-file path is in the server's or a stub's
+  environment (:func:`mass.serving.install.server_env` drops them).
+* The work directory (``/tmp/mass-triton-<pid>-*``, 0700, with an owner marker) is removed on
+  every exit path: a failed start, an exception, SIGINT, and SIGTERM (a handler that raises
+  :class:`SystemExit` is installed while a server runs, when the main thread has none of its
+  own); one left by a SIGKILLed owner is swept, with its shm regions, at the next start
+  (:func:`mass.scratch.sweep`).
 * ``--exit-timeout-secs`` is lowered from 30 s so SIGTERM shutdowns are quick.
 * The server runs in its own session (``killpg`` reaches the stubs) and, when started from the
   main thread, gets ``PR_SET_PDEATHSIG`` so a crashed caller leaves no orphan server.
@@ -47,11 +52,12 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 from mass.errors import ServingError
+from mass.keys import SIGNING_KEY_ENV, resolve_key
+from mass.scratch import private_dir, sweep
 from mass.serving import access
 from mass.serving.contract import ACCESS_HEADER, GRPC_HEADER_PREFIX, RESTRICTED
 from mass.serving.health import grpc_client, ready
@@ -61,7 +67,7 @@ from mass.serving.install import (
     prepare_backends,
     server_env,
 )
-from mass.serving.manifest import verify_repository
+from mass.serving.manifest import signing_key
 from mass.serving.process import (
     child_setup,
     child_setup_main,
@@ -70,10 +76,12 @@ from mass.serving.process import (
     in_main_thread,
     signal_group,
 )
+from mass.serving.staging import StagedModel, stage_models, wanted_models
 
 LOG = logging.getLogger("mass.serving")
 _LOG_TAIL_LINES = 40
 _SIGTERM_USERS = 0  # running servers that rely on the SIGTERM -> SystemExit handler
+
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
@@ -95,13 +103,13 @@ def _log_tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
 class TritonServer:
     """A running ``tritonserver`` on ``repository``; use as a context manager.
 
-    Ports default to free ones; everything binds to 127.0.0.1. ``model_control`` is Triton's
-    ``--model-control-mode`` (``none``, ``explicit`` or ``poll``); in ``explicit`` mode the
-    models named in ``load_models`` (default: all, ``--load-model=*``) load at startup and a
-    client loads others later (``InferenceServerClient.load_model``, with
-    :attr:`client_headers`). ``verify_models`` checks every exported model's signed manifest
-    before launching (``signing_key_file`` or ``MASS_SIGNING_KEY_FILE``); turn it off only to
-    test the served models' own check.
+    Ports default to free ones; everything binds to 127.0.0.1. ``models`` names what the
+    server may serve (names, ``name:version`` or ``{name: version}``; default: the newest
+    version of every signed export); they are staged and verified (``signing_key_file`` or
+    ``MASS_SIGNING_KEY_FILE``) before launching. ``model_control`` ``none`` loads them all;
+    ``explicit`` loads those in ``load_models`` (default all) and a client loads the other
+    staged ones later (``InferenceServerClient.load_model``, with :attr:`client_headers`).
+    ``poll`` is refused: it would load whatever appears in the repository, unverified.
     """
 
     def __init__(
@@ -117,16 +125,21 @@ class TritonServer:
         exit_timeout: int = 5,
         load_models: tuple[str, ...] | None = None,
         extra_args: tuple[str, ...] = (),
-        verify_models: bool = True,
         signing_key_file: str | os.PathLike[str] | None = None,
+        models=None,
     ) -> None:
         self.repository = Path(repository).resolve()
         if not self.repository.is_dir():
             raise ServingError(
                 f"model repository {self.repository} does not exist or is not a folder"
             )
-        if model_control not in ("none", "explicit", "poll"):
-            raise ServingError(f"model_control={model_control!r}: use 'none', 'explicit' or 'poll'")
+        if model_control == "poll":
+            raise ServingError(
+                "model control 'poll' would load whatever appears in the repository, unverified; "
+                "use 'none' or 'explicit' and restart the server after `mass export`"
+            )
+        if model_control not in ("none", "explicit"):
+            raise ServingError(f"model_control={model_control!r}: use 'none' or 'explicit'")
         self._fixed_ports = (grpc_port, http_port, metrics_port)
         self.grpc_port, self.http_port, self.metrics_port = grpc_port, http_port, metrics_port
         self.startup_timeout = startup_timeout
@@ -134,14 +147,15 @@ class TritonServer:
         self.exit_timeout = exit_timeout
         if load_models is not None and model_control != "explicit":
             raise ServingError("load_models needs model_control='explicit'")
-        self.load_models = ("*",) if load_models is None else tuple(load_models)
+        self.load_models = None if load_models is None else tuple(load_models)
+        self.models = wanted_models(models)
+        self.staged: list[StagedModel] = []
         self.extra_args = tuple(extra_args)
         self._install = find_tritonserver()
         self._workdir: Path | None = None
         self._user_log = Path(log_path) if log_path is not None else None
         self._shm_prefix = f"mass_{secrets.token_hex(12)}_"
         self._token = secrets.token_hex(32)
-        self.verify_models = verify_models
         self.signing_key_file = os.fspath(signing_key_file) if signing_key_file else None
         self._holds_sigterm = False
         self.process: subprocess.Popen | None = None
@@ -185,17 +199,25 @@ class TritonServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    @property
+    def staged_repository(self) -> Path:
+        """The private repository the server runs on (verified copies, see module docs)."""
+        assert self._workdir is not None, "server not started"
+        return self._workdir / "models"
+
     def start(self) -> TritonServer:
-        """Verify the repository's exports, start the server and block until it (and every
+        """Stage and verify the models, start the server and block until it (and every
         model) is ready; on any failure nothing is left running and the work dir is gone."""
         if self.process is not None and self.process.poll() is None:
             raise ServingError(f"tritonserver (pid {self.process.pid}) is already running")
-        if self.verify_models:
-            verify_repository(self.repository, signing_key_file=self.signing_key_file)
+        key = signing_key(resolve_key(self.signing_key_file, SIGNING_KEY_ENV))
+        sweep("mass-triton-")
         self._catch_sigterm()
         try:
             if self._workdir is None:
-                self._workdir = Path(tempfile.mkdtemp(prefix="mass-triton-"))
+                self._workdir = private_dir("mass-triton-", shm_prefix=self._shm_prefix)
+            self.staged = stage_models(self.repository, self.staged_repository, self.models, key)
+            self._check_load_models()
             attempts = 1 if all(self._fixed_ports) else 3
             for attempt in range(attempts):
                 self._pick_ports(fresh=attempt > 0)
@@ -211,6 +233,15 @@ class TritonServer:
             self.stop()  # a failed start (or SIGTERM/Ctrl-C while starting) leaves nothing
             raise
         return self
+
+    def _check_load_models(self) -> None:
+        names = [m.name for m in self.staged]
+        unknown = sorted(set(self.load_models or ()) - set(names))
+        if unknown:
+            raise ServingError(
+                f"load_models {unknown}: not staged (staged: {names}); name them in models"
+            )
+        LOG.info("serving %s", ", ".join(f"{m.name} version {m.version}" for m in self.staged))
 
     def _catch_sigterm(self) -> None:
         """SIGTERM unwinds like Ctrl-C (SystemExit), so ``with``/``finally`` blocks clean up;
@@ -248,7 +279,7 @@ class TritonServer:
         backends = prepare_backends(self._workdir, self._install)
         cmd = [
             str(self._install.binary),
-            f"--model-repository={self.repository}",
+            f"--model-repository={self.staged_repository}",
             f"--backend-directory={backends}",
             "--http-address=127.0.0.1",
             "--grpc-address=127.0.0.1",
@@ -256,20 +287,18 @@ class TritonServer:
             f"--http-port={self.http_port}",
             f"--grpc-port={self.grpc_port}",
             f"--metrics-port={self.metrics_port}",
-            f"--model-control-mode={self.model_control}",
+            "--model-control-mode=explicit",  # only what is named below ever loads
             f"--exit-timeout-secs={self.exit_timeout}",
             f"--backend-config=python,shm-region-prefix-name={self._shm_prefix}",
             f"--grpc-restricted-protocol={RESTRICTED}:{ACCESS_HEADER}={self._token}",
             f"--http-restricted-api={RESTRICTED}:{ACCESS_HEADER}={self._token}",
         ]
-        if self.model_control == "explicit":
-            cmd += [f"--load-model={m}" for m in self.load_models]
-        if self.model_control == "poll":
-            cmd.append("--repository-poll-secs=2")
+        load = [m.name for m in self.staged] if self.load_models is None else self.load_models
+        cmd += [f"--load-model={m}" for m in load]
         return cmd + list(self.extra_args)
 
     def _env(self) -> dict[str, str]:
-        env = server_env(self._install, self.signing_key_file)
+        env = server_env(self._install)
         assert self._workdir is not None
         shim = build_shm_shim(self._workdir)
         if shim is not None:

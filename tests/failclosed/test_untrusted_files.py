@@ -271,43 +271,41 @@ def test_an_older_version_is_signed_again_over_the_new_config(tmp_path, fc):
     subprocess.run(["sha256sum", "--quiet", "-c", SHA256SUMS], cwd=repo / "mod" / "1", check=True)
 
 
-# -- the served model checks again when the job's checks are bypassed -----------------------------
-SERVED = ("rehashed-weights", "crafted-weights", "unlisted-file", "edited-config", "other-key")
+# -- the served model checks its staged copy again (no key in the stub) ---------------------------
+SERVED = {  # tamper of the staged copy -> what the adapter's initialize names
+    "rehashed-weights": "content differs",
+    "crafted-weights": "content differs",
+    "unlisted-file": "shim.py not listed",
+    "edited-config": "config.pbtxt: content differs",
+}
 
 
 @pytest.mark.triton
-def test_the_served_model_refuses_a_tampered_export_when_loaded_directly(tmp_path, fc):
+def test_the_served_model_refuses_a_staged_copy_changed_after_staging(tmp_path, fc):
+    """The job verifies with the key, then writes the verified digests into its private copy;
+    the adapter checks that copy against them in ``initialize`` (no key in the stub), so files
+    changed between staging and loading are refused."""
     from tritonclient.utils import InferenceServerException
 
     repo = tmp_path / "repo"
     fc.export_mod(tmp_path / "run_good", repo, seed=0, name="good")
     for case in SERVED:
-        name = case.replace("-", "_")
-        fc.export_mod(tmp_path / f"run_{name}", repo, seed=0, name=name)
-        TAMPER[case][0](repo / name / "1")
-    # verify_models=False: as if tritonserver were started by hand on the repository
-    with TritonServer(repo, model_control="explicit", load_models=(), verify_models=False,
+        fc.export_mod(tmp_path / f"run_{case}", repo, seed=0, name=case.replace("-", "_"))
+    with TritonServer(repo, model_control="explicit", load_models=(),
                       startup_timeout=300) as server:  # fmt: skip
         import tritonclient.grpc as grpcclient
 
+        for case in SERVED:
+            TAMPER[case][0](server.staged_repository / case.replace("-", "_") / "1")
         client = grpcclient.InferenceServerClient(server.grpc_url)
         client.load_model("good", headers=server.client_headers)  # control: a signed one loads
         assert client.is_model_ready("good")
-        for case in SERVED:
-            with pytest.raises(InferenceServerException, match=TAMPER[case][1]):
+        for case, message in SERVED.items():
+            with pytest.raises(InferenceServerException, match=message):
                 client.load_model(case.replace("-", "_"), headers=server.client_headers)
             assert not client.is_model_ready(case.replace("-", "_"))
         client.close()
-    assert not (repo / "ran").exists()  # the crafted weights never reached an unpickler
-
-
-@pytest.mark.triton
-def test_a_server_whose_model_refuses_to_load_is_a_clear_serving_error(tmp_path, fc):
-    repo, _ = _tampered_repo(tmp_path, fc, "unlisted-file")
-    server = TritonServer(repo, verify_models=False, startup_timeout=300)
-    with pytest.raises(E.ServingError, match="shim.py not listed"):
-        server.start()
-    assert server.process is None and server._workdir is None
+        assert not list(server.staged_repository.rglob("ran"))  # crafted weights never ran
 
 
 # -- the local server belongs to the job that started it -------------------------------------------
@@ -389,8 +387,11 @@ def test_restricted_apis_and_private_shared_memory(tiny_repo, monkeypatch):
 
 
 @pytest.mark.triton
-def test_a_failed_start_leaves_no_work_directory(tiny_repo, tmp_path, monkeypatch):
+def test_a_failed_start_leaves_no_work_directory(
+    tiny_repo, tmp_path, monkeypatch, sign_handmade_model
+):
     (tiny_repo / "double" / "1" / "model.py").write_text("raise RuntimeError('boom')\n")
+    sign_handmade_model(tiny_repo / "double" / "1")
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))

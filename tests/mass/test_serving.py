@@ -65,6 +65,7 @@ def served(tmp_path_factory, triton_server_factory):
     save_extractor(ImageEncoder(EncoderConfig(widths=(8, 8, 16), dim=DIM)), str(tmp / "ext.pt"))
     export_extractor(tmp / "ext.pt", repo, "cnn", max_batch_size=256)
     export_ensemble(repo, extractor="cnn", modifier="sto", name="raw")
+    export_modifier(runs["det"], repo, "tampered", max_batch_size=512)  # staged, not loaded
     if HAVE_TEXT:
         export_minilm(repo, "minilm")
     # minilm loads on demand (its test is slow): importing transformers costs a minute on 2 cores.
@@ -219,10 +220,11 @@ def test_unreachable_server_is_a_serving_error():
 
 
 def test_tampered_weights_fail_to_load(served):
+    """The served adapter checks its staged copy against the digests the job wrote (no key in
+    the stub): weights changed after staging never load."""
     from tritonclient.utils import InferenceServerException
 
-    res = export_modifier(served["runs"]["det"], served["repo"], "tampered")
-    weights = res.version_dir / "modifier.pt"
+    weights = served["server"].staged_repository / "tampered" / "1" / "modifier.pt"
     data = bytearray(weights.read_bytes())
     data[-100] ^= 0x01
     weights.write_bytes(bytes(data))
@@ -276,8 +278,9 @@ def test_server_restarts_on_same_ports_and_stops_without_leftovers(tiny_repo):
     assert not list(Path("/dev/shm").glob(f"{server._shm_prefix}*"))
 
 
-def test_startup_failure_raises_with_log_tail(tmp_path, tiny_repo):
+def test_startup_failure_raises_with_log_tail(tmp_path, tiny_repo, sign_handmade_model):
     (tiny_repo / "double" / "1" / "model.py").write_text("raise RuntimeError('boom in model.py')\n")
+    sign_handmade_model(tiny_repo / "double" / "1")
     with pytest.raises(ServingError, match="boom in model.py"):
         TritonServer(tiny_repo, startup_timeout=120).start()
 

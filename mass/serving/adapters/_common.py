@@ -11,7 +11,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from mass.serving.contract import TORCH_THREADS_PARAMETER
-from mass.serving.manifest import verify_version_dir
+from mass.serving.manifest import verify_staged_version
 
 if TYPE_CHECKING:
     import torch
@@ -24,14 +24,15 @@ warnings.filterwarnings("ignore", message="The given NumPy array is not writable
 def setup(args: dict) -> tuple[dict, Path, dict, torch.device]:
     """(config, version folder, verified export.json, device) from Triton's initialize args.
 
-    The signed manifest (every file of the version, config.pbtxt included; owner key from
-    ``MASS_SIGNING_KEY_FILE``, passed on by :mod:`mass.serving.install`) is verified before torch is
-    even imported: a tampered or unlisted file is refused in about a second, the model never
-    loads, and nothing reaches the (weights-only) loader.
+    The staged copy (every file of the version, config.pbtxt included) is checked against the
+    digests the job wrote after verifying the signed manifest with the owner key
+    (:mod:`mass.serving.staging`; no key here) before torch is even imported: a tampered or
+    unlisted file is refused in about a second, the model never loads, and nothing reaches
+    the (weights-only) loader.
     """
     config = json.loads(args["model_config"])
     version_dir = Path(args["model_repository"]) / str(args["model_version"])
-    meta = verify_version_dir(version_dir, config)
+    meta = verify_staged_version(version_dir, config)
     import torch
 
     params = {k: v.get("string_value") for k, v in config.get("parameters", {}).items()}
