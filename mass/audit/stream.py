@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,8 +25,10 @@ from mass import fs
 from mass.errors import InvalidValueError, SchemaError, UnreadableInputError
 from mass.io import decode_ids, expand_paths, parquet_batches
 from mass.noise import row_seeds
+from mass.scratch import PrivateDir
 
 ROW = "__mass_row"  # global row number in file order, carried through the spill
+SPILL_PREFIX = "mass-audit-"
 PARTITION_ROWS = 200_000  # rows of one input per partition (memory ~ this x row width x 2)
 BATCH_ROWS = 65_536
 
@@ -162,15 +162,21 @@ def check_unique(ids: pa.Array, rows: np.ndarray, *, id_col: str, source: str) -
 
 
 class Scratch:
-    """A local scratch directory for the spill (removed on exit), and the partition count."""
+    """The spill directory (ids, labels, original embeddings: :class:`mass.scratch.PrivateDir`,
+    ``$TMPDIR/mass-audit-<pid>-*``, 0700, removed on exit, SIGTERM included, and swept at the
+    next run after a SIGKILL) and the partition count."""
 
     def __init__(self, n_rows: int, partition_rows: int):
         self.n_parts = max(1, math.ceil(n_rows / max(partition_rows, 1)))
-        self.path = tempfile.mkdtemp(prefix="mass-audit-") if self.n_parts > 1 else None
+        self._dir = PrivateDir(SPILL_PREFIX) if self.n_parts > 1 else None
+        self.path: str | None = None
 
     def __enter__(self) -> Scratch:
+        if self._dir is not None:
+            self.path = str(self._dir.__enter__())
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.path:
-            shutil.rmtree(self.path, ignore_errors=True)
+        if self._dir is not None:
+            self._dir.__exit__(*exc)
+            self.path = None
