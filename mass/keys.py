@@ -88,29 +88,75 @@ def write_key(path: str) -> OwnerKey:
 
 
 def read_key(path: str) -> OwnerKey:
-    """Read a key file written by :func:`write_key`; errors name the file and what to do."""
+    """Read a key file written by :func:`write_key`; errors name the file and what to do.
+
+    Refused: a symlink (never followed: whoever controls the link picks the key), a file owned
+    by another user (who could swap it) or readable by others, anything but one
+    ``mass-key-v1:`` line of 64 hex digits, and a secret that is plainly not random (all one
+    byte, few distinct bytes, an arithmetic run, or printable text: see :func:`weak_reason`).
+    """
     try:
-        st = os.stat(path)
+        link = os.lstat(path)
     except FileNotFoundError as e:
         raise ConfigError(f"{path}: no such key file; create one with `mass keygen {path}`") from e
-    if not stat.S_ISREG(st.st_mode):
-        raise ConfigError(f"{path}: not a regular file; pass a key file from `mass keygen`")
-    if st.st_mode & 0o077:
+    if stat.S_ISLNK(link.st_mode):
         raise ConfigError(
-            f"{path}: key file is readable by others (mode {stat.S_IMODE(st.st_mode):o}); "
-            f"run `chmod 600 {path}`"
+            f"{path}: a symlink (to {os.path.realpath(path)}); key files are never read through "
+            f"a link: pass the real file, or copy it with `install -m 600 SOURCE {path}`"
         )
-    with open(path) as f:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot open the key file ({e})") from e
+    with os.fdopen(fd) as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"{path}: not a regular file; pass a key file from `mass keygen`")
+        if st.st_uid != os.geteuid():
+            raise ConfigError(
+                f"{path}: key file is owned by uid {st.st_uid}, not by you (uid {os.geteuid()}): "
+                f"its owner could replace it; use a key you own (`mass keygen`) or have it "
+                f"copied to you (`install -m 600 {path} MYKEY`)"
+            )
+        if st.st_mode & 0o077:
+            raise ConfigError(
+                f"{path}: key file is readable by others (mode {stat.S_IMODE(st.st_mode):o}); "
+                f"run `chmod 600 {path}`"
+            )
         text = f.read(4096).strip()
     if not text.startswith(PREFIX):
         raise ConfigError(f"{path}: not a MaSS key file (expected '{PREFIX}...'); use mass keygen")
     try:
-        secret = bytes.fromhex(text[len(PREFIX):])
+        secret = bytes.fromhex(text[len(PREFIX) :])
     except ValueError as e:
         raise ConfigError(f"{path}: corrupt key file (hex digits expected)") from e
     if len(secret) != KEY_BYTES:
         raise ConfigError(f"{path}: corrupt key file ({len(secret)} bytes, {KEY_BYTES} expected)")
+    weak = weak_reason(secret)
+    if weak:
+        raise ConfigError(
+            f"{path}: not a random key ({weak}); anyone could guess it. Create a key with "
+            "`mass keygen NEWFILE` (releases made with this one have no keyed protection)"
+        )
     return OwnerKey(secret, path)
+
+
+MIN_DISTINCT_BYTES = 20  # 32 random bytes have ~30 distinct values; < 20: p < 1e-10
+
+
+def weak_reason(secret: bytes) -> str | None:
+    """Why ``secret`` is plainly not 32 random bytes, or None. Random bytes fail none of these
+    checks except with negligible probability (printable text: (95/256)^32 ~ 2e-14)."""
+    if len(set(secret)) == 1:
+        return f"all {len(secret)} bytes are 0x{secret[0]:02x}"
+    if len(set(secret)) < MIN_DISTINCT_BYTES:
+        return f"only {len(set(secret))} distinct byte values"
+    steps = {(b - a) % 256 for a, b in zip(secret, secret[1:], strict=False)}
+    if len(steps) == 1:
+        return "an arithmetic run of bytes"
+    if all(0x20 <= b < 0x7F for b in secret):
+        return "printable text, like a password"
+    return None
 
 
 def resolve_key(path: str | None, env: str) -> OwnerKey | None:

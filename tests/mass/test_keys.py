@@ -88,3 +88,57 @@ def test_subkeys_are_separated_by_purpose():
     assert key.verify("sign", b"data", tag)
     assert not key.verify("sign", b"datb", tag)
     assert not OwnerKey(b"\x04" * 32).verify("sign", b"data", tag)
+
+
+def _key_file(path, secret: bytes) -> str:
+    """A key file as `mass keygen` writes it (0600, one line), holding ``secret``."""
+    from mass.keys import PREFIX
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(PREFIX + secret.hex() + "\n")
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("secret", "why"),
+    [
+        (bytes(32), "all 32 bytes are 0x00"),
+        (b"\xff" * 32, "all 32 bytes are 0xff"),
+        (bytes.fromhex("deadbeef") * 8, "only 4 distinct byte values"),
+        (bytes(range(32)), "an arithmetic run"),
+        (bytes(range(100, 228, 4)), "an arithmetic run"),
+        (b"Tr0ub4dor&3 quick-jumping ZEBRAS", "printable text"),
+    ],
+)
+def test_weak_keys_are_refused_by_name(tmp_path, secret, why):
+    path = _key_file(tmp_path / "weak.key", secret)
+    with pytest.raises(ConfigError, match=rf"^{path}: not a random key \({why}.*mass keygen"):
+        read_key(path)
+
+
+def test_random_keys_pass_the_weak_key_checks():
+    from mass.keys import weak_reason
+
+    assert not [k for k in (os.urandom(32) for _ in range(20_000)) if weak_reason(k)]
+
+
+def test_a_symlinked_key_file_is_refused(tmp_path):
+    real = tmp_path / "owner.key"
+    write_key(str(real))
+    link = tmp_path / "link.key"
+    link.symlink_to(real)
+    with pytest.raises(ConfigError, match=rf"^{link}: a symlink \(to {real}\).*real file"):
+        read_key(str(link))
+    assert read_key(str(real)).source == str(real)  # the file itself is fine
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
+def test_a_key_file_owned_by_another_user_is_refused(tmp_path):
+    path = tmp_path / "owner.key"
+    write_key(str(path))
+    os.chown(path, 54321, -1)
+    with pytest.raises(ConfigError, match=rf"^{path}: key file is owned by uid 54321, not by you"):
+        read_key(str(path))
+    os.chown(path, os.geteuid(), -1)
+    read_key(str(path))
