@@ -32,6 +32,7 @@ import json
 import logging
 import os
 import time
+from pathlib import Path
 
 import apache_beam as beam
 import pyarrow as pa
@@ -66,7 +67,8 @@ from mass.errors import (
 from mass.io import read_table
 from mass.keys import NOISE_KEY_ENV, resolve_key
 from mass.serving.contract import export_info, server_info
-from mass.serving.manifest import verify_version_dir
+from mass.serving.manifest import signing_key, verify_version_dir
+from mass.serving.newest import check_not_rolled_back
 from mass.serving.staging import require_signed_export
 from transforms.inference.tensors import ModifierInputs
 from transforms.inference.triton import TritonModelHandler
@@ -226,7 +228,10 @@ def _run_checked(args, extra, test_pipeline, model_handler, model_info) -> dict:
         require_signed_export(args.repository, args.model)  # a folder nobody signed: refused
         info = export_info(args.repository, args.model, args.model_version or None)
         # The weights must still be the exported ones (the server checks again when loading).
-        verify_version_dir(os.path.join(args.repository, args.model, str(info["version"])))
+        meta = verify_version_dir(os.path.join(args.repository, args.model, str(info["version"])))
+        if not args.model_version:  # "the newest" must be the newest signed export
+            check_not_rolled_back(Path(args.repository, args.model), int(info["version"]), meta,
+                                  signing_key())  # fmt: skip
     check_noise_key(args, info if local or model_handler is not None else {})
     args._seeds = keyed_seeds(args, info)
     checked = check_job_input(args, info)

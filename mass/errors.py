@@ -61,6 +61,10 @@ class UnsignedModelError(ChecksumMismatchError):
     """A model the job asked to serve is no signed export (or has no such version)."""
 
 
+class ModelRollbackError(ServingError):
+    """The newest version on disk is older than the newest signed export (mass.serving.newest)."""
+
+
 class ResponseShapeError(ServingError):
     """The server returned a tensor with the wrong shape or dtype."""
 

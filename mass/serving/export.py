@@ -36,6 +36,7 @@ from mass.keys import OwnerKey
 from mass.safe_load import plain
 from mass.serving import contract as C
 from mass.serving.manifest import sign_version_dir, signing_key, verify_version_dir
+from mass.serving.newest import FLAG, NEWEST, record_newest
 from mass.serving.repository import (
     MODEL_PY,
     atomic_write,
@@ -375,6 +376,7 @@ def _export(
             "weights": weights,
             **record,
             "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            FLAG: NEWEST,  # signed with the version: the record must exist (mass.serving.newest)
         }
         (staging / C.EXPORT_JSON).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         # Older versions are signed over the current config; check them before it changes.
@@ -399,6 +401,7 @@ def _export(
     # Sign last: until then the new version is unsigned and would be refused (fail closed).
     for folder in [*still_good, model_dir / str(version)]:
         sign_version_dir(folder, key)
+    record_newest(model_dir, version, sha, key)
     return ExportResult(name, version, model_dir, model_dir / str(version), sha)
 
 

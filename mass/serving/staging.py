@@ -10,7 +10,8 @@ signed manifest with the owner key *after* copying (nothing can change between c
 load), and writes the verified digests beside it (``<model>/mass-staged.json``), which the
 served adapter checks in ``initialize`` with no key
 (:func:`mass.serving.manifest.verify_staged_version`). One version per model is staged: the
-newest, or the one a job names.
+newest (refused when a newer signed export was removed, :mod:`mass.serving.newest`), or the
+one a job names.
 
 * A requested model that is no signed export (no ``export.json``/``SHA256SUMS``/signature in a
   version folder) is refused by name (:class:`mass.errors.UnsignedModelError`) before any
@@ -36,6 +37,7 @@ from mass.errors import ChecksumMismatchError, ConfigError, UnsignedModelError
 from mass.keys import OwnerKey
 from mass.serving.contract import EXPORT_JSON, SHA256SUMS, SIGNATURE, STAGED_DIGESTS
 from mass.serving.manifest import check_listed_files, verified_manifest, verify_version_dir
+from mass.serving.newest import check_not_rolled_back
 
 LOG = logging.getLogger("mass.serving")
 _MARKS = (EXPORT_JSON, SHA256SUMS, SIGNATURE)
@@ -152,7 +154,9 @@ def _stage_one(
             f"{', '.join(map(str, versions)) or 'none'}); pick one with --model-version"
         )
     source = model_dir / str(chosen)
-    verify_version_dir(source, key=key)  # a clear error naming the user's file
+    meta = verify_version_dir(source, key=key)  # a clear error naming the user's file
+    if version is None:  # "the newest": never an older one because a newer was removed
+        check_not_rolled_back(model_dir, chosen, meta, key)
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(mode=0o700)
