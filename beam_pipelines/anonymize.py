@@ -232,6 +232,7 @@ def _run_checked(args, extra, test_pipeline, model_handler, model_info) -> dict:
         if not args.model_version:  # "the newest" must be the newest signed export
             check_not_rolled_back(Path(args.repository, args.model), int(info["version"]), meta,
                                   signing_key())  # fmt: skip
+    args._reference = reference_check(args, info) if local else None
     check_noise_key(args, info if local or model_handler is not None else {})
     args._seeds = keyed_seeds(args, info)
     checked = check_job_input(args, info)
@@ -298,6 +299,9 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
         num_shards=args.shards,
         verify_col=INPUT_COPY,
         progress_every=args.progress_every,
+        reference=getattr(args, "_reference", None),
+        near=None if plan is None else plan.policy.max_cosine - NEAR_SLACK,
+        seeds=args._seeds,
     )
     tagged = (
         p
@@ -341,11 +345,13 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
     if n_bad:
         q_ids = read_table(q_out, columns=[args.id_col]).column(args.id_col).combine_chunks()
     verdict: dict = {}
+    unchanged: dict = {}  # filled by publish_release from the writer's sidecars
 
     def gate(staged: str) -> dict | None:
         if plan is None:
             return None
-        verdict.update(_audit_staged(args, plan, staged, q_ids))
+        verified = unchanged.get("unchanged_rows", 0) + unchanged.get("near_rows", 0)
+        verdict.update(_audit_staged(args, plan, staged, q_ids, verified=verified))
         return verdict
 
     rows_out = publish_release(
@@ -362,6 +368,7 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
         manifest=True,
         # no path: the release's bytes do not depend on where it (or OUT_quarantine) lives
         quarantine={"rows": n_bad, "sha256": [p["sha256"] for p in q_doc["parts"]]},
+        unchanged=unchanged,
     )
     secs = time.monotonic() - t0
     summary = {
@@ -380,14 +387,36 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
         "audited": plan is not None,
         "audit_report": verdict.get("report"),
         "noise_key_fingerprint": fingerprint,
+        # rows the signed modifier itself left (near) their input, verified in-process
+        "unchanged_rows": unchanged.get("unchanged_rows", 0),
+        "near_rows": unchanged.get("near_rows", 0),
+        "verified_in_process": getattr(args, "_reference", None) is not None,
     }
+    kept = ""
+    if summary["unchanged_rows"]:
+        kept = f"{summary['unchanged_rows']} row(s) left unchanged by the modifier itself, "
     print(
         f"anonymize: {summary['rows_in']} rows in, {rows_out} out, {n_bad} quarantined, "
         f"{summary['retries']} retries, {secs:.1f} s, {summary['rows_per_s']:.0f} rows/s, "
+        + kept
         + (f"audit passed (report {verdict['report']})" if plan else "UNAUDITED (--no-audit)")
     )
     log.info("summary %s", json.dumps(summary))
     return summary
+
+
+NEAR_SLACK = 1e-6  # the writer checks rows a little below the audit's max_cosine (rounding)
+
+
+def reference_check(args, info: dict):
+    """The signed modifier of the verified export, for the in-process recompute of flagged and
+    sampled rows (:mod:`transforms.reference`); None for an export that is no modifier."""
+    from transforms.reference import ReferenceCheck
+
+    if not info.get("modifier") or not info.get("weights") or not info.get("sha256"):
+        return None
+    path = os.path.join(args.repository, args.model, str(info["version"]), info["weights"])
+    return ReferenceCheck(path, str(info["sha256"]))
 
 
 def _first_quarantined(q_out: str, id_col: str, n: int = 5) -> str:

@@ -121,9 +121,12 @@ def _audit_plan(args, info: dict, schema: pa.Schema) -> AuditPlan | None:
                      policy_source=source, report=report_path(args))  # fmt: skip
 
 
-def _audit_staged(args, plan: AuditPlan, staged: str, q_ids: pa.Array | None) -> dict:
+def _audit_staged(args, plan: AuditPlan, staged: str, q_ids: pa.Array | None, *,
+                  verified: int = 0) -> dict:  # fmt: skip
     """The gate: audit the staged release; raise :class:`AuditFailedError` (the report is
-    written either way) so that nothing is published unless it passes."""
+    written either way) so that nothing is published unless it passes. ``verified``: rows the
+    writer found at or above the policy's max_cosine and verified as the signed modifier's own
+    output (:mod:`transforms.reference`); the audit lets at most that many through."""
     from mass.audit import AuditRequest
     from mass.audit.into import audit_into
 
@@ -141,6 +144,7 @@ def _audit_staged(args, plan: AuditPlan, staged: str, q_ids: pa.Array | None) ->
         release=staged, labels=labels, suppress=plan.suppress, preserve=plan.preserve,
         policy=plan.policy, report_dir=plan.report, run_dir=args.run_dir, input=original,
         id_col=args.id_col, emb_col=args.emb_col, allow=tuple(args.allow_columns),
+        verified_near=verified,
     )  # fmt: skip
     _, metrics = audit_into(req, plan.report)  # local or object store
     path = fs.join(plan.report, "audit.json")

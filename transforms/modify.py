@@ -27,6 +27,7 @@ import apache_beam as beam
 from mass.progress import RateLog
 from transforms.parquet_io import RowGroupSpec, ShardSpiller, read_row_group
 from transforms.quarantine import validate_batch
+from transforms.runs import BYPASS_COSINE, row_flags
 
 log = logging.getLogger("mass.anonymize")
 
@@ -45,12 +46,19 @@ class ModifyRowGroupFn(beam.DoFn):
         num_shards: int,
         verify_col: str,
         progress_every: int = 50,
+        reference=None,
+        near: float | None = None,
+        seeds=None,
     ) -> None:
         self._handler = handler
         self._stage, self._columns, self._batch_rows = stage, columns, int(batch_rows)
         self._id_col, self._emb_col, self._dim = id_col, emb_col, int(dim)
         self._num_shards, self._verify_col = int(num_shards), verify_col
         self._every = progress_every
+        # the signed modifier recomputed in-process on flagged + sampled rows
+        # (transforms.reference); ``near``: the audit's max_cosine (rows above it are checked)
+        self._reference, self._seeds = reference, seeds
+        self._near = BYPASS_COSINE if near is None else float(near)
         self._quarantined = beam.metrics.Metrics.counter("mass", "quarantined")
 
     def setup(self):
@@ -91,11 +99,20 @@ class ModifyRowGroupFn(beam.DoFn):
                 yield "bad", bad
             if good.num_rows:
                 (out,) = self._handler.run_inference([good], self._model)
-                for run in spiller.add(out):
+                for run in spiller.add(out, self._flags(out)):
                     yield "run", run
             self._rate.add(good.num_rows + bad.num_rows)
         for run in spiller.flush():
             yield "run", run
+
+    def _flags(self, out):
+        """The writer's per-row flags, judged against the signed modifier when one is at hand
+        (else None: the spiller computes the plain cosine flags)."""
+        if self._reference is None:
+            return None
+        flags = row_flags(out, self._emb_col, self._verify_col, self._near)
+        return self._reference.verify(out, flags, id_col=self._id_col, emb_col=self._emb_col,
+                                      verify_col=self._verify_col, seeds=self._seeds)  # fmt: skip
 
 
 def pick(element, tag):

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 from mass import fs
 from transforms.parquet_io import WRITE_OPTIONS
 from transforms.runs import (
+    FLAG_NAMES,
     RUNS_DIR,
     ShardSpiller,
     _reduce_runs,
@@ -67,9 +68,11 @@ class _ShardSink:
 class _MergeShardFn(beam.DoFn):
     """Merge a shard's sorted runs into its part file (drops and checks ``verify_col``).
 
-    With ``verify_col`` the merge counts rows whose output is the input up to scale (cosine
-    similarity > :data:`BYPASS_COSINE`: a bypassed model) or is not finite, and leaves those counts in a ``_part-*.json`` sidecar for the
-    publisher; the column is never written.
+    With ``verify_col`` the merge counts each flag of :data:`transforms.runs.FLAG_NAMES` (rows
+    whose output is the input up to scale: a bypassed model; not finite; the modifier's own
+    near-identity rows; rows that differ from the signed modifier's in-process output) and
+    leaves those counts in a ``_part-*.json`` sidecar for the publisher; the column is never
+    written.
     """
 
     def __init__(
@@ -98,8 +101,9 @@ class _MergeShardFn(beam.DoFn):
         shard = int(shard)
         paths = _reduce_runs(sorted(runs), fs.join(self._runs, RUNS_DIR), self._id_col)
         stats = {"shard": shard, "rows": 0}
-        counts = {"unmodified": 0, "first_unmodified_id": None,
-                  "nonfinite": 0, "first_nonfinite_id": None}  # fmt: skip
+        counts = {
+            k: v for name, _ in FLAG_NAMES for k, v in ((name, 0), (f"first_{name}_id", None))
+        }
         first_schema = None
         with fs.atomic_output(shard_path(self._dir, shard, self._n)) as out:
             sink = _ShardSink(out, self._schema)

@@ -160,7 +160,11 @@ def _write_json(path: str, doc: dict) -> None:
 
 
 def write_release_manifest(
-    directory: str, *, audit: dict | None, quarantine: dict | None = None
+    directory: str,
+    *,
+    audit: dict | None,
+    quarantine: dict | None = None,
+    unchanged: dict | None = None,
 ) -> dict:
     """Write ``directory/_release.json``: the marker that makes the directory ours, and the
     manifest. Deterministic (no time, no host), so a re-run gives the same bytes.
@@ -195,6 +199,8 @@ def write_release_manifest(
         "metadata": meta,
         "quarantine": quarantine,
     }
+    if unchanged and any(unchanged.values()):  # rows the modifier itself left (verified)
+        doc["unchanged"] = dict(unchanged)
     _write_json(fs.join(directory, RELEASE_MARKER), doc)
     return doc
 
@@ -241,6 +247,33 @@ def write_quarantine_manifest(directory: str) -> dict:
     return doc
 
 
+# A modifier that leaves more than this fraction of rows equal to their input (cosine > 1 -
+# 1e-6) is identity-like, even where it does so itself: refused. A rank-1 eraser leaves the rows
+# whose erased component is ~0 (0.7 % at d=16, ~2.5 % expected at d=512); an identity map, 100 %.
+MAX_UNCHANGED_FRACTION = 0.5
+
+
+def unchanged_counts(stats: list[dict]) -> dict:
+    """Rows the signed modifier itself left (near) its input, summed over the sidecars:
+    ``unchanged_rows`` (cosine > 1 - 1e-6) and ``near_rows`` (above the audit's max_cosine)."""
+    return {"unchanged_rows": sum(int(s.get("own_unchanged") or 0) for s in stats),
+            "near_rows": sum(int(s.get("own_near") or 0) for s in stats)}  # fmt: skip
+
+
+def _check_unchanged(stats: list[dict]) -> None:
+    rows = sum(int(s.get("rows") or 0) for s in stats)
+    same = unchanged_counts(stats)["unchanged_rows"]
+    if rows and same > MAX_UNCHANGED_FRACTION * rows:
+        first = min((s["first_own_unchanged_id"] for s in stats if s.get("own_unchanged")),
+                    default=None)  # fmt: skip
+        raise ReleaseError(
+            f"{same} of {rows} released rows ({same / rows:.1%}) equal their input embedding "
+            f"up to scale (first id {first!r}), more than the {MAX_UNCHANGED_FRACTION:.0%} a "
+            "modifier may leave unchanged: the signed modifier itself is (near-)identity; "
+            "retrain it; nothing published"
+        )
+
+
 def verify_release(
     staging: str,
     *,
@@ -265,14 +298,24 @@ def verify_release(
         if s.get("unmodified"):
             raise ReleaseError(
                 f"{s['unmodified']} released row(s) equal their input embedding up to scale "
-                f"(cosine similarity > 1 - 1e-6; first id {s['first_unmodified_id']!r}): the "
-                "modifier was bypassed or is near-identity; nothing published"
+                f"(cosine similarity > 1 - 1e-6; first id {s['first_unmodified_id']!r}) and "
+                "the signed modifier, recomputed in-process, would have changed them (or "
+                "the job had no signed modifier to recompute with: pass --repository): the "
+                "modifier was bypassed; nothing published"
+            )
+        if s.get("mismatch"):
+            raise ReleaseError(
+                f"{s['mismatch']} released row(s) differ from the signed modifier's own output "
+                f"recomputed in-process (first id {s['first_mismatch_id']!r}): the server "
+                "serves another model than the export the job verified; check --triton-url "
+                "and --repository; nothing published"
             )
         if s.get("nonfinite"):
             raise ReleaseError(
                 f"{s['nonfinite']} row(s) with NaN/Inf (first id "
                 f"{s['first_nonfinite_id']!r}); nothing published"
             )
+    _check_unchanged(stats)
     allowed = {id_col, emb_col, *allow_columns}
     ids = []
     for path in files:
@@ -323,16 +366,21 @@ def publish_release(
     gate: Callable[[str], dict | None] | None = None,
     manifest: bool = False,
     quarantine: dict | None = None,
+    unchanged: dict | None = None,
 ) -> int:
     """Verify ``staging`` and atomically make it ``out``; on any failure remove it and raise.
 
     ``gate(staging)`` runs after the invariants hold, on the complete staged release (the
     audit; it raises to refuse publication) and returns what the manifest records as the
     audit. With ``manifest`` the ``_release.json`` marker + manifest is written last, so a
-    staged directory without it was never complete.
+    staged directory without it was never complete. ``unchanged`` (a dict) is filled with
+    :func:`unchanged_counts` before the gate runs, and the manifest records it.
     """
     try:
         fill_empty_shards(staging, schema, num_shards)
+        counts = unchanged_counts(read_sidecars(staging))
+        if unchanged is not None:
+            unchanged.update(counts)
         rows = verify_release(
             staging,
             expected_ids=expected_ids,
@@ -346,7 +394,8 @@ def publish_release(
         remove_sidecars(staging)
         audit = gate(staging) if gate is not None else None
         if manifest:
-            doc = write_release_manifest(staging, audit=audit, quarantine=quarantine)
+            doc = write_release_manifest(staging, audit=audit, quarantine=quarantine,
+                                         unchanged=counts)  # fmt: skip
             _write_datasheet(staging, doc, audit)
         kill_point("before-swap")
         swap_into_place(staging, out, published=lambda: kill_point("after-swap"))

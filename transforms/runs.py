@@ -104,9 +104,12 @@ class ShardSpiller:
         self._buf: dict[int, list[pa.RecordBatch]] = {}
         self._bytes = 0
 
-    def add(self, batch: pa.RecordBatch) -> list[tuple[int, str]]:
+    def add(self, batch: pa.RecordBatch, flags: np.ndarray | None = None) -> list[tuple[int, str]]:
+        """Buffer ``batch``; ``flags``: its :func:`row_flags` when the caller computed (and
+        checked, :mod:`transforms.reference`) them, else computed here."""
         if self._verify_col is not None:
-            flags = row_flags(batch, self._emb_col, self._verify_col)
+            if flags is None:
+                flags = row_flags(batch, self._emb_col, self._verify_col)
             idx = batch.schema.get_field_index(self._verify_col)
             batch = batch.set_column(idx, self._verify_col, pa.array(flags))
         shards = shard_of(batch.column(self._id_col), self._n)
@@ -195,7 +198,13 @@ def _reduce_runs(paths: list[str], directory: str, id_col: str) -> list[str]:
 
 
 
-UNMODIFIED, NONFINITE = 1, 2  # bits of the per-row flags that replace the input copy
+# Bits of the per-row flags that replace the input copy. UNMODIFIED and MISMATCH refuse the
+# release; OWN_UNCHANGED / OWN_NEAR rows are the signed modifier's own output, recomputed
+# in-process (transforms.reference): released and counted. NEAR marks a row above the caller's
+# ``near`` cosine before that check (it becomes OWN_NEAR or MISMATCH).
+UNMODIFIED, NONFINITE, OWN_UNCHANGED, NEAR, MISMATCH = 1, 2, 4, 8, 16
+FLAG_NAMES = (("unmodified", UNMODIFIED), ("nonfinite", NONFINITE),
+              ("own_unchanged", OWN_UNCHANGED), ("own_near", NEAR), ("mismatch", MISMATCH))  # fmt: skip
 # A released row whose cosine similarity to its input exceeds this is the input (up to scale
 # and float rounding: a bypassed model, one that returns n(x) or x * (1 + 1e-7)): refused.
 # 1 - cos ~ angle**2 / 2, so this is an angle of ~0.08 degrees; any real modifier moves a
@@ -203,9 +212,12 @@ UNMODIFIED, NONFINITE = 1, 2  # bits of the per-row flags that replace the input
 BYPASS_COSINE = 1.0 - 1e-6
 
 
-def row_flags(batch: pa.RecordBatch, emb_col: str | None, verify_col: str) -> np.ndarray:
+def row_flags(
+    batch: pa.RecordBatch, emb_col: str | None, verify_col: str, near: float = BYPASS_COSINE
+) -> np.ndarray:
     """uint8 per row: UNMODIFIED if the output is the carried input up to scale (cosine
-    similarity > :data:`BYPASS_COSINE`, computed in float64), NONFINITE if not finite.
+    similarity > :data:`BYPASS_COSINE`, computed in float64), NONFINITE if not finite, NEAR
+    if the cosine is above ``near`` (< BYPASS_COSINE: the audit's ``max_cosine``) only.
 
     The float64 test runs only on the rows :func:`near_parallel` keeps (float32 cosine within
     its rounding bound of the threshold, or undefined); no other row can pass it, so the flags
@@ -217,7 +229,7 @@ def row_flags(batch: pa.RecordBatch, emb_col: str | None, verify_col: str) -> np
     finite = np.isfinite(out).all(axis=1)
     same = np.zeros(n, bool)
     if src.shape == out.shape:
-        rows = near_parallel(out, src)
+        rows = near_parallel(out, src, min(near, BYPASS_COSINE))
         hit, out, src = same, out[rows], src[rows]  # from here on: the kept rows only
         a = np.where(finite[rows][:, None], out, 0.0).astype(np.float64)
         b = np.nan_to_num(src.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
@@ -227,8 +239,12 @@ def row_flags(batch: pa.RecordBatch, emb_col: str | None, verify_col: str) -> np
         # an exact copy is a bypass whatever its norm (a zero row is quarantined upstream)
         same = (cos > BYPASS_COSINE) | (out == src).all(axis=1)
         hit[rows] = same
+        close = np.zeros(n, bool)
+        close[rows] = ~same & (cos > near)
         same = hit
-    flags = np.where(same, UNMODIFIED, 0).astype(np.uint8)
+    else:
+        close = np.zeros(n, bool)
+    flags = np.where(same, UNMODIFIED, np.where(close, NEAR, 0)).astype(np.uint8)
     flags[~finite] |= NONFINITE
     return flags
 
@@ -236,8 +252,8 @@ def row_flags(batch: pa.RecordBatch, emb_col: str | None, verify_col: str) -> np
 _NORMAL = 1e-30  # squared norms below this may hold float32 subnormals: checked in float64
 
 
-def near_parallel(out: np.ndarray, src: np.ndarray) -> np.ndarray:
-    """Indices of the rows whose float64 cosine could exceed :data:`BYPASS_COSINE`.
+def near_parallel(out: np.ndarray, src: np.ndarray, near: float = BYPASS_COSINE) -> np.ndarray:
+    """Indices of the rows whose float64 cosine could exceed ``near`` (:data:`BYPASS_COSINE`).
 
     In float32, ``|cos32 - cos| <= ~d * eps`` for rows of normal-range numbers (each dot
     product of d terms is off by at most ``d * eps / 2`` times ``|out| |src|``); a row is
@@ -252,7 +268,7 @@ def near_parallel(out: np.ndarray, src: np.ndarray) -> np.ndarray:
         nn = np.einsum("ij,ij->i", out, out) * np.einsum("ij,ij->i", src, src)
         cos = dot / np.sqrt(nn)
     margin = 1e-3 + 8 * out.shape[1] * float(np.finfo(np.float32).eps)
-    dropped = (cos < BYPASS_COSINE - margin) & (nn > _NORMAL) & np.isfinite(nn)
+    dropped = (cos < near - margin) & (nn > _NORMAL) & np.isfinite(nn)
     return np.flatnonzero(~dropped)
 
 
@@ -260,7 +276,7 @@ def count_flags(counts: dict, table: pa.Table, id_col: str, verify_col: str) -> 
     """Add one sorted chunk's flags to ``counts`` (first ids are the smallest: runs are sorted)."""
     flags = table.column(verify_col).combine_chunks().to_numpy(zero_copy_only=False)
     ids = table.column(id_col)
-    for key, bit in (("unmodified", UNMODIFIED), ("nonfinite", NONFINITE)):
+    for key, bit in FLAG_NAMES:
         mask = (flags & bit) > 0
         if mask.any():
             counts[key] += int(mask.sum())

@@ -43,6 +43,9 @@ class AuditRequest:
     noise_key_file: str | None = None
     noise_key: OwnerKey | None = field(default=None, repr=False)
     partition_rows: int = PARTITION_ROWS  # rows per id-hash partition (mass.audit.stream)
+    # rows at or above max_cosine the anonymize job verified as the signed modifier's own
+    # output (transforms.reference); the cosine expectation lets at most this many through
+    verified_near: int = 0
 
 
 @dataclass
@@ -141,6 +144,7 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
         "attribute_privacy": judge_frame(reports),
     }
     s.counts["key_status"] = key_status  # type: ignore[assignment]
+    s.counts["verified_near"] = int(req.verified_near)  # the job's in-process recompute
     return s, frames, spec, reports
 
 
@@ -160,7 +164,7 @@ def _spec(req: AuditRequest, n_labels: int, n_input: int | None, reports, *,
         id_col=req.id_col, emb_col=req.emb_col, allowed=allowed, forbidden=forbidden,
         n_labels=n_labels, n_input=n_input, norm_tol=pol.norm_tol,
         suppressed=suppressed, preserved={a: pol.fraction(a) for a in req.preserve},
-        max_cosine=pol.max_cosine,
+        max_cosine=pol.max_cosine, verified_near=int(req.verified_near),
     )  # fmt: skip
 
 
