@@ -3,7 +3,7 @@
     mass anonymize --input IN --output OUT --model NAME [--repository DIR]
         [--triton-url HOST:PORT] [--id-col id --emb-col emb] [--allow-columns a,b [--force-allow]]
         [--labels LABELS] [--policy params.yaml] [--report OUT_report] [--run-dir RUN]
-        [--no-audit] [--batch-rows 4096] [--shards N] [--max-quarantined 0] [beam flags]
+        [--no-audit] [--batch-rows 4096] [--shards N] [--max-quarantined 0] [beam options | -- beam options]
         [--noise-key-file PATH (or env MASS_NOISE_KEY_FILE) [--noise-key-on-worker]]
 
 Steps: decide that OUT and OUT_quarantine may be replaced (only our own marked directories,
@@ -51,6 +51,7 @@ from beam_pipelines.options import (
     check_common,
     counter,
     csv_list,
+    parse_job_argv,
     pipeline_for,
     run_to_completion,
     shm_mode,
@@ -92,8 +93,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", required=True, help="embedding Parquet file, dir or glob")
     parser.add_argument("--output", required=True, help="release directory (replaced atomically)")
     parser.add_argument("--model", required=True, help="modifier name in the Triton repository")
-    parser.add_argument("--id-col", default="id", help="row id column (int64, unique; what keyed noise and joins use)")
-    parser.add_argument("--emb-col", default="emb", help="embedding column (fixed-size list of float32)")
+    parser.add_argument(
+        "--id-col",
+        default="id",
+        help="row id column (int64, unique; what keyed noise and joins use)",
+    )
+    parser.add_argument(
+        "--emb-col", default="emb", help="embedding column (fixed-size list of float32)"
+    )
     parser.add_argument(
         "--allow-columns",
         type=csv_list,
@@ -160,14 +167,15 @@ def run(
     model_handler=None,
     model_info: dict | None = None,
 ) -> dict:
-    """Parse ``argv`` (unknown flags go to Beam) and run the job; returns the summary.
+    """Parse ``argv`` (Beam options: see :func:`beam_pipelines.options.beam_flags`) and run
+    the job; returns the summary.
 
     ``model_handler``/``model_info`` swap the Triton call for another handler (e.g. an
     in-process :class:`transforms.inference.function.FunctionModelHandler`) and its provenance.
     """
-    parser = argparse.ArgumentParser(prog="anonymize")
+    parser = argparse.ArgumentParser(prog="anonymize", allow_abbrev=False)
     add_arguments(parser)
-    args, extra = parser.parse_known_args(argv)
+    args, extra = parse_job_argv(parser, argv)
     return run_job(
         args, extra, test_pipeline=test_pipeline, model_handler=model_handler, model_info=model_info
     )
@@ -301,8 +309,9 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
         tagged
         | "Quarantined" >> beam.FlatMap(pick, "bad")
         | "WriteQuarantine"
-        >> WriteShardedParquet(q_stage, id_col=args.id_col, num_shards=1, schema=q_schema,
-                               runs=args._runs)  # fmt: skip
+        >> WriteShardedParquet(
+            q_stage, id_col=args.id_col, num_shards=1, schema=q_schema, runs=args._runs
+        )  # fmt: skip
     )
     released = (
         tagged

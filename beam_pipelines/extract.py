@@ -2,7 +2,7 @@
 
     mass extract --input IN --output OUT --model mnist_cnn --raw-col image
         [--repository DIR] [--triton-url HOST:PORT] [--keep-columns digit,colour,...]
-        [--id-col id --emb-col emb] [--batch-rows 4096] [--shards 1] [beam flags]
+        [--id-col id --emb-col emb] [--batch-rows 4096] [--shards 1] [beam options | -- beam options]
 
 The output holds id, the embedding (float32 fixed-size list) and the kept columns; the raw
 column is never copied. Publication is atomic like a release (staging dir, checks, rename).
@@ -23,6 +23,7 @@ from beam_pipelines.options import (
     add_serving_arguments,
     check_common,
     csv_list,
+    parse_job_argv,
     pipeline_for,
     run_to_completion,
     shm_mode,
@@ -52,15 +53,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="comma-separated columns copied to the output (labels)",
     )
-    parser.add_argument("--id-col", default="id", help="row id column (int64, unique; what keyed noise and joins use)")
+    parser.add_argument(
+        "--id-col",
+        default="id",
+        help="row id column (int64, unique; what keyed noise and joins use)",
+    )
     parser.add_argument("--emb-col", default="emb", help="name of the output embedding column")
     add_serving_arguments(parser)
 
 
 def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = None) -> dict:
-    parser = argparse.ArgumentParser(prog="extract")
+    parser = argparse.ArgumentParser(prog="extract", allow_abbrev=False)
     add_arguments(parser)
-    args, extra = parser.parse_known_args(argv)
+    args, extra = parse_job_argv(parser, argv)
     return run_job(args, extra, test_pipeline=test_pipeline)
 
 

@@ -1,4 +1,8 @@
-"""Flags shared by the Beam jobs; everything unknown goes to Beam's PipelineOptions untouched.
+"""Flags shared by the Beam jobs, and the one route by which Beam pipeline options reach Beam:
+a flag the job does not have must be one Beam registers (its ``PipelineOptions`` subclasses,
+those of the chosen ``--runner`` included), given as it is or after a literal ``--``; anything
+else is refused before any work (:func:`beam_flags`). Beam itself would only log
+"Discarding unparseable args" and run.
 
 The default runner is FnApiRunner (the stock DirectRunner tries to download Prism); any
 ``--runner`` (DaskRunner, DataflowRunner, ...) with its own flags works unchanged.
@@ -8,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import logging
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from mass.errors import ConfigError
+from mass.errors import ConfigError, UnknownFlagError
+from mass.flags import BEAM_ROUTE, option_strings, split_tail, unknown_flag
 from mass.progress import RateLog
 
 log = logging.getLogger("mass.beam")
@@ -24,6 +30,52 @@ RUNNER_ALIASES = {"DaskRunner": "apache_beam.runners.dask.dask_runner.DaskRunner
 
 def csv_list(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def parse_job_argv(
+    parser: argparse.ArgumentParser, argv: list[str] | None
+) -> tuple[argparse.Namespace, list[str]]:
+    """(the job's flags, its checked Beam options) from a job's ``argv`` (see :func:`beam_flags`)."""
+    import sys
+
+    head, tail = split_tail(sys.argv[1:] if argv is None else list(argv))
+    args, extra = parser.parse_known_args(head)
+    return args, beam_flags(extra, tail, option_strings(parser))
+
+
+def beam_flags(extra: list[str], tail: list[str], ours: list[str]) -> list[str]:
+    """``extra`` (what the job's parser left over) then ``tail`` (after ``--``), once Beam's own
+    parser knows every flag in them; else :class:`UnknownFlagError` naming the first unknown
+    one and the nearest flag of the job (``ours``) or of Beam."""
+    beam = _beam_parser(extra + tail)
+    for chunk in (extra, tail):
+        try:
+            _, unknown = beam.parse_known_args(chunk)
+        except argparse.ArgumentError as e:
+            raise UnknownFlagError(f"Beam pipeline option {e}; nothing was run") from e
+        if unknown:
+            raise unknown_flag(unknown, [*ours, *option_strings(beam)], BEAM_ROUTE)
+    return [*extra, *tail]
+
+
+def _beam_parser(flags: list[str]) -> argparse.ArgumentParser:
+    """Beam's own parser (as ``PipelineOptions.get_all_options`` builds it from every
+    ``PipelineOptions`` subclass), after importing the module of a ``--runner`` named by its
+    dotted path so that the runner's options class is registered too."""
+    only_runner = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    only_runner.add_argument("--runner", default="")
+    probe = only_runner.parse_known_args(flags)[0].runner
+    runner = RUNNER_ALIASES.get(probe, probe)
+    if "." in runner:
+        try:
+            importlib.import_module(runner.rsplit(".", 1)[0])
+        except ImportError as e:
+            raise ConfigError(f"--runner {probe}: cannot import {runner} ({e})") from e
+    parsers: list[argparse.ArgumentParser] = []
+    PipelineOptions([]).get_all_options(add_extra_args_fn=parsers.append)
+    parser = parsers[0]
+    parser.exit_on_error = False  # a bad value is our UnknownFlagError, not Beam's usage dump
+    return parser
 
 
 def add_serving_arguments(parser: argparse.ArgumentParser) -> None:

@@ -82,7 +82,8 @@ def export_kind(
     check_model_name(name)
     common: dict = {"version": version, "instances": instances, "gpu_variant": gpu_variant}
     if kind != "ensemble":
-        common["key"] = signing_key(resolve_key(signing_key_file, SIGNING_KEY_ENV), purpose="sign")
+        found = resolve_key(signing_key_file, SIGNING_KEY_ENV)
+        common["key"] = signing_key(found, purpose="sign", flag="--signing-key-file")
     if max_batch_size is not None:
         common["max_batch_size"] = max_batch_size
     if kind in ("modifier", "extractor") and run_dir is None:
