@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import importlib
 import logging
+from dataclasses import dataclass
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -116,11 +117,23 @@ def add_serving_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def shm_mode(args: argparse.Namespace) -> str | bool:
-    return {"auto": "auto", "on": True, "off": False}[getattr(args, "triton_shm", "auto")]
+@dataclass(frozen=True)
+class Serving:
+    """The flags of :func:`add_serving_arguments`, checked (one field per flag)."""
+
+    repository: str
+    triton_url: str | None
+    model_version: str  # "" = the latest
+    timeout_s: float
+    max_retries: int
+    shared_memory: str | bool  # "auto", True or False (--triton-shm auto/on/off)
+    batch_rows: int
+    shards: int
+    progress_every: int
 
 
-def check_common(args: argparse.Namespace) -> None:
+def plan_serving(args: argparse.Namespace) -> Serving:
+    """:class:`Serving` from the parsed flags; :class:`ConfigError` for a bad value."""
     from transforms.parquet_io import MAX_SHARDS
 
     for name in ("batch_rows", "shards"):
@@ -131,11 +144,30 @@ def check_common(args: argparse.Namespace) -> None:
             f"--shards must be <= {MAX_SHARDS}, got {args.shards}: every shard is a file, a "
             "merge and an id-index file; pick fewer, larger shards"
         )
+    return Serving(
+        repository=args.repository,
+        triton_url=args.triton_url,
+        model_version=args.model_version,
+        timeout_s=args.timeout_s,
+        max_retries=args.max_retries,
+        shared_memory={"auto": "auto", "on": True, "off": False}[args.triton_shm],
+        batch_rows=args.batch_rows,
+        shards=args.shards,
+        progress_every=args.progress_every,
+    )
 
 
-def pipeline_for(extra: list[str], test_pipeline: beam.Pipeline | None) -> beam.Pipeline:
+def temp_location(beam_args: list[str] | tuple[str, ...]) -> str | None:
+    """Beam's ``--temp_location``, as Beam itself parses it (None when not given)."""
+    from apache_beam.options.pipeline_options import GoogleCloudOptions
+
+    return PipelineOptions(list(beam_args)).view_as(GoogleCloudOptions).temp_location or None
+
+
+def pipeline_for(extra, test_pipeline: beam.Pipeline | None) -> beam.Pipeline:
     if test_pipeline is not None:
         return test_pipeline
+    extra = list(extra)
     # Beam does not register the Dask runner's short name; accept it like the others.
     extra = [RUNNER_ALIASES.get(a, a) for a in extra]
     extra = [f"--runner={RUNNER_ALIASES[a[9:]]}" if a[9:] in RUNNER_ALIASES else a for a in extra]
@@ -167,7 +199,7 @@ def run_to_completion(p: beam.Pipeline):
 
 
 @contextlib.contextmanager
-def triton_endpoint(args: argparse.Namespace, *, model: str, expected_sha256: str | None = None):
+def triton_endpoint(serving: Serving, *, model: str, expected_sha256: str | None = None):
     """Yield the gRPC URL to use: ``--triton-url`` checked, or a local server for the job.
 
     ``expected_sha256`` (from the repository's export.json) must match what the server says
@@ -175,13 +207,13 @@ def triton_endpoint(args: argparse.Namespace, *, model: str, expected_sha256: st
     """
     from mass.serving import TritonServer, check_server
 
-    version = args.model_version or None
+    version = serving.model_version or None
     kw = dict(model=model, version=version, expected_sha256=expected_sha256)
-    if args.triton_url:
-        check_server(args.triton_url, **kw)
-        yield args.triton_url
+    if serving.triton_url:
+        check_server(serving.triton_url, **kw)
+        yield serving.triton_url
         return
-    with TritonServer(args.repository) as server:
+    with TritonServer(serving.repository) as server:
         check_server(server.grpc_url, **kw)
         yield server.grpc_url
 

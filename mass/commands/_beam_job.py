@@ -14,15 +14,17 @@ import importlib
 from collections.abc import Callable
 
 
-def beam_job(pipeline: str) -> tuple[Callable, Callable]:
-    """(add_arguments, run) of a command that runs ``pipeline``'s ``run_job``."""
+def beam_job(pipeline: str, plan: str) -> tuple[Callable, Callable]:
+    """(add_arguments, run) of a command that runs ``pipeline``'s ``run_job`` on the job's
+    frozen plan, built once from the parsed flags by ``pipeline``'s function ``plan``."""
 
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         importlib.import_module(pipeline).add_arguments(parser)
         parser.set_defaults(_beam_flags=beam_flags)
 
     def run(args: argparse.Namespace, beam_args: list[str]) -> int:
-        importlib.import_module(pipeline).run_job(args, list(beam_args))
+        module = importlib.import_module(pipeline)
+        module.run_job(getattr(module, plan)(args, beam_args))
         return 0
 
     return add_arguments, run
