@@ -3,7 +3,7 @@
     mass anonymize --input IN --output OUT --model NAME [--repository DIR]
         [--triton-url HOST:PORT] [--id-col id --emb-col emb] [--allow-columns a,b [--force-allow]]
         [--labels LABELS] [--policy params.yaml] [--report OUT_report] [--run-dir RUN]
-        [--no-audit] [--batch-rows 4096] [--shards N] [--max-quarantined 0] [beam flags]
+        [--no-audit] [--batch-rows 4096] [--shards N] [--max-quarantined 0] [beam options | -- beam options]
         [--noise-key-file PATH (or env MASS_NOISE_KEY_FILE) [--noise-key-on-worker]]
 
 Steps: decide that OUT and OUT_quarantine may be replaced (only our own marked directories,
@@ -37,35 +37,21 @@ from pathlib import Path
 import apache_beam as beam
 import pyarrow as pa
 
-from beam_pipelines.gate import (  # noqa: F401  (split out; these names stay importable here)
-    AuditPlan,
-    _audit_plan,
-    _audit_staged,
-    _check_allowed,
-    _failures,
-    _valid_rows,
-    report_path,
-    resolve_policy,
-)
+from beam_pipelines.gate import audit_staged
 from beam_pipelines.options import (
     add_serving_arguments,
-    check_common,
     counter,
     csv_list,
+    parse_job_argv,
     pipeline_for,
     run_to_completion,
-    shm_mode,
     triton_endpoint,
 )
-from beam_pipelines.preflight import check_job_input, check_noise_key, keyed_seeds
-from mass import fs
-from mass.errors import (
-    ConfigError,
-    QuarantineThresholdError,
-    SchemaError,
-)
+from beam_pipelines.plan import AnonymizeJob, Staging, plan_anonymize
+from beam_pipelines.preflight import Decided, check_job_input, check_noise_key, decide
+from mass.errors import QuarantineThresholdError, SchemaError
 from mass.io import read_table
-from mass.keys import NOISE_KEY_ENV, resolve_key
+from mass.keys import NOISE_KEY_ENV
 from mass.serving.contract import export_info, server_info
 from mass.serving.manifest import signing_key, verify_version_dir
 from mass.serving.newest import check_not_rolled_back
@@ -76,16 +62,8 @@ from transforms.modify import ModifyRowGroupFn, pick
 from transforms.parquet_io import plan_row_groups
 from transforms.parquet_write import MergeShards, WriteShardedParquet
 from transforms.quarantine import publish_quarantine, quarantine_schema
-from transforms.release import (
-    check_outputs,
-    discard_staging,
-    publish_release,
-    recover_output,
-    release_metadata,
-    resolve_allow_columns,
-    staging_dir,
-)
-from transforms.validate import CheckedInput, release_schema
+from transforms.release import discard_staging, publish_release, recover_output, release_metadata
+from transforms.validate import release_schema
 
 log = logging.getLogger("mass.anonymize")
 INPUT_COPY = "__mass_input"  # the model's input, carried to the writer for the bypass check
@@ -95,8 +73,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", required=True, help="embedding Parquet file, dir or glob")
     parser.add_argument("--output", required=True, help="release directory (replaced atomically)")
     parser.add_argument("--model", required=True, help="modifier name in the Triton repository")
-    parser.add_argument("--id-col", default="id", help="row id column (int64, unique; what keyed noise and joins use)")
-    parser.add_argument("--emb-col", default="emb", help="embedding column (fixed-size list of float32)")
+    parser.add_argument(
+        "--id-col",
+        default="id",
+        help="row id column (int64, unique; what keyed noise and joins use)",
+    )
+    parser.add_argument(
+        "--emb-col", default="emb", help="embedding column (fixed-size list of float32)"
+    )
     parser.add_argument(
         "--allow-columns",
         type=csv_list,
@@ -163,260 +147,237 @@ def run(
     model_handler=None,
     model_info: dict | None = None,
 ) -> dict:
-    """Parse ``argv`` (unknown flags go to Beam) and run the job; returns the summary.
+    """Parse ``argv`` (Beam options: see :func:`beam_pipelines.options.beam_flags`), plan and
+    run the job; returns the summary.
 
     ``model_handler``/``model_info`` swap the Triton call for another handler (e.g. an
     in-process :class:`transforms.inference.function.FunctionModelHandler`) and its provenance.
     """
-    parser = argparse.ArgumentParser(prog="anonymize")
+    parser = argparse.ArgumentParser(prog="anonymize", allow_abbrev=False)
     add_arguments(parser)
-    args, extra = parser.parse_known_args(argv)
-    return run_job(
-        args, extra, test_pipeline=test_pipeline, model_handler=model_handler, model_info=model_info
-    )
+    args, beam_args = parse_job_argv(parser, argv)
+    job = plan_anonymize(args, beam_args)
+    return run_job(job, test_pipeline=test_pipeline, model_handler=model_handler,
+                   model_info=model_info)  # fmt: skip
 
 
-def quarantine_path(args) -> str:
-    return args.quarantine or f"{fs.normpath(args.output)}_quarantine"
-
-
-def runs_root(args, extra: list[str]) -> str:
-    """Where workers spill sorted runs: Beam's ``--temp_location`` when given (a job folder
-    below it), else the release's staging location (beside the output, in the same store)."""
-    temp = None
-    for i, a in enumerate(extra):
-        if a.startswith("--temp_location="):
-            temp = a.split("=", 1)[1]
-        elif a == "--temp_location" and i + 1 < len(extra):
-            temp = extra[i + 1]
-    if not temp:
-        return args._stage
-    return fs.join(temp, f"mass-runs-{fs.basename(args._stage)}")
-
-
-def run_job(args, extra, *, test_pipeline=None, model_handler=None, model_info=None) -> dict:
-    check_common(args)
-    if args.max_quarantined < 0:
-        raise ConfigError(f"--max-quarantined must be >= 0, got {args.max_quarantined}")
-    q_out = quarantine_path(args)
-    # Before any work: which paths the job may replace (only its own outputs, never the input).
-    check_outputs(output=args.output, quarantine=q_out, inputs=args.input,
-                  report=None if args.no_audit else report_path(args))  # fmt: skip
-    if args.no_audit and (args.labels or args.policy or args.report or args.run_dir):
-        raise ConfigError("--no-audit: drop --labels/--policy/--report/--run-dir, or drop "
-                          "--no-audit to audit before publishing")  # fmt: skip
-    args._policy = None if args.no_audit else resolve_policy(args.policy)
-    args._noise_key = resolve_key(getattr(args, "noise_key_file", None), NOISE_KEY_ENV)
-    removed = recover_output(args.output) + recover_output(q_out)
+def run_job(job: AnonymizeJob, *, test_pipeline=None, model_handler=None, model_info=None) -> dict:
+    """Run the planned job (:func:`beam_pipelines.plan.plan_anonymize`); its staging
+    directories are removed however it ends."""
+    removed = recover_output(job.output) + recover_output(job.quarantine)
     if removed:
         log.warning("cleared leftovers of a killed run: %s", removed)
-    args._stage, args._q_stage = staging_dir(args.output), staging_dir(q_out)
-    args._aux = staging_dir(args.output)  # the audit's filtered labels, when rows were dropped
-    args._runs = runs_root(args, extra)
+    staging = Staging.of(job)
     try:
-        return _run_checked(args, extra, test_pipeline, model_handler, model_info)
+        if model_handler is not None:
+            return _run_in_process(job, staging, test_pipeline, model_handler, model_info or {})
+        return _run_served(job, staging, test_pipeline)
     finally:
-        for d in dict.fromkeys((args._stage, args._q_stage, args._aux, args._runs)):
+        for d in staging.dirs():
             discard_staging(d)  # never a version this run committed (object stores)
 
 
-def _run_checked(args, extra, test_pipeline, model_handler, model_info) -> dict:
-    # Everything decidable without the server is checked before one is started or contacted.
-    local = model_handler is None and os.path.isdir(os.path.join(args.repository, args.model))
-    info = model_info or {}
+def _run_in_process(job, staging, test_pipeline, model_handler, info: dict) -> dict:
+    check_noise_key(job, info)
+    checked = check_job_input(job, staging, int(info["dim"]) if info.get("dim") else None)
+    decided = decide(job, info, checked, dim_checked=True)
+    handler = model_handler.with_row_seeds(decided.seeds)
+    return _run(job, staging, test_pipeline, handler, decided)
+
+
+def _run_served(job: AnonymizeJob, staging: Staging, test_pipeline) -> dict:
+    """On Triton: everything decidable without the server is checked before one is started
+    or contacted (with the repository's export.json when it is local)."""
+    srv = job.serving
+    local = os.path.isdir(os.path.join(srv.repository, job.model))
+    decided = None
+    reference = None
     if local:
-        require_signed_export(args.repository, args.model)  # a folder nobody signed: refused
-        info = export_info(args.repository, args.model, args.model_version or None)
+        require_signed_export(srv.repository, job.model)  # a folder nobody signed: refused
+        info = export_info(srv.repository, job.model, srv.model_version or None)
         # The weights must still be the exported ones (the server checks again when loading).
-        meta = verify_version_dir(os.path.join(args.repository, args.model, str(info["version"])))
-        if not args.model_version:  # "the newest" must be the newest signed export
-            check_not_rolled_back(Path(args.repository, args.model), int(info["version"]), meta,
+        meta = verify_version_dir(os.path.join(srv.repository, job.model, str(info["version"])))
+        if not srv.model_version:  # "the newest" must be the newest signed export
+            check_not_rolled_back(Path(srv.repository, job.model), int(info["version"]), meta,
                                   signing_key())  # fmt: skip
-    args._reference = reference_check(args, info) if local else None
-    check_noise_key(args, info if local or model_handler is not None else {})
-    args._seeds = keyed_seeds(args, info)
-    checked = check_job_input(args, info)
-    if model_handler is not None:
-        handler = model_handler.with_row_seeds(args._seeds)
-        return _run(args, extra, test_pipeline, handler, info, None, checked)
-    expected_sha = info.get("sha256") if local else None
-    with triton_endpoint(args, model=args.model, expected_sha256=expected_sha) as url:
-        if not local:
-            info = server_info(url, args.model, args.model_version)
-            checked = check_job_input(args, info, checked)
-            args._seeds = keyed_seeds(args, info)
+        reference = reference_check(srv.repository, job.model, info)
+        check_noise_key(job, info)
+        checked = check_job_input(job, staging, int(info["dim"]) if info.get("dim") else None)
+        decided = decide(job, info, checked, dim_checked=True)
+    else:
+        check_noise_key(job, {})
+        checked = check_job_input(job, staging, None)
+    expected_sha = decided.info.get("sha256") if decided else None
+    with triton_endpoint(srv, model=job.model, expected_sha256=expected_sha) as url:
+        if decided is None:
+            info = server_info(url, job.model, srv.model_version)
+            decided = decide(job, info, checked, dim_checked=False)
         handler = TritonModelHandler(
             url,
-            args.model,
-            version=args.model_version,
-            inputs=ModifierInputs(id_col=args.id_col, emb_col=args.emb_col, seeds=args._seeds),
-            output_col=args.emb_col,
-            output_dim=int(info["dim"]) if info.get("dim") else None,
+            job.model,
+            version=srv.model_version,
+            inputs=ModifierInputs(id_col=job.id_col, emb_col=job.emb_col, seeds=decided.seeds),
+            output_col=job.emb_col,
+            output_dim=int(decided.info["dim"]) if decided.info.get("dim") else None,
             keep_input_as=INPUT_COPY,
-            timeout_s=args.timeout_s,
-            max_retries=args.max_retries,
-            shared_memory=shm_mode(args),
+            timeout_s=srv.timeout_s,
+            max_retries=srv.max_retries,
+            shared_memory=srv.shared_memory,
         )
-        return _run(args, extra, test_pipeline, handler, info, url, checked)
+        return _run(job, staging, test_pipeline, handler, decided, reference=reference)
 
 
-def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedInput) -> dict:
+def _run(job: AnonymizeJob, staging: Staging, test_pipeline, handler, decided: Decided, *,
+         reference=None) -> dict:  # fmt: skip
     t0 = time.monotonic()
-    schema = checked.schema
-    dim = int(info.get("dim") or handler._output_dim or _dim_of(schema, args.emb_col))
-    forced = resolve_allow_columns(
-        args.allow_columns,
-        schema=schema,
-        suppress=list(info.get("suppress", [])),
-        id_col=args.id_col,
-        emb_col=args.emb_col,
-        force=args.force_allow,
-    )
-    if not hasattr(args, "_plan"):  # no provenance was checked (an in-process handler)
-        args._plan = _audit_plan(args, info, schema)
-    _check_allowed(args, checked)
-    forced += [c for c in args._allow_forced if c not in forced]
-    plan: AuditPlan | None = args._plan
-    fingerprint = args._seeds.fingerprint if args._seeds else ""
-    meta = release_metadata(
-        info, forced_columns=forced, audited=plan is not None, noise_key_fingerprint=fingerprint
-    )
-    out_schema = release_schema(schema, id_col=args.id_col, emb_col=args.emb_col, dim=dim,
-                                columns=args.allow_columns, metadata=meta)  # fmt: skip
-    q_out = quarantine_path(args)
-    q_schema = quarantine_schema(schema.field(args.id_col).type, args.id_col)
-    stage, q_stage = args._stage, args._q_stage
+    info, checked = decided.info, decided.checked
+    dim = int(info.get("dim") or handler.output_dim or _dim_of(checked.schema, job.emb_col))
+    fingerprint = decided.seeds.fingerprint if decided.seeds else ""
+    meta = release_metadata(info, forced_columns=list(decided.forced_columns),
+                            audited=decided.audit is not None,
+                            noise_key_fingerprint=fingerprint)  # fmt: skip
+    out_schema = release_schema(checked.schema, id_col=job.id_col, emb_col=job.emb_col, dim=dim,
+                                columns=list(job.allow_columns), metadata=meta)  # fmt: skip
+    q_schema = quarantine_schema(checked.schema.field(job.id_col).type, job.id_col)
+    p = pipeline_for(job.beam_args, test_pipeline)
+    _build(p, job, staging, handler, decided, dim=dim, out_schema=out_schema, q_schema=q_schema,
+           reference=reference)  # fmt: skip
+    result = run_to_completion(p)  # staging directories are removed by run_job
+    q_doc = publish_quarantine(staging.q_stage, job.quarantine, schema=q_schema)
+    q_ids = _quarantined_ids(job, q_doc["rows"])
+    verdict: dict = {}
+    unchanged: dict = {}  # filled by publish_release from the writer's sidecars
 
-    p = pipeline_for(extra, test_pipeline)
+    def gate(staged: str) -> dict | None:
+        if decided.audit is None:
+            return None
+        verified = unchanged.get("unchanged_rows", 0) + unchanged.get("near_rows", 0)
+        verdict.update(audit_staged(job, decided.audit, staged, q_ids, aux=staging.aux,
+                                    verified=verified))  # fmt: skip
+        return verdict
+
+    rows_out = publish_release(
+        staging.stage,
+        job.output,
+        expected_ids=checked.index,
+        quarantined=q_ids,
+        id_col=job.id_col,
+        emb_col=job.emb_col,
+        allow_columns=list(job.allow_columns),
+        num_shards=job.serving.shards,
+        schema=out_schema,
+        gate=gate,
+        manifest=True,
+        # no path: the release's bytes do not depend on where it (or OUT_quarantine) lives
+        quarantine={"rows": q_doc["rows"], "sha256": [p["sha256"] for p in q_doc["parts"]]},
+        unchanged=unchanged,
+    )
+    secs = time.monotonic() - t0
+    unchanged["verified_in_process"] = reference is not None
+    return _summary(job, decided, result, rows_out, q_doc["rows"], secs, verdict, unchanged)
+
+
+def _build(p, job, staging, handler, decided, *, dim, out_schema, q_schema, reference) -> None:
+    """The pipeline: one DoFn per input row group reads, quarantines, modifies and spills
+    id-sorted runs; the quarantine is written as one shard, the release merged per shard."""
     modify = ModifyRowGroupFn(
         handler,
-        stage=args._runs,  # the spiller's runs go below it (reachable by every worker)
-        columns=[args.id_col, args.emb_col, *args.allow_columns],
-        batch_rows=args.batch_rows,
-        id_col=args.id_col,
-        emb_col=args.emb_col,
+        stage=staging.runs,  # the spiller's runs go below it (reachable by every worker)
+        columns=[job.id_col, job.emb_col, *job.allow_columns],
+        batch_rows=job.serving.batch_rows,
+        id_col=job.id_col,
+        emb_col=job.emb_col,
         dim=dim,
-        num_shards=args.shards,
+        num_shards=job.serving.shards,
         verify_col=INPUT_COPY,
-        progress_every=args.progress_every,
-        reference=getattr(args, "_reference", None),
-        near=None if plan is None else plan.policy.max_cosine - NEAR_SLACK,
-        seeds=args._seeds,
+        progress_every=job.serving.progress_every,
+        reference=reference,
+        near=None if decided.audit is None else job.policy.max_cosine - NEAR_SLACK,
+        seeds=decided.seeds,
     )
     tagged = (
         p
-        | "RowGroups" >> beam.Create(plan_row_groups(checked.files))
+        | "RowGroups" >> beam.Create(plan_row_groups(decided.checked.files))
         | "ReadModifySpill" >> beam.ParDo(modify)
     )
     quarantined = (
         tagged
         | "Quarantined" >> beam.FlatMap(pick, "bad")
         | "WriteQuarantine"
-        >> WriteShardedParquet(q_stage, id_col=args.id_col, num_shards=1, schema=q_schema,
-                               runs=args._runs)  # fmt: skip
+        >> WriteShardedParquet(
+            staging.q_stage, id_col=job.id_col, num_shards=1, schema=q_schema, runs=staging.runs
+        )  # fmt: skip
     )
     released = (
         tagged
         | "Runs" >> beam.FlatMap(pick, "run")
         | "WriteRelease"
         >> MergeShards(
-            stage,
-            id_col=args.id_col,
-            num_shards=args.shards,
+            staging.stage,
+            id_col=job.id_col,
+            num_shards=job.serving.shards,
             schema=out_schema,
             verify_col=INPUT_COPY,
-            runs=args._runs,
-        )
+            runs=staging.runs,
+        )  # fmt: skip
     )
     # DaskRunner computes only the graph of the last transform: join both sinks into it.
     _ = (quarantined, released) | "Done" >> beam.Flatten()
-    # staging directories are removed by run_job whatever happens
-    result = run_to_completion(p)
-    q_doc = publish_quarantine(q_stage, q_out, schema=q_schema)
-    n_bad = q_doc["rows"]
-    if n_bad > args.max_quarantined:
+
+
+def _quarantined_ids(job: AnonymizeJob, n_bad: int):
+    """The quarantined ids (None when none); more than --max-quarantined publishes nothing."""
+    if n_bad > job.max_quarantined:
         raise QuarantineThresholdError(
-            f"{args.input}: {n_bad} rows quarantined (see {q_out}), more than "
-            f"--max-quarantined {args.max_quarantined}: column '{args.emb_col}' "
-            f"{_first_quarantined(q_out, args.id_col)}; fix the input or raise the "
+            f"{job.input}: {n_bad} rows quarantined (see {job.quarantine}), more than "
+            f"--max-quarantined {job.max_quarantined}: column '{job.emb_col}' "
+            f"{_first_quarantined(job.quarantine, job.id_col)}; fix the input or raise the "
             "threshold; nothing published"
         )
-    q_ids = None
-    if n_bad:
-        q_ids = read_table(q_out, columns=[args.id_col]).column(args.id_col).combine_chunks()
-    verdict: dict = {}
-    unchanged: dict = {}  # filled by publish_release from the writer's sidecars
+    if not n_bad:
+        return None
+    return read_table(job.quarantine, columns=[job.id_col]).column(job.id_col).combine_chunks()
 
-    def gate(staged: str) -> dict | None:
-        if plan is None:
-            return None
-        verified = unchanged.get("unchanged_rows", 0) + unchanged.get("near_rows", 0)
-        verdict.update(_audit_staged(args, plan, staged, q_ids, verified=verified))
-        return verdict
 
-    rows_out = publish_release(
-        stage,
-        args.output,
-        expected_ids=checked.index,
-        quarantined=q_ids,
-        id_col=args.id_col,
-        emb_col=args.emb_col,
-        allow_columns=args.allow_columns,
-        num_shards=args.shards,
-        schema=out_schema,
-        gate=gate,
-        manifest=True,
-        # no path: the release's bytes do not depend on where it (or OUT_quarantine) lives
-        quarantine={"rows": n_bad, "sha256": [p["sha256"] for p in q_doc["parts"]]},
-        unchanged=unchanged,
-    )
-    secs = time.monotonic() - t0
+def _summary(job, decided: Decided, result, rows_out: int, n_bad: int, secs: float,
+             verdict: dict, unchanged: dict) -> dict:  # fmt: skip
+    rows_in = decided.checked.rows
     summary = {
-        "rows_in": checked.rows,
+        "rows_in": rows_in,
         "rows_out": rows_out,
         "quarantined": n_bad,
         "retries": counter(result, "retries"),
         "seconds": round(secs, 3),
-        "rows_per_s": round(checked.rows / max(secs, 1e-9), 1),
-        "output": args.output,
-        "quarantine": q_out,
-        "model": info.get("name"),
-        "model_version": info.get("version"),
-        "forced_columns": forced,
-        "allow_check": [v.to_dict() for v in args._allow_verdicts],
-        "audited": plan is not None,
+        "rows_per_s": round(rows_in / max(secs, 1e-9), 1),
+        "output": job.output,
+        "quarantine": job.quarantine,
+        "model": decided.info.get("name"),
+        "model_version": decided.info.get("version"),
+        "forced_columns": list(decided.forced_columns),
+        "allow_check": [v.to_dict() for v in decided.allow.verdicts],
+        "audited": decided.audit is not None,
         "audit_report": verdict.get("report"),
-        "noise_key_fingerprint": fingerprint,
+        "noise_key_fingerprint": decided.seeds.fingerprint if decided.seeds else "",
         # rows the signed modifier itself left (near) their input, verified in-process
         "unchanged_rows": unchanged.get("unchanged_rows", 0),
         "near_rows": unchanged.get("near_rows", 0),
-        "verified_in_process": getattr(args, "_reference", None) is not None,
+        "verified_in_process": unchanged.get("verified_in_process", False),
     }
     kept = ""
     if summary["unchanged_rows"]:
         kept = f"{summary['unchanged_rows']} row(s) left unchanged by the modifier itself, "
     print(
-        f"anonymize: {summary['rows_in']} rows in, {rows_out} out, {n_bad} quarantined, "
+        f"anonymize: {rows_in} rows in, {rows_out} out, {n_bad} quarantined, "
         f"{summary['retries']} retries, {secs:.1f} s, {summary['rows_per_s']:.0f} rows/s, "
         + kept
-        + (f"audit passed (report {verdict['report']})" if plan else "UNAUDITED (--no-audit)")
+        + (
+            f"audit passed (report {verdict['report']})"
+            if decided.audit
+            else "UNAUDITED (--no-audit)"
+        )  # fmt: skip
     )
     log.info("summary %s", json.dumps(summary))
     return summary
-
-
-NEAR_SLACK = 1e-6  # the writer checks rows a little below the audit's max_cosine (rounding)
-
-
-def reference_check(args, info: dict):
-    """The signed modifier of the verified export, for the in-process recompute of flagged and
-    sampled rows (:mod:`transforms.reference`); None for an export that is no modifier."""
-    from transforms.reference import ReferenceCheck
-
-    if not info.get("modifier") or not info.get("weights") or not info.get("sha256"):
-        return None
-    path = os.path.join(args.repository, args.model, str(info["version"]), info["weights"])
-    return ReferenceCheck(path, str(info["sha256"]))
 
 
 def _first_quarantined(q_out: str, id_col: str, n: int = 5) -> str:
@@ -439,3 +400,17 @@ def _dim_of(schema: pa.Schema, col: str) -> int:
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO)
     run()
+
+
+NEAR_SLACK = 1e-6  # the writer checks rows a little below the audit's max_cosine (rounding)
+
+
+def reference_check(repository: str, model: str, info: dict):
+    """The signed modifier of the verified export, for the in-process recompute of flagged and
+    sampled rows (:mod:`transforms.reference`); None for an export that is no modifier."""
+    from transforms.reference import ReferenceCheck
+
+    if not info.get("modifier") or not info.get("weights") or not info.get("sha256"):
+        return None
+    path = os.path.join(repository, model, str(info["version"]), info["weights"])
+    return ReferenceCheck(path, str(info["sha256"]))

@@ -2,7 +2,7 @@
 
     mass extract --input IN --output OUT --model mnist_cnn --raw-col image
         [--repository DIR] [--triton-url HOST:PORT] [--keep-columns digit,colour,...]
-        [--id-col id --emb-col emb] [--batch-rows 4096] [--shards 1] [beam flags]
+        [--id-col id --emb-col emb] [--batch-rows 4096] [--shards 1] [beam options | -- beam options]
 
 The output holds id, the embedding (float32 fixed-size list) and the kept columns; the raw
 column is never copied. Publication is atomic like a release (staging dir, checks, rename).
@@ -21,13 +21,13 @@ from apache_beam.ml.inference.base import RunInference
 from beam_pipelines.options import (
     LogProgress,
     add_serving_arguments,
-    check_common,
     csv_list,
+    parse_job_argv,
     pipeline_for,
     run_to_completion,
-    shm_mode,
     triton_endpoint,
 )
+from beam_pipelines.plan import ExtractJob, plan_extract
 from mass import fs
 from mass.errors import MissingInputError, SchemaError, ServingError
 from mass.io import check_ids, read_table
@@ -52,16 +52,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="comma-separated columns copied to the output (labels)",
     )
-    parser.add_argument("--id-col", default="id", help="row id column (int64, unique; what keyed noise and joins use)")
+    parser.add_argument(
+        "--id-col",
+        default="id",
+        help="row id column (int64, unique; what keyed noise and joins use)",
+    )
     parser.add_argument("--emb-col", default="emb", help="name of the output embedding column")
     add_serving_arguments(parser)
 
 
 def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = None) -> dict:
-    parser = argparse.ArgumentParser(prog="extract")
+    parser = argparse.ArgumentParser(prog="extract", allow_abbrev=False)
     add_arguments(parser)
-    args, extra = parser.parse_known_args(argv)
-    return run_job(args, extra, test_pipeline=test_pipeline)
+    args, beam_args = parse_job_argv(parser, argv)
+    return run_job(plan_extract(args, beam_args), test_pipeline=test_pipeline)
 
 
 def model_io(url: str, model: str, version: str = "") -> tuple[str, str, str, int]:
@@ -82,76 +86,25 @@ def model_io(url: str, model: str, version: str = "") -> tuple[str, str, str, in
     return (inp["name"], inp["data_type"].removeprefix("TYPE_"), out["name"], int(out["dims"][-1]))
 
 
-def run_job(args, extra, *, test_pipeline=None) -> dict:
-    check_common(args)
+def run_job(job: ExtractJob, *, test_pipeline=None) -> dict:
+    """Run the planned job (:func:`beam_pipelines.plan.plan_extract`)."""
     t0 = time.monotonic()
-    schema = input_schema(args.input)
-    for col in (args.id_col, args.raw_col, *args.keep_columns):
+    schema = input_schema(job.input)
+    for col in (job.id_col, job.raw_col, *job.keep_columns):
         if col not in schema.names:
             raise SchemaError(
-                f"{args.input}: no column '{col}' (columns: {schema.names}); "
+                f"{job.input}: no column '{col}' (columns: {schema.names}); "
                 "check --id-col/--raw-col/--keep-columns"
             )
-    check_column_names(args.input, id_col=args.id_col, emb_col=args.emb_col,
-                       columns=[args.raw_col, *args.keep_columns])  # fmt: skip
-    ids = check_ids(read_table(args.input, columns=[args.id_col]), args.id_col, source=args.input)
+    check_column_names(job.input, id_col=job.id_col, emb_col=job.emb_col,
+                       columns=[job.raw_col, *job.keep_columns])  # fmt: skip
+    ids = check_ids(read_table(job.input, columns=[job.id_col]), job.id_col, source=job.input)
     if not len(ids):
-        raise MissingInputError(f"{args.input}: holds no rows (every file is empty)")
-    stage = staging_dir(args.output)
-    with triton_endpoint(args, model=args.model) as url:
-        in_name, in_type, out_name, dim = model_io(url, args.model, args.model_version)
-        inputs = (
-            TextInputs(raw_col=args.raw_col, name=in_name)
-            if in_type in ("STRING", "BYTES")
-            else ImageInputs(raw_col=args.raw_col, name=in_name)
-        )
-        handler = TritonModelHandler(
-            url,
-            args.model,
-            version=args.model_version,
-            inputs=inputs,
-            output=out_name,
-            output_col=args.emb_col,
-            output_dim=dim,
-            timeout_s=args.timeout_s,
-            max_retries=args.max_retries,
-            shared_memory=shm_mode(args),
-        )
-        meta = {
-            b"mass.extractor": args.model.encode(),
-            b"mass.extractor_version": (args.model_version or "latest").encode(),
-        }
-        out_schema = release_schema(schema, id_col=args.id_col, emb_col=args.emb_col, dim=dim,
-                                    columns=args.keep_columns, metadata=meta)  # fmt: skip
-        p = pipeline_for(extra, test_pipeline)
-        _ = (
-            p
-            | "Read"
-            >> ReadArrowBatches(
-                args.input,
-                batch_rows=args.batch_rows,
-                columns=[args.id_col, args.raw_col, *args.keep_columns],
-            )
-            | "Extract" >> RunInference(handler)
-            | "Progress" >> beam.ParDo(LogProgress(args.progress_every, "extract"))
-            | "Write"
-            >> WriteShardedParquet(
-                stage, id_col=args.id_col, num_shards=args.shards, schema=out_schema
-            )
-        )
+        raise MissingInputError(f"{job.input}: holds no rows (every file is empty)")
+    stage = staging_dir(job.output)
+    with triton_endpoint(job.serving, model=job.model) as url:
         try:
-            run_to_completion(p)
-            rows = publish_release(
-                stage,
-                args.output,
-                expected_ids=ids,
-                id_col=args.id_col,
-                emb_col=args.emb_col,
-                allow_columns=args.keep_columns,
-                num_shards=args.shards,
-                schema=out_schema,
-                required_metadata=("mass.extractor",),
-            )
+            rows, dim = _extract(job, url, schema, ids, stage, test_pipeline)
         finally:
             discard_staging(stage)  # never the version just committed (object stores)
     secs = time.monotonic() - t0
@@ -161,12 +114,61 @@ def run_job(args, extra, *, test_pipeline=None) -> dict:
         "seconds": round(secs, 3),
         "rows_per_s": round(len(ids) / max(secs, 1e-9), 1),
         "dim": dim,
-        "output": fs.normpath(args.output),
+        "output": fs.normpath(job.output),
     }
     print(
         f"extract: {len(ids)} rows in, {rows} out, {secs:.1f} s, {summary['rows_per_s']:.0f} rows/s"
     )
     return summary
+
+
+def _extract(job: ExtractJob, url: str, schema, ids, stage: str, test_pipeline) -> tuple[int, int]:
+    """(rows published, embedding dimension): the pipeline through the served extractor."""
+    srv = job.serving
+    in_name, in_type, out_name, dim = model_io(url, job.model, srv.model_version)
+    text = in_type in ("STRING", "BYTES")
+    inputs = (TextInputs if text else ImageInputs)(raw_col=job.raw_col, name=in_name)
+    handler = TritonModelHandler(
+        url,
+        job.model,
+        version=srv.model_version,
+        inputs=inputs,
+        output=out_name,
+        output_col=job.emb_col,
+        output_dim=dim,
+        timeout_s=srv.timeout_s,
+        max_retries=srv.max_retries,
+        shared_memory=srv.shared_memory,
+    )
+    meta = {
+        b"mass.extractor": job.model.encode(),
+        b"mass.extractor_version": (srv.model_version or "latest").encode(),
+    }
+    out_schema = release_schema(schema, id_col=job.id_col, emb_col=job.emb_col, dim=dim,
+                                columns=list(job.keep_columns), metadata=meta)  # fmt: skip
+    p = pipeline_for(job.beam_args, test_pipeline)
+    columns = [job.id_col, job.raw_col, *job.keep_columns]
+    _ = (
+        p
+        | "Read" >> ReadArrowBatches(job.input, batch_rows=srv.batch_rows, columns=columns)
+        | "Extract" >> RunInference(handler)
+        | "Progress" >> beam.ParDo(LogProgress(srv.progress_every, "extract"))
+        | "Write"
+        >> WriteShardedParquet(stage, id_col=job.id_col, num_shards=srv.shards, schema=out_schema)
+    )
+    run_to_completion(p)
+    rows = publish_release(
+        stage,
+        job.output,
+        expected_ids=ids,
+        id_col=job.id_col,
+        emb_col=job.emb_col,
+        allow_columns=list(job.keep_columns),
+        num_shards=srv.shards,
+        schema=out_schema,
+        required_metadata=("mass.extractor",),
+    )
+    return rows, dim
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """The anonymize job's audit gate, decided before any data moves and run on the STAGED
-release (a failing audit publishes nothing): labels and policy (:func:`_audit_plan`), the
---allow-columns proxy check (:func:`_check_allowed`), and the audit itself with its report
-(:func:`_audit_staged`; local or object-store report directory, :func:`mass.audit.into.
-audit_into`). Split out of :mod:`beam_pipelines.anonymize`, which imports these names.
+release (a failing audit publishes nothing): the attributes and their labels
+(:func:`audit_plan`), the --allow-columns proxy check (:func:`check_allowed`), and the audit
+itself with its report (:func:`audit_staged`; local or object-store report directory,
+:func:`mass.audit.into.audit_into`). Labels, policy and report come from the job's plan
+(:class:`beam_pipelines.plan.AnonymizeJob`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -20,23 +22,28 @@ from mass.errors import AuditFailedError, ConfigError, UnreadableInputError
 from mass.io import expand_paths, read_table
 from transforms.validate import CheckedInput
 
+if TYPE_CHECKING:
+    from beam_pipelines.plan import AnonymizeJob
+
 log = logging.getLogger("mass.anonymize")
 
 
 @dataclass(frozen=True)
 class AuditPlan:
-    """What the gate audits, decided before any work (see :func:`_audit_plan`)."""
+    """What the gate audits, decided before any work (see :func:`audit_plan`); labels, policy
+    and report are the job's (``job.labels``, ``job.policy``, ``job.report``)."""
 
     suppress: tuple[str, ...]
     preserve: tuple[str, ...]
-    labels: str | None  # None: the input's own label columns
-    policy: object  # mass.audit.AuditPolicy (imported lazily: GX is heavy)
-    policy_source: str
-    report: str
 
 
-def report_path(args) -> str:
-    return args.report or f"{fs.normpath(args.output)}_report"
+@dataclass(frozen=True)
+class AllowCheck:
+    """What :func:`check_allowed` decided: the proxies released under --force-allow, and the
+    verdict of each allow-listed column."""
+
+    forced: tuple[str, ...] = ()
+    verdicts: tuple = ()  # transforms.allow_check verdicts
 
 
 def resolve_policy(path: str | None) -> tuple[object, str]:
@@ -50,61 +57,57 @@ def resolve_policy(path: str | None) -> tuple[object, str]:
     return load_policy(path), f"{path} (audit:)"
 
 
-def _check_allowed(args, checked: CheckedInput) -> None:
+def check_allowed(job: AnonymizeJob, plan: AuditPlan | None, checked: CheckedInput) -> AllowCheck:
     """With the gate's labels at hand, judge each --allow-columns column ALONE against each
     suppressed attribute by the audit's rule, before any inference
     (:mod:`transforms.allow_check`): a proxy is refused unless --force-allow, which records
     it in ``mass.forced_columns``. Without labels (--no-audit) only the name rules apply."""
-    if hasattr(args, "_allow_forced"):
-        return
-    args._allow_forced, args._allow_verdicts = [], []
-    plan: AuditPlan | None = args._plan
-    if plan is None or not args.allow_columns:
-        return
+    if plan is None or not job.allow_columns:
+        return AllowCheck()
     from transforms.allow_check import check_allow_columns
 
     forced, verdicts = check_allow_columns(
-        input_files=list(checked.files), labels=plan.labels, id_col=args.id_col,
-        columns=list(args.allow_columns), suppress=list(plan.suppress),
-        preserve=list(plan.preserve), policy=plan.policy, force=args.force_allow,
+        input_files=list(checked.files), labels=job.labels, id_col=job.id_col,
+        columns=list(job.allow_columns), suppress=list(plan.suppress),
+        preserve=list(plan.preserve), policy=job.policy, force=job.force_allow,
     )  # fmt: skip
-    args._allow_forced, args._allow_verdicts = forced, verdicts
     if verdicts:
         rows = verdicts[0].rows
         print(f"anonymize: --allow-columns judged alone against {list(plan.suppress)} on "
               f"{rows} labelled rows: " + (f"FORCED {forced}" if forced else "none predicts "
               "a suppressed attribute above the policy"), flush=True)  # fmt: skip
+    return AllowCheck(forced=tuple(forced), verdicts=tuple(verdicts))
 
 
-def _audit_plan(args, info: dict, schema: pa.Schema) -> AuditPlan | None:
+def audit_plan(job: AnonymizeJob, info: dict, schema: pa.Schema) -> AuditPlan | None:
     """Decide the gate before any data moves: labels at hand -> audit; none -> refuse
     unless --no-audit (the release is then recorded as unaudited)."""
     suppress = tuple(info.get("suppress") or ())
     preserve = tuple(info.get("preserve") or ())
-    if args.no_audit:
+    if not job.audit:
         log.warning("--no-audit: publishing without an audit; the release records audited: "
                     "false (mass.audited, _release.json)")  # fmt: skip
         return None
-    model = info.get("name") or args.model
+    model = info.get("name") or job.model
     if not suppress:
         raise ConfigError(
             f"model '{model}' names no suppressed attribute (export.json 'suppress'), so "
             "its release cannot be audited; pass --no-audit to publish it unaudited (recorded)"
         )
     wanted = list(dict.fromkeys([*suppress, *preserve]))
-    if args.labels:
-        first = expand_paths(args.labels)[0]
+    if job.labels:
+        first = expand_paths(job.labels)[0]
         try:
             names = pq.read_schema(first).names
         except (pa.ArrowInvalid, OSError) as e:
             raise UnreadableInputError(
                 f"--labels {first}: not readable as Parquet ({e}); pass the held-out labels file"
             ) from e
-        where = f"--labels {args.labels}"
+        where = f"--labels {job.labels}"
     else:
-        names, where = schema.names, f"--input {args.input}"
+        names, where = schema.names, f"--input {job.input}"
     missing = [a for a in wanted if a not in names] + (
-        [args.id_col] if args.id_col not in names else []
+        [job.id_col] if job.id_col not in names else []
     )
     if missing:
         raise ConfigError(
@@ -113,49 +116,51 @@ def _audit_plan(args, info: dict, schema: pa.Schema) -> AuditPlan | None:
             "publication: pass --labels LABELS (id + those columns), or --no-audit to publish "
             "it unaudited (recorded in the release metadata)"
         )
-    policy, source = args._policy
     # printed like the summary line: the root logger is at WARNING until Beam's run starts
-    print(f"anonymize: audit gate on: labels from {args.labels or f'the input columns {wanted}'}"
-          f"; policy from {source}; report to {report_path(args)}", flush=True)  # fmt: skip
-    return AuditPlan(suppress=suppress, preserve=preserve, labels=args.labels, policy=policy,
-                     policy_source=source, report=report_path(args))  # fmt: skip
+    print(f"anonymize: audit gate on: labels from {job.labels or f'the input columns {wanted}'}"
+          f"; policy from {job.policy_source}; report to {job.report}", flush=True)  # fmt: skip
+    return AuditPlan(suppress=suppress, preserve=preserve)
 
 
-def _audit_staged(args, plan: AuditPlan, staged: str, q_ids: pa.Array | None, *,
-                  verified: int = 0) -> dict:  # fmt: skip
+def audit_staged(
+    job: AnonymizeJob, plan: AuditPlan, staged: str, q_ids: pa.Array | None, *, aux: str,
+    verified: int = 0,
+) -> dict:  # fmt: skip
     """The gate: audit the staged release; raise :class:`AuditFailedError` (the report is
-    written either way) so that nothing is published unless it passes. ``verified``: rows the
-    writer found at or above the policy's max_cosine and verified as the signed modifier's own
-    output (:mod:`transforms.reference`); the audit lets at most that many through."""
+    written either way) so that nothing is published unless it passes. ``aux``: a private
+    directory for the labels without the quarantined rows. ``verified``: rows the writer found
+    at or above the policy's max_cosine and verified as the signed modifier's own output
+    (:mod:`transforms.reference`); the audit lets at most that many through."""
     from mass.audit import AuditRequest
     from mass.audit.into import audit_into
 
     attrs = list(dict.fromkeys([*plan.suppress, *plan.preserve]))
-    labels, original = plan.labels, None
+    labels, original = job.labels, None
     if labels is None:  # the input's own label columns (and its embeddings as the original)
-        labels = args.input
+        labels = job.input
         if q_ids is not None:
-            labels = _valid_rows(args, [args.id_col, args.emb_col, *attrs], q_ids)
+            labels = _valid_rows(job, aux, [job.id_col, job.emb_col, *attrs], q_ids)
     else:
-        original = args.input
+        original = job.input
         if q_ids is not None:
-            original = _valid_rows(args, [args.id_col, args.emb_col], q_ids)
+            original = _valid_rows(job, aux, [job.id_col, job.emb_col], q_ids)
+    report = str(job.report)
     req = AuditRequest(
         release=staged, labels=labels, suppress=plan.suppress, preserve=plan.preserve,
-        policy=plan.policy, report_dir=plan.report, run_dir=args.run_dir, input=original,
-        id_col=args.id_col, emb_col=args.emb_col, allow=tuple(args.allow_columns),
+        policy=job.policy, report_dir=report, run_dir=job.run_dir, input=original,
+        id_col=job.id_col, emb_col=job.emb_col, allow=job.allow_columns,
         verified_near=verified,
     )  # fmt: skip
-    _, metrics = audit_into(req, plan.report)  # local or object store
-    path = fs.join(plan.report, "audit.json")
+    _, metrics = audit_into(req, report)  # local or object store
+    path = fs.join(report, "audit.json")
     if not metrics.get("pass"):
         raise AuditFailedError(
-            f"{args.output}: the staged release failed its audit ({_failures(metrics)}); "
-            f"report: {plan.report}; nothing published (a previous release at "
-            f"{args.output} is kept)"
+            f"{job.output}: the staged release failed its audit ({_failures(metrics)}); "
+            f"report: {report}; nothing published (a previous release at "
+            f"{job.output} is kept)"
         )
     log.info("audit passed: %s", path)
-    return {"verdict": "pass", "report": path, "policy": plan.policy_source}
+    return {"verdict": "pass", "report": path, "policy": job.policy_source}
 
 
 def _failures(metrics: dict) -> str:
@@ -165,13 +170,17 @@ def _failures(metrics: dict) -> str:
         if row.get("pass"):
             continue
         nums = [f"worst {row['worst']:.3f}"] if isinstance(row.get("worst"), float) else []
-        for what, key, lim in (("", "ci_high", "limit"),
-                               ("balanced ", "balanced_ci_high", "balanced_limit")):
+        for what, key, lim in (
+            ("", "ci_high", "limit"),
+            ("balanced ", "balanced_ci_high", "balanced_limit"),
+        ):
             bounds = [v for v in (row.get(key) or {}).values() if isinstance(v, float)]
             if row.get("role") == "suppressed" and bounds:  # the rule judges upper bounds
                 limit = row.get(lim)
-                nums.append(f"highest {what}95% upper bound {max(bounds):.3f}"
-                            + (f" vs limit {limit:.3f}" if isinstance(limit, float) else ""))
+                nums.append(
+                    f"highest {what}95% upper bound {max(bounds):.3f}"
+                    + (f" vs limit {limit:.3f}" if isinstance(limit, float) else "")
+                )
         if row.get("role") != "suppressed" and isinstance(row.get("limit"), float):
             nums.append(f"limit {row['limit']:.3f}")
         parts.append(f"attribute '{name}' ({row.get('role')}{': ' if nums else ''}"
@@ -185,13 +194,13 @@ def _failures(metrics: dict) -> str:
     return "; ".join(parts) or "no passing verdict in audit.json"
 
 
-def _valid_rows(args, columns: list[str], q_ids: pa.Array) -> str:
-    """The input's ``columns`` without the quarantined rows, as a private Parquet file for the
-    audit (its readers refuse the NaN/ragged rows the job quarantined)."""
-    table = read_table(args.input, columns=columns)
-    keep = pc.invert(pc.is_in(table.column(args.id_col), value_set=q_ids))
-    n = len(fs.listdir(args._aux)) if fs.isdir(args._aux) else 0
-    path = fs.join(args._aux, f"valid-{n}.parquet")
+def _valid_rows(job: AnonymizeJob, aux: str, columns: list[str], q_ids: pa.Array) -> str:
+    """The input's ``columns`` without the quarantined rows, as a private Parquet file in
+    ``aux`` for the audit (its readers refuse the NaN/ragged rows the job quarantined)."""
+    table = read_table(job.input, columns=columns)
+    keep = pc.invert(pc.is_in(table.column(job.id_col), value_set=q_ids))
+    n = len(fs.listdir(aux)) if fs.isdir(aux) else 0
+    path = fs.join(aux, f"valid-{n}.parquet")
     with fs.atomic_output(path) as f:
         pq.write_table(table.filter(keep), f)
     return path

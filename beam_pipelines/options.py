@@ -1,4 +1,8 @@
-"""Flags shared by the Beam jobs; everything unknown goes to Beam's PipelineOptions untouched.
+"""Flags shared by the Beam jobs, and the one route by which Beam pipeline options reach Beam:
+a flag the job does not have must be one Beam registers (its ``PipelineOptions`` subclasses,
+those of the chosen ``--runner`` included), given as it is or after a literal ``--``; anything
+else is refused before any work (:func:`beam_flags`). Beam itself would only log
+"Discarding unparseable args" and run.
 
 The default runner is FnApiRunner (the stock DirectRunner tries to download Prism); any
 ``--runner`` (DaskRunner, DataflowRunner, ...) with its own flags works unchanged.
@@ -8,12 +12,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import logging
+from dataclasses import dataclass
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from mass.errors import ConfigError
+from mass.errors import ConfigError, UnknownFlagError
+from mass.flags import BEAM_ROUTE, option_strings, split_tail, unknown_flag
 from mass.progress import RateLog
 
 log = logging.getLogger("mass.beam")
@@ -24,6 +31,52 @@ RUNNER_ALIASES = {"DaskRunner": "apache_beam.runners.dask.dask_runner.DaskRunner
 
 def csv_list(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def parse_job_argv(
+    parser: argparse.ArgumentParser, argv: list[str] | None
+) -> tuple[argparse.Namespace, list[str]]:
+    """(the job's flags, its checked Beam options) from a job's ``argv`` (see :func:`beam_flags`)."""
+    import sys
+
+    head, tail = split_tail(sys.argv[1:] if argv is None else list(argv))
+    args, extra = parser.parse_known_args(head)
+    return args, beam_flags(extra, tail, option_strings(parser))
+
+
+def beam_flags(extra: list[str], tail: list[str], ours: list[str]) -> list[str]:
+    """``extra`` (what the job's parser left over) then ``tail`` (after ``--``), once Beam's own
+    parser knows every flag in them; else :class:`UnknownFlagError` naming the first unknown
+    one and the nearest flag of the job (``ours``) or of Beam."""
+    beam = _beam_parser(extra + tail)
+    for chunk in (extra, tail):
+        try:
+            _, unknown = beam.parse_known_args(chunk)
+        except argparse.ArgumentError as e:
+            raise UnknownFlagError(f"Beam pipeline option {e}; nothing was run") from e
+        if unknown:
+            raise unknown_flag(unknown, [*ours, *option_strings(beam)], BEAM_ROUTE)
+    return [*extra, *tail]
+
+
+def _beam_parser(flags: list[str]) -> argparse.ArgumentParser:
+    """Beam's own parser (as ``PipelineOptions.get_all_options`` builds it from every
+    ``PipelineOptions`` subclass), after importing the module of a ``--runner`` named by its
+    dotted path so that the runner's options class is registered too."""
+    only_runner = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    only_runner.add_argument("--runner", default="")
+    probe = only_runner.parse_known_args(flags)[0].runner
+    runner = RUNNER_ALIASES.get(probe, probe)
+    if "." in runner:
+        try:
+            importlib.import_module(runner.rsplit(".", 1)[0])
+        except ImportError as e:
+            raise ConfigError(f"--runner {probe}: cannot import {runner} ({e})") from e
+    parsers: list[argparse.ArgumentParser] = []
+    PipelineOptions([]).get_all_options(add_extra_args_fn=parsers.append)
+    parser = parsers[0]
+    parser.exit_on_error = False  # a bad value is our UnknownFlagError, not Beam's usage dump
+    return parser
 
 
 def add_serving_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,11 +117,23 @@ def add_serving_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def shm_mode(args: argparse.Namespace) -> str | bool:
-    return {"auto": "auto", "on": True, "off": False}[getattr(args, "triton_shm", "auto")]
+@dataclass(frozen=True)
+class Serving:
+    """The flags of :func:`add_serving_arguments`, checked (one field per flag)."""
+
+    repository: str
+    triton_url: str | None
+    model_version: str  # "" = the latest
+    timeout_s: float
+    max_retries: int
+    shared_memory: str | bool  # "auto", True or False (--triton-shm auto/on/off)
+    batch_rows: int
+    shards: int
+    progress_every: int
 
 
-def check_common(args: argparse.Namespace) -> None:
+def plan_serving(args: argparse.Namespace) -> Serving:
+    """:class:`Serving` from the parsed flags; :class:`ConfigError` for a bad value."""
     from transforms.parquet_io import MAX_SHARDS
 
     for name in ("batch_rows", "shards"):
@@ -79,11 +144,30 @@ def check_common(args: argparse.Namespace) -> None:
             f"--shards must be <= {MAX_SHARDS}, got {args.shards}: every shard is a file, a "
             "merge and an id-index file; pick fewer, larger shards"
         )
+    return Serving(
+        repository=args.repository,
+        triton_url=args.triton_url,
+        model_version=args.model_version,
+        timeout_s=args.timeout_s,
+        max_retries=args.max_retries,
+        shared_memory={"auto": "auto", "on": True, "off": False}[args.triton_shm],
+        batch_rows=args.batch_rows,
+        shards=args.shards,
+        progress_every=args.progress_every,
+    )
 
 
-def pipeline_for(extra: list[str], test_pipeline: beam.Pipeline | None) -> beam.Pipeline:
+def temp_location(beam_args: list[str] | tuple[str, ...]) -> str | None:
+    """Beam's ``--temp_location``, as Beam itself parses it (None when not given)."""
+    from apache_beam.options.pipeline_options import GoogleCloudOptions
+
+    return PipelineOptions(list(beam_args)).view_as(GoogleCloudOptions).temp_location or None
+
+
+def pipeline_for(extra, test_pipeline: beam.Pipeline | None) -> beam.Pipeline:
     if test_pipeline is not None:
         return test_pipeline
+    extra = list(extra)
     # Beam does not register the Dask runner's short name; accept it like the others.
     extra = [RUNNER_ALIASES.get(a, a) for a in extra]
     extra = [f"--runner={RUNNER_ALIASES[a[9:]]}" if a[9:] in RUNNER_ALIASES else a for a in extra]
@@ -115,7 +199,7 @@ def run_to_completion(p: beam.Pipeline):
 
 
 @contextlib.contextmanager
-def triton_endpoint(args: argparse.Namespace, *, model: str, expected_sha256: str | None = None):
+def triton_endpoint(serving: Serving, *, model: str, expected_sha256: str | None = None):
     """Yield the gRPC URL to use: ``--triton-url`` checked, or a local server for the job.
 
     ``expected_sha256`` (from the repository's export.json) must match what the server says
@@ -123,14 +207,14 @@ def triton_endpoint(args: argparse.Namespace, *, model: str, expected_sha256: st
     """
     from mass.serving import TritonServer, check_server
 
-    version = args.model_version or None
+    version = serving.model_version or None
     kw = dict(model=model, version=version, expected_sha256=expected_sha256)
-    if args.triton_url:
-        check_server(args.triton_url, **kw)
-        yield args.triton_url
+    if serving.triton_url:
+        check_server(serving.triton_url, **kw)
+        yield serving.triton_url
         return
     # The job's server stages and serves this one model (version) only (mass.serving.staging).
-    with TritonServer(args.repository, models={model: version}) as server:
+    with TritonServer(serving.repository, models={model: version}) as server:
         check_server(server.grpc_url, **kw)
         yield server.grpc_url
 

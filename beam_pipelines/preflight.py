@@ -1,12 +1,15 @@
 """The anonymize job's checks before any data is read: the noise key a stochastic model
-needs, the keyed ROW_SEED source bound to the served model, and the input (files, columns,
-ids, dimension, allow-list, the audit plan and the allow-list proxy check)."""
+needs, the keyed ROW_SEED source bound to the served model, the input (files, columns, ids,
+dimension), and, once the model is known, the allow-list, the audit plan and the allow-list
+proxy check, each decided once (:func:`decide`)."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
-from beam_pipelines.gate import _audit_plan, _check_allowed
+from beam_pipelines.gate import AllowCheck, AuditPlan, audit_plan, check_allowed
+from beam_pipelines.plan import AnonymizeJob, Staging
 from mass.errors import ConfigError
 from mass.keys import NOISE_KEY_ENV
 from mass.noise import KeyedSeeds
@@ -15,7 +18,19 @@ from transforms.release import resolve_allow_columns
 from transforms.validate import CheckedInput, check_dim, check_input
 
 
-def check_noise_key(args, info: dict) -> None:
+@dataclass(frozen=True)
+class Decided:
+    """What the job decided once the model is known (export.json, the server, or in-process)."""
+
+    info: dict  # the model's provenance
+    checked: CheckedInput
+    seeds: KeyedSeeds | None
+    audit: AuditPlan | None  # None: --no-audit
+    allow: AllowCheck
+    forced_columns: tuple[str, ...]  # by name (resolve_allow_columns) or as proxies
+
+
+def check_noise_key(job: AnonymizeJob, info: dict) -> None:
     """Refuse a stochastic model without a key, before any work.
 
     ``info`` is the model's export.json (or the in-process model_info); ``{}`` when only a
@@ -24,52 +39,59 @@ def check_noise_key(args, info: dict) -> None:
     the noise baselines).
     """
     stochastic = info.get("stochastic") if info.get("modifier") else None
-    if args._noise_key is None and stochastic is not False:
+    if job.noise_key is None and stochastic is not False:
         why = "is stochastic" if stochastic else "may be stochastic (no export.json says otherwise)"
         raise ConfigError(
-            f"model '{args.model}' {why}: its release noise must be keyed by the owner's "
+            f"model '{job.model}' {why}: its release noise must be keyed by the owner's "
             f"secret, or anyone could recompute it from the released ids and subtract it; "
             f"pass --noise-key-file PATH or set {NOISE_KEY_ENV} (create a key once with "
             "`mass keygen PATH`, kept outside git, DVC and the release); nothing was published"
         )
 
 
-def keyed_seeds(args, info: dict) -> KeyedSeeds | None:
+def keyed_seeds(job: AnonymizeJob, info: dict) -> KeyedSeeds | None:
     """ROW_SEED source: the owner-keyed PRF of the ids (all zeros without a key)."""
-    key = args._noise_key
+    key = job.noise_key
     if key is None:
         return None
     # bound to the modifier: two modifiers never share a row's noise (docs/threat-model.md)
     context = str(info.get("sha256") or "")
-    return KeyedSeeds.of(
-        key, context=context, read_on_worker=getattr(args, "noise_key_on_worker", False)
+    return KeyedSeeds.of(key, context=context, read_on_worker=job.noise_key_on_worker)
+
+
+def check_job_input(job: AnonymizeJob, staging: Staging, dim: int | None) -> CheckedInput:
+    """Files, columns, ids and (when known) dimension (see :mod:`transforms.validate`)."""
+    return check_input(
+        job.input,
+        id_col=job.id_col,
+        emb_col=job.emb_col,
+        columns=list(job.allow_columns),
+        dim=dim,
+        index_dir=os.path.join(staging.stage, IDS_DIR),
+        num_shards=job.serving.shards,
     )
 
 
-def check_job_input(args, info: dict, checked: CheckedInput | None = None) -> CheckedInput:
-    """Files, columns, ids, dimension and allow-list (see :mod:`transforms.validate`)."""
-    dim = int(info["dim"]) if info.get("dim") else None
-    if checked is None:
-        checked = check_input(
-            args.input,
-            id_col=args.id_col,
-            emb_col=args.emb_col,
-            columns=args.allow_columns,
-            dim=dim,
-            index_dir=os.path.join(args._stage, IDS_DIR),
-            num_shards=args.shards,
-        )
-    elif dim is not None:
-        check_dim(checked, emb_col=args.emb_col, dim=dim)
-    if info:
-        resolve_allow_columns(
-            args.allow_columns,
-            schema=checked.schema,
-            suppress=list(info.get("suppress", [])),
-            id_col=args.id_col,
-            emb_col=args.emb_col,
-            force=args.force_allow,
-        )
-        args._plan = _audit_plan(args, info, checked.schema)
-        _check_allowed(args, checked)
-    return checked
+def decide(job: AnonymizeJob, info: dict, checked: CheckedInput, *, dim_checked: bool) -> Decided:
+    """Seeds, allow-list, audit plan and proxy check for the model ``info`` describes; the
+    input's dimension is checked here unless ``checked`` was made knowing it."""
+    if not dim_checked and info.get("dim"):
+        check_dim(checked, emb_col=job.emb_col, dim=int(info["dim"]))
+    forced = resolve_allow_columns(
+        list(job.allow_columns),
+        schema=checked.schema,
+        suppress=list(info.get("suppress", [])),
+        id_col=job.id_col,
+        emb_col=job.emb_col,
+        force=job.force_allow,
+    )
+    plan = audit_plan(job, info, checked.schema)
+    allow = check_allowed(job, plan, checked)
+    return Decided(
+        info=info,
+        checked=checked,
+        seeds=keyed_seeds(job, info),
+        audit=plan,
+        allow=allow,
+        forced_columns=tuple(dict.fromkeys([*forced, *allow.forced])),
+    )

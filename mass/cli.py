@@ -14,6 +14,7 @@ import os
 import sys
 
 from mass.errors import MassError
+from mass.flags import check_no_extra, option_strings, split_tail
 
 COMMANDS = {
     "prepare": "mass.commands.prepare",
@@ -79,45 +80,72 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mass",
         description="MaSS-ETL: batch anonymization of embeddings (train, serve, anonymize, audit).",
+        allow_abbrev=False,
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     wanted = next((a for a in argv if a in COMMANDS), None)
     for name, modname in COMMANDS.items():
         if wanted is not None and name != wanted:
-            sub.add_parser(name, help=DESCRIPTIONS[name], add_help=False)
+            sub.add_parser(name, help=DESCRIPTIONS[name], add_help=False, allow_abbrev=False)
             continue
         try:
             mod = importlib.import_module(modname)
         except ModuleNotFoundError as e:
             if wanted == name:
                 raise
-            sub.add_parser(name, help=f"{DESCRIPTIONS[name]} (unavailable: {e.name})")
+            sub.add_parser(name, help=f"{DESCRIPTIONS[name]} (unavailable: {e.name})",
+                           allow_abbrev=False)  # fmt: skip
             continue
         p = sub.add_parser(
             name,
             help=getattr(mod, "HELP", DESCRIPTIONS[name]),
             description=getattr(mod, "__doc__", None),
             formatter_class=argparse.RawDescriptionHelpFormatter,
+            allow_abbrev=False,  # a prefix is a typo too (and Beam's --label would be --labels)
         )
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
     return parser
 
 
+def subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[name]
+
+
+def parse_command(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """(the command's flags, its Beam pipeline options) from ``argv``; an unknown flag raises
+    :class:`mass.errors.UnknownFlagError` naming it (:mod:`mass.flags`), before any work."""
+    parser = build_parser(argv)
+    head, tail = split_tail(argv)
+    args, extra = parser.parse_known_args(head)
+    beam = getattr(args, "_beam_flags", None)
+    command = subparser(parser, args.command)
+    if beam is None:
+        if tail:  # not a Beam job: `--` keeps its argparse meaning (positionals follow)
+            args, extra = parser.parse_known_args(argv)
+        check_no_extra(command, extra)
+        return args, []
+    return args, beam(extra, tail, option_strings(command))
+
+
+def run_command(args: argparse.Namespace, beam_args: list[str]) -> int:
+    if getattr(args, "_beam_flags", None) is None:
+        return int(args._run(args) or 0)
+    return int(args._run(args, beam_args) or 0)
+
+
 def main(argv: list[str] | None = None) -> int:
     _quiet_network_tools()
     argv = list(sys.argv[1:] if argv is None else argv)
     _configure_logging(argv)
-    parser = build_parser(argv)
-    args, extra = parser.parse_known_args(argv)
-    if extra and not getattr(args, "_accepts_extra", False):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    args._extra = extra
+    command = next((a for a in argv if a in COMMANDS), "")
     try:
-        return int(args._run(args) or 0)
+        args, beam_args = parse_command(argv)
+        return run_command(args, beam_args)
     except MassError as e:
-        print(f"mass {args.command}: error: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"mass {command}: error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
 
 

@@ -93,7 +93,9 @@ def decode(
         )
     null = arr.is_null().to_numpy(zero_copy_only=False) if arr.null_count else None
     if null is not None and policy.null_rows == "error":
-        raise InvalidValueError(f"{where}column '{column}' row {int(np.flatnonzero(null)[0])} is null")
+        raise InvalidValueError(
+            f"{where}column '{column}' row {int(np.flatnonzero(null)[0])} is null"
+        )
     right = np.ones(n, bool)
     if pa.types.is_fixed_size_list(typ):
         d = typ.list_size
@@ -148,7 +150,7 @@ def _check_dim(where: str, column: str, got: int, dim: int | None) -> None:
     if dim is not None and got != dim:
         raise SchemaError(
             f"{where}column '{column}' has dimension {got}, the model expects {dim}; pass the "
-            "matching --model or --emb-col"
+            "embedding column that matches the model"
         )
 
 
@@ -158,9 +160,7 @@ def embedding_matrix(
     """Column of fixed-size lists or lists of floats -> C-contiguous float32 ``[N, d]``
     (:data:`STRICT`: ragged lists, nulls, non-float values, NaN/Inf and a dimension other
     than ``expected_dim`` are refused, naming ``source``, ``column`` and the first bad row)."""
-    return decode(
-        _column(table, column, source), column=column, source=source, dim=expected_dim
-    ).x
+    return decode(_column(table, column, source), column=column, source=source, dim=expected_dim).x
 
 
 def release_matrix(table: pa.Table, column: str, *, source: str) -> np.ndarray:

@@ -15,6 +15,11 @@ class ConfigError(MassError):
     """A configuration value is invalid or infeasible (names the parameter)."""
 
 
+class UnknownFlagError(ConfigError):
+    """A command-line flag the command does not have (a typo, or a Beam option Beam does not
+    register); raised before any work, exit code 2."""
+
+
 class ProxyColumnError(ConfigError):
     """An --allow-columns column predicts a suppressed attribute on its own above the audit
     policy (names column, attribute, measured accuracy and limit); raised before any work."""

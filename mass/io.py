@@ -102,7 +102,6 @@ def committed_parts(spec: str) -> list[str] | None:
     return None
 
 
-
 def expand_paths(spec: str) -> list[str]:
     """A file, a directory or a glob -> sorted file list (never empty).
 
@@ -141,7 +140,7 @@ def expand_paths(spec: str) -> list[str]:
                 files.append(match)
         files = sorted(dict.fromkeys(files))
     else:
-        raise MissingInputError(f"{spec}: no such file or directory; check the --input/--data path")
+        raise MissingInputError(f"{spec}: no such file or directory; check the path")
     if (hidden or other) and (spec, hidden, other) not in _logged_skips:
         _logged_skips.add((spec, hidden, other))
         log.info(
@@ -164,8 +163,9 @@ def parquet_batches(path: str, *, columns: list[str] | None, batch_rows: int):
     the coalesced reads of the whole file (measured, 128-d rows: peak RSS 0.81 GB reading a
     0.5 GB file, growing with the file; 0.41 GB for 0.5 GB and 5 GB files without)."""
     with fs.open_input(path) as f:
-        yield from pq.ParquetFile(f, pre_buffer=False).iter_batches(batch_size=batch_rows,
-                                                                     columns=columns)
+        yield from pq.ParquetFile(f, pre_buffer=False).iter_batches(
+            batch_size=batch_rows, columns=columns
+        )
 
 
 def read_table(spec: str, columns: list[str] | None = None) -> pa.Table:
@@ -279,7 +279,9 @@ def decode_labels(
     without it classes are sorted and, with ``require_multiclass``, a single class is refused.
     """
     if col not in table.column_names:
-        raise SchemaError(f"{source}: no label column '{col}' (columns: {table.column_names}); {hint}")
+        raise SchemaError(
+            f"{source}: no label column '{col}' (columns: {table.column_names}); {hint}"
+        )
     values = table.column(col).combine_chunks()
     if values.null_count:
         row = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0])
@@ -326,4 +328,3 @@ def load_embeddings(
             single_class_hint="it cannot be suppressed or preserved",
         )  # fmt: skip
     return EmbeddingDataset(ids=ids, x=x, labels=labels, encodings=encs, source=spec)
-

@@ -92,7 +92,7 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
     attrs = list(dict.fromkeys([*req.suppress, *req.preserve]))
     overlap = set(req.suppress) & set(req.preserve)
     if overlap:
-        raise ConfigError(f"--preserve: {sorted(overlap)} also in --suppress; pick one role")
+        raise ConfigError(f"{sorted(overlap)}: both preserved and suppressed; pick one role")
     frozen, encodings = load_run(req.run_dir) if req.run_dir else ({}, {})
     pol = req.policy
     # the column expectations of release_rows do not depend on the counts known after the scan
@@ -131,8 +131,9 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
             reports.append(attribute_report(a, y[a], x, xp, role="preserved",
                                             frozen=frozen.get(a), min_fraction=pol.fraction(a),
                                             extra=extra, **kw))  # fmt: skip
-    spec = _spec(req, s.n_labels, s.n_input, reports, gate_key=gate_key,
-                 label_columns=s.label_columns)
+    spec = _spec(
+        req, s.n_labels, s.n_input, reports, gate_key=gate_key, label_columns=s.label_columns
+    )
     validator.spec = spec
     if whole:
         validator.validate("release_rows", whole[0])

@@ -4,4 +4,4 @@
 from mass.commands._beam_job import beam_job
 
 HELP = "Beam job: raw column -> Triton feature extractor -> embeddings Parquet"
-add_arguments, run = beam_job("beam_pipelines.extract")
+add_arguments, run = beam_job("beam_pipelines.extract", "plan_extract")

@@ -82,7 +82,8 @@ def export_kind(
 
     check_model_name(name)
     common: dict = {"version": version, "instances": instances, "gpu_variant": gpu_variant}
-    key = signing_key(resolve_key(signing_key_file, SIGNING_KEY_ENV), purpose="sign")
+    found = resolve_key(signing_key_file, SIGNING_KEY_ENV)
+    key = signing_key(found, purpose="sign", flag="--signing-key-file")
     if kind != "ensemble":
         common["key"] = key
     if max_batch_size is not None:

@@ -64,15 +64,20 @@ def sign_version_dir(version_dir: str | Path, key: OwnerKey) -> None:
     os.replace(tmp, folder / SIGNATURE)
 
 
-def signing_key(key: OwnerKey | None = None, *, purpose: str = "verify") -> OwnerKey:
-    """``key``, else the key file named by ``MASS_SIGNING_KEY_FILE``; a clear error if none."""
+def signing_key(
+    key: OwnerKey | None = None, *, purpose: str = "verify", flag: str | None = None
+) -> OwnerKey:
+    """``key``, else the key file named by ``MASS_SIGNING_KEY_FILE``; a clear error if none.
+    ``flag``: the calling command's own key-file flag, named in the error (only a command
+    that has one passes it: the message names no flag the command lacks)."""
     from mass.errors import ConfigError
 
     found = key or resolve_key(None, SIGNING_KEY_ENV)
     if found is None:
+        how = f"pass {flag} FILE or set {SIGNING_KEY_ENV}" if flag else f"set {SIGNING_KEY_ENV}"
         raise ConfigError(
-            f"no signing key to {purpose} exports with: pass --signing-key-file FILE or set "
-            f"{SIGNING_KEY_ENV} to the owner key file (create one with `mass keygen FILE`)"
+            f"no signing key to {purpose} exports with: {how} to the owner key file (create "
+            "one with `mass keygen FILE`)"
         )
     return found
 
@@ -199,9 +204,8 @@ def _verified_manifest(folder: Path, key: OwnerKey) -> dict[str, str]:
     fingerprint, tag = fields[2], fields[3]
     if fingerprint != key.fingerprint:
         raise ChecksumMismatchError(
-            f"{sig}: signed with another key (fingerprint {fingerprint}; {SIGNING_KEY_ENV} or "
-            f"--signing-key-file names key {key.fingerprint}); use the owner key that exported "
-            "it or re-export"
+            f"{sig}: signed with another key (fingerprint {fingerprint}; the owner key given "
+            f"has fingerprint {key.fingerprint}); use the owner key that exported it or re-export"
         )
     if not key.verify(SIGN_PURPOSE, _signed_bytes(folder, data), tag):
         raise ChecksumMismatchError(

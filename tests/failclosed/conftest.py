@@ -185,14 +185,9 @@ def leftovers(out: Path) -> list[str]:
 def mass_command(argv: list[str]) -> int:
     """Run a ``mass`` subcommand in-process like :func:`mass.cli.main`, but let the
     :class:`mass.errors.MassError` propagate so the test sees the exact class."""
-    from mass.cli import build_parser
+    from mass.cli import parse_command, run_command
 
-    parser = build_parser(argv)
-    args, extra = parser.parse_known_args(argv)
-    if extra and not getattr(args, "_accepts_extra", False):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    args._extra = extra
-    return int(args._run(args) or 0)
+    return run_command(*parse_command(argv))
 
 
 def run_script(code: str, *args: str, **kw):

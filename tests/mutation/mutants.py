@@ -161,7 +161,7 @@ MUTANTS = [
            '"audited": audit is not None,', '"audited": True,',
            ("tests/transforms/test_publication_guards.py",),
            "an unaudited (--no-audit) release is recorded as audited"),
-    Mutant("job-gate-ignores-failing-audit", "beam_pipelines.anonymize:_audit_staged",
+    Mutant("job-gate-ignores-failing-audit", "beam_pipelines.gate:audit_staged",
            'if not metrics.get("pass"):', "if False:", GATE,
            "a release that failed its audit is published"),
     Mutant("publish-deletes-previous-first", "transforms.release:swap_into_place",

@@ -52,6 +52,11 @@ class ArrowBatchInference:
         self._rows_out = Metrics.counter(NAMESPACE, "rows_out")
         self._batches = Metrics.counter(NAMESPACE, "batches")
 
+    @property
+    def output_dim(self) -> int | None:
+        """The output dimension the handler checks responses against (None: not known)."""
+        return self._output_dim
+
     def with_row_seeds(self, seeds: KeyedSeeds | None):
         """A copy whose :class:`ModifierInputs` send ``ROW_SEED = seeds(ids)`` (the job's key);
         other input builders (extractors take no seed) are kept as they are."""

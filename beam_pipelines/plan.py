@@ -1,0 +1,133 @@
+"""One frozen plan per Beam job, built and checked once at the entry point from the parsed
+flags and Beam options; the pipelines, the gate and the preflight read it, nothing writes to
+the parsed flags. A new flag: add it to the command's ``add_arguments``, one field here and
+its line in ``plan_*`` (checks included), then read ``job.<field>`` where it is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from beam_pipelines.gate import resolve_policy
+from beam_pipelines.options import Serving, plan_serving, temp_location
+from mass import fs
+from mass.errors import ConfigError
+from mass.keys import NOISE_KEY_ENV, OwnerKey, resolve_key
+from transforms.release import check_outputs, staging_dir
+
+
+@dataclass(frozen=True)
+class AnonymizeJob:
+    """Every setting of `mass anonymize` (see :mod:`beam_pipelines.anonymize`)."""
+
+    input: str
+    output: str
+    quarantine: str  # --quarantine, else OUT_quarantine
+    model: str
+    id_col: str
+    emb_col: str
+    allow_columns: tuple[str, ...]
+    force_allow: bool
+    max_quarantined: int
+    audit: bool  # False: --no-audit (the release records audited: false)
+    labels: str | None  # None: the input's own label columns
+    report: str | None  # --report, else OUT_report; None without the audit
+    run_dir: str | None
+    policy: object | None  # mass.audit.AuditPolicy; None without the audit
+    policy_source: str
+    noise_key: OwnerKey | None  # --noise-key-file, else $MASS_NOISE_KEY_FILE
+    noise_key_on_worker: bool
+    serving: Serving
+    beam_args: tuple[str, ...]  # checked by beam_pipelines.options.beam_flags
+    temp_location: str | None  # Beam's --temp_location, as Beam parses it
+
+
+@dataclass(frozen=True)
+class Staging:
+    """This run's private directories (named per run; removed by the job however it ends)."""
+
+    stage: str  # the staged release
+    q_stage: str  # the staged quarantine
+    aux: str  # the audit's filtered labels, when rows were dropped
+    runs: str  # the workers' spill runs: below --temp_location when given, else the stage
+
+    @classmethod
+    def of(cls, job: AnonymizeJob) -> Staging:
+        stage, aux = staging_dir(job.output), staging_dir(job.output)
+        runs = stage
+        if job.temp_location:
+            runs = fs.join(job.temp_location, f"mass-runs-{fs.basename(stage)}")
+        return cls(stage=stage, q_stage=staging_dir(job.quarantine), aux=aux, runs=runs)
+
+    def dirs(self) -> list[str]:
+        return list(dict.fromkeys((self.stage, self.q_stage, self.aux, self.runs)))
+
+
+def plan_anonymize(args: argparse.Namespace, beam_args: Sequence[str] = ()) -> AnonymizeJob:
+    """The job's plan; every check decidable from the flags and the files they name runs
+    here, before any data is read or a server is started."""
+    serving = plan_serving(args)
+    if args.max_quarantined < 0:
+        raise ConfigError(f"--max-quarantined must be >= 0, got {args.max_quarantined}")
+    out = fs.normpath(args.output)
+    quarantine = args.quarantine or f"{out}_quarantine"
+    report = None if args.no_audit else args.report or f"{out}_report"
+    # Before any work: which paths the job may replace (only its own outputs, never the input).
+    check_outputs(output=args.output, quarantine=quarantine, inputs=args.input, report=report)
+    if args.no_audit and (args.labels or args.policy or args.report or args.run_dir):
+        raise ConfigError("--no-audit: drop --labels/--policy/--report/--run-dir, or drop "
+                          "--no-audit to audit before publishing")  # fmt: skip
+    policy, source = (None, "") if args.no_audit else resolve_policy(args.policy)
+    return AnonymizeJob(
+        input=args.input,
+        output=args.output,
+        quarantine=quarantine,
+        model=args.model,
+        id_col=args.id_col,
+        emb_col=args.emb_col,
+        allow_columns=tuple(args.allow_columns),
+        force_allow=args.force_allow,
+        max_quarantined=args.max_quarantined,
+        audit=not args.no_audit,
+        labels=args.labels,
+        report=report,
+        run_dir=args.run_dir,
+        policy=policy,
+        policy_source=source,
+        noise_key=resolve_key(args.noise_key_file, NOISE_KEY_ENV),
+        noise_key_on_worker=args.noise_key_on_worker,
+        serving=serving,
+        beam_args=tuple(beam_args),
+        temp_location=temp_location(beam_args),
+    )
+
+
+@dataclass(frozen=True)
+class ExtractJob:
+    """Every setting of `mass extract` (see :mod:`beam_pipelines.extract`)."""
+
+    input: str
+    output: str
+    model: str
+    raw_col: str
+    keep_columns: tuple[str, ...]
+    id_col: str
+    emb_col: str
+    serving: Serving
+    beam_args: tuple[str, ...]
+
+
+def plan_extract(args: argparse.Namespace, beam_args: Sequence[str] = ()) -> ExtractJob:
+    return ExtractJob(
+        input=args.input,
+        output=args.output,
+        model=args.model,
+        raw_col=args.raw_col,
+        keep_columns=tuple(args.keep_columns),
+        id_col=args.id_col,
+        emb_col=args.emb_col,
+        serving=plan_serving(args),
+        beam_args=tuple(beam_args),
+    )
