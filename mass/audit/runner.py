@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mass.audit.columns import combine, encode_released
 from mass.audit.data import encode_columns
 from mass.audit.keyed import is_stochastic, keyless_view, modifier_parts
 from mass.audit.policy import AuditPolicy
@@ -57,6 +58,7 @@ class AuditResult:
     key_status: str = ""  # how the key-compromised figure was (or was not) computed
     warnings: list[str] = field(default_factory=list)
     sources: dict[str, str | None] = field(default_factory=dict)  # release/labels/input paths
+    id_col: str = "id"
 
     @property
     def success(self) -> bool:
@@ -116,13 +118,18 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
     reports: list[AttributeReport] = []
     if s.counts["audited"] >= MIN_AUDIT_ROWS:
         x, xp, y = s.x, s.xp, s.y
+        # every released column besides the embedding, the ids included, judged alone and
+        # with the embedding (structure + per-value label statistics, mass.audit.columns)
+        released = encode_released({req.id_col: s.ids, **s.extra}, max_levels=pol.max_levels)
+        together = combine(list(released.values()), n_audit)
         for a in req.suppress:
             if req.run_dir and a not in frozen:
                 log.warning("%s: no frozen branch model for '%s'", req.run_dir, a)
             keep = {r: y[r] for r in req.preserve}
             reports.append(attribute_report(
                 a, y[a], x, xp, role="suppressed", preserved=keep, frozen=frozen.get(a),
-                margins=pol.margins(a), extra=extra, key_x=key_x, gate_key=gate_key, **kw,
+                margins=pol.margins(a), extra=together.dense, stats=together.stats,
+                columns=released, key_x=key_x, gate_key=gate_key, **kw,
             ))  # fmt: skip
         for a in req.preserve:
             reports.append(attribute_report(a, y[a], x, xp, role="preserved",
@@ -266,4 +273,4 @@ def run_audit(req: AuditRequest) -> AuditResult:
                        seconds=time.perf_counter() - t0, policy=req.policy,
                        key_status=key_status, warnings=warnings,
                        sources={"release_path": req.release, "labels_path": req.labels,
-                                "input_path": req.input})  # fmt: skip
+                                "input_path": req.input}, id_col=req.id_col)  # fmt: skip
