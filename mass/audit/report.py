@@ -94,6 +94,7 @@ def audit_metrics(result: AuditResult) -> dict:
         "seconds": round(result.seconds, 2),
         "policy": result.policy.to_dict() if result.policy is not None else None,
         "key_compromised_status": result.key_status,
+        "forced_policy": list(result.forced_policy),
         "warnings": list(result.warnings),
         "lineage": lineage(result),
     }
