@@ -24,6 +24,7 @@ from typing import Any
 from mass.errors import ReleaseError
 from mass.report import view
 
+VOLATILE = ("time", "release_path", "labels_path", "input_path")  # audit.json lineage only
 RELEASE_MD = "_RELEASE.md"
 RELEASE_JSON = "_release.json"  # == transforms.release.RELEASE_MARKER
 SCHEMA = "mass.datasheet/1"
@@ -107,7 +108,8 @@ def _audit_summary(audit: Mapping | None, report_path: str | None) -> dict:
         keep = ("role", "pass", "majority", "floor", "baseline", "limit", "worst", "retention")
         attrs[name] = {k: row.get(k) for k in keep if k in row}
     return {"verdict": verdict, "report": report_path, "attributes": attrs,
-            "failed_expectations": list(audit.get("failed_expectations") or [])}  # fmt: skip
+            "failed_expectations": list(audit.get("failed_expectations") or []),
+            "forced_policy": list(audit.get("forced_policy") or [])}  # fmt: skip
 
 
 def datasheet(release_dir: str, *, metadata: Mapping, audit: Mapping | None,
@@ -115,6 +117,9 @@ def datasheet(release_dir: str, *, metadata: Mapping, audit: Mapping | None,
     """The machine-readable datasheet (what _release.json holds under "datasheet")."""
     parts, rows, columns = _parts(release_dir)
     lineage = audit.get("lineage") if isinstance(audit, Mapping) else None
+    if isinstance(lineage, Mapping):  # the audit's time and the paths it read (a staging
+        # directory named by pid) differ per run: they stay in the report's audit.json
+        lineage = {k: v for k, v in lineage.items() if k not in VOLATILE}
     fields = ("model", "model_version", "method", "sha256", "config_hash",
               "noise_key_fingerprint", "modifier", "forced_columns")  # fmt: skip
     provenance = {k: v for k in fields if (v := _meta(metadata, k)) not in (None, "")}
