@@ -181,6 +181,10 @@ def _failures(metrics: dict) -> str:
                     f"highest {what}95% upper bound {max(bounds):.3f}"
                     + (f" vs limit {limit:.3f}" if isinstance(limit, float) else "")
                 )
+        id_col = (metrics.get("release") or {}).get("id_col")
+        for col in row.get("leaking_columns") or []:
+            what = "the id column" if col == id_col else "released column"
+            nums.append(f"{what} '{col}' alone predicts it")
         if row.get("role") != "suppressed" and isinstance(row.get("limit"), float):
             nums.append(f"limit {row['limit']:.3f}")
         parts.append(f"attribute '{name}' ({row.get('role')}{': ' if nums else ''}"

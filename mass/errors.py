@@ -25,6 +25,11 @@ class ProxyColumnError(ConfigError):
     policy (names column, attribute, measured accuracy and limit); raised before any work."""
 
 
+class VacuousPolicyError(ConfigError):
+    """An audit policy under which nothing can fail (limits >= 1 or above the original's own
+    best attacker, or a preserved attribute that nearly determines a suppressed one)."""
+
+
 class InputError(MassError):
     """Input data violates the data contract (names file, column and, where it applies, row)."""
 

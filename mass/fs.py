@@ -116,6 +116,22 @@ def isfile(path: str) -> bool:
     return _info(path).type == pafs.FileType.File
 
 
+def file_ancestor(path: str) -> str | None:
+    """The nearest ancestor of ``path`` that exists as a file, not a directory (nothing can be
+    created under it), or None. Stops at the first existing directory, the root or a bucket."""
+    p = normpath(os.path.abspath(path) if not is_remote(path) else path)
+    for _ in range(256):
+        parent = dirname(p)
+        if not parent or parent == p or (is_remote(p) and "/" not in split(parent)[1].strip("/")):
+            return None  # the root, or a bucket (never a file)
+        if isfile(parent):
+            return parent
+        if isdir(parent):
+            return None
+        p = parent
+    return None
+
+
 def stat_key(path: str) -> tuple[int, int]:
     """(size, mtime in ns) of a file: a cache key that changes when the file does."""
     if not is_remote(path):

@@ -4,7 +4,8 @@ An attacker sees every released column, not only the embedding. When `mass anony
 labels for the model's attributes (the gate's plan) and ``--allow-columns`` names columns,
 each column is judged ALONE against each suppressed attribute with the audit's own rule:
 :func:`mass.metrics.attribute_report` on the column encoded as the audit encodes released
-columns (:func:`mass.audit.data.encode_columns`), by the policy's retrained attackers and
+columns (:func:`mass.audit.columns.encode_released`: low bits and small moduli of integers,
+string prefixes, suffixes and tokens, and out-of-fold per-value label statistics), by the policy's retrained attackers and
 their re-mapped predictions, each held to the 95 % upper bound of its accuracy against
 max(majority, leakage floor) + margin and of its balanced accuracy against
 max(1/k, balanced floor) + margin (:attr:`mass.metrics.AttributeReport.passed`). The floors
@@ -198,20 +199,22 @@ def judge_columns(table: pa.Table, columns: list[str], *, suppress: list[str],
     """Each of ``columns`` alone against each suppressed attribute, by the audit's rule
     (``policy``: a :class:`mass.audit.policy.AuditPolicy`); ``table`` holds the columns and
     the label columns of the same rows."""
-    from mass.audit.data import encode_columns
+    from mass.audit.columns import encode_released
     from mass.metrics import attribute_report
 
-    n = table.num_rows
     y = {a: _encode_labels(table, a, source) for a in dict.fromkeys([*suppress, *preserve])}
     out = []
     for col in columns:
-        feats = encode_columns({col: table.column(col).combine_chunks()}, n,
-                               max_levels=policy.max_levels)  # fmt: skip
+        # the audit's own encoder: structure (low bits, moduli, tokens) + per-value label
+        # statistics computed per attacker split from its training rows only
+        enc = encode_released({col: table.column(col).combine_chunks()},
+                              max_levels=policy.max_levels)[col]  # fmt: skip
+        feats = enc.dense
         for attr in suppress:
             keep = {p: y[p] for p in preserve if p != attr}
             # x = x' = the column: it is carried unmodified, so the "original" is itself
             report = attribute_report(
-                attr, y[attr], feats, feats, role="suppressed", preserved=keep,
+                attr, y[attr], feats, feats, role="suppressed", preserved=keep, stats=enc.stats,
                 margins=policy.margins(attr), families=policy.families, folds=policy.folds,
                 seed=policy.seed, max_rows=policy.max_rows, confidence=policy.confidence,
                 curve=False,  # the learning curve warns; it is not part of the rule

@@ -150,6 +150,12 @@ def check_outputs(*, output: str, quarantine: str, inputs: str, report: str | No
     write its audit report into ``report``); raise :class:`OutputPathError` naming the path.
     """
     outs = (("--output", output, RELEASE_MARKER), ("--quarantine", quarantine, QUARANTINE_MARKER))
+    for flag, path in (*((f, p) for f, p, _ in outs), ("--report", report)):
+        if path is not None and (above := fs.file_ancestor(path)) is not None:
+            raise OutputPathError(
+                f"{flag} {path}: {above} is a file, not a directory, so nothing can be written "
+                f"under it; choose a {flag} path under a directory; nothing was read or published"
+            )
     roots = [(r, _real(r)) for r in input_roots(inputs)]
     for flag, path, marker in outs:
         real = _real(path)

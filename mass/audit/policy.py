@@ -25,6 +25,7 @@ audit:
   max_cosine: 0.9999      # a released row this close to its original is unmodified
   max_levels: 32          # released columns with <= this many values are one-hot encoded
   gate_key_compromised: false  # also judge attackers on the release with its noise removed
+  force_vacuous: false    # run a policy under which nothing can fail (recorded in reports)
 ```
 The rules are documented in docs/audit.md.
 When ``audit.allow_columns`` is absent, ``anonymize.allow_columns`` (if any) is used.
@@ -42,7 +43,8 @@ from mass.metrics import ATTACKER_FAMILIES, FROZEN
 
 KEYS = {"frozen_margin", "attacker_margin", "min_utility_fraction", "suppress", "preserve",
         "families", "folds", "seed", "max_rows", "norm_tol", "allow_columns", "confidence",
-        "curve", "curve_tol", "max_cosine", "max_levels", "gate_key_compromised"}  # fmt: skip
+        "curve", "curve_tol", "max_cosine", "max_levels", "gate_key_compromised",
+        "force_vacuous"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class AuditPolicy:
     max_cosine: float = 0.9999
     max_levels: int = 32
     gate_key_compromised: bool = False
+    force_vacuous: bool = False  # a vacuous policy runs, recorded as forced, instead of refused
 
     def to_dict(self) -> dict:
         """The resolved policy as plain JSON values (audit.json ``policy``)."""
@@ -179,7 +182,7 @@ def policy_from_dict(section: Mapping[str, Any] | None) -> AuditPolicy:
         kw["max_cosine"] = _number("max_cosine", sec["max_cosine"], lo=0.0, hi=1.0)
     if "max_levels" in sec:
         kw["max_levels"] = _int("max_levels", sec["max_levels"], lo=2)
-    for key in ("curve", "gate_key_compromised"):
+    for key in ("curve", "gate_key_compromised", "force_vacuous"):
         if key in sec:
             if not isinstance(sec[key], bool):
                 raise ConfigError(f"audit.{key}: expected true or false, got {sec[key]!r}")

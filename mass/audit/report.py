@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from mass.audit.data import parse_json_list
 from mass.audit.runner import AuditResult
-from mass.metrics import FROZEN, aum
+from mass.metrics import FROZEN, aum, column_of
 
 
 def _num(v: float | None) -> float | None:
@@ -46,6 +46,11 @@ def audit_metrics(result: AuditResult) -> dict:
             row["balanced_limit"] = _num(min(bal.values())) if bal else None
             row["limits"] = {j: _num(v) for j, v in limits.items()}
             row["balanced_limits"] = {j: _num(v) for j, v in bal.items()}
+            # released columns (ids included) whose attackers alone are over their limit
+            row["leaking_columns"] = sorted({
+                c for j in r.ci_high if (c := column_of(j)) is not None
+                and (r.ci_high[j] > limits[j] or r.balanced_ci_high.get(j, 0.0) > bal[j])
+            })  # fmt: skip
             row["ci_excess"] = _num(max(
                 max((r.ci_high[j] - limits[j] for j in r.ci_high), default=float("nan")),
                 max((r.balanced_ci_high[j] - bal[j] for j in r.balanced_ci_high),
@@ -84,10 +89,12 @@ def audit_metrics(result: AuditResult) -> dict:
             "model_version": meta.get("mass.model_version"),
             "forced_columns": forced,
             "columns": result.released_columns,
+            "id_col": result.id_col,
         },  # fmt: skip
         "seconds": round(result.seconds, 2),
         "policy": result.policy.to_dict() if result.policy is not None else None,
         "key_compromised_status": result.key_status,
+        "forced_policy": list(result.forced_policy),
         "warnings": list(result.warnings),
         "lineage": lineage(result),
     }

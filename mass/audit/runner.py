@@ -12,13 +12,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mass.audit.columns import combine, encode_released
 from mass.audit.data import encode_columns
 from mass.audit.keyed import is_stochastic, keyless_view, modifier_parts
 from mass.audit.policy import AuditPolicy
 from mass.audit.scan import Scan, scan
 from mass.audit.stream import PARTITION_ROWS
 from mass.audit.suite import JUDGE_COLUMNS, AuditOutcome, SuiteSpec, Validator
-from mass.errors import ConfigError, MissingInputError
+from mass.errors import ConfigError, MissingInputError, VacuousPolicyError
 from mass.keys import NOISE_KEY_ENV, OwnerKey, resolve_key
 from mass.metrics import KEYED, AttributeReport, attribute_report, z_value
 
@@ -60,6 +61,8 @@ class AuditResult:
     key_status: str = ""  # how the key-compromised figure was (or was not) computed
     warnings: list[str] = field(default_factory=list)
     sources: dict[str, str | None] = field(default_factory=dict)  # release/labels/input paths
+    id_col: str = "id"
+    forced_policy: list[str] = field(default_factory=list)  # why the policy was vacuous
 
     @property
     def success(self) -> bool:
@@ -119,13 +122,18 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
     reports: list[AttributeReport] = []
     if s.counts["audited"] >= MIN_AUDIT_ROWS:
         x, xp, y = s.x, s.xp, s.y
+        # every released column besides the embedding, the ids included, judged alone and
+        # with the embedding (structure + per-value label statistics, mass.audit.columns)
+        released = encode_released({req.id_col: s.ids, **s.extra}, max_levels=pol.max_levels)
+        together = combine(list(released.values()), n_audit)
         for a in req.suppress:
             if req.run_dir and a not in frozen:
                 log.warning("%s: no frozen branch model for '%s'", req.run_dir, a)
             keep = {r: y[r] for r in req.preserve}
             reports.append(attribute_report(
                 a, y[a], x, xp, role="suppressed", preserved=keep, frozen=frozen.get(a),
-                margins=pol.margins(a), extra=extra, key_x=key_x, gate_key=gate_key, **kw,
+                margins=pol.margins(a), extra=together.dense, stats=together.stats,
+                columns=released, key_x=key_x, gate_key=gate_key, **kw,
             ))  # fmt: skip
         for a in req.preserve:
             reports.append(attribute_report(a, y[a], x, xp, role="preserved",
@@ -233,12 +241,53 @@ def judge_frame(reports: list[AttributeReport]) -> pd.DataFrame:
     return pd.DataFrame(recs, columns=list(JUDGE_COLUMNS))
 
 
+CONTRADICTION = 0.9  # preserved labels that predict a suppressed one this well contradict it
+
+
+def vacuous(reports: list[AttributeReport]) -> list[str]:
+    """Why the policy cannot fail on these measurements (empty: it can). Per suppressed
+    attribute: a preserved attribute that nearly determines it (the leakage floor, the
+    preserved labels' own agreement with it, at or above 90 % and above the majority), a
+    limit at or above 1, or a limit at or above the original embeddings' own best attacker."""
+    out = []
+    for r in reports:
+        if r.role != "suppressed" or not r.margins:
+            continue
+        m = min(r.margins.values())
+        limit, bal_limit = r.baseline + m, r.balanced_baseline + m
+        if r.floor > r.majority and r.floor >= CONTRADICTION:
+            out.append(f"'{r.name}' is suppressed but the preserved attribute(s) predict it "
+                       f"{r.floor:.0%} of the time (leakage floor {r.floor:.3f}, majority "
+                       f"{r.majority:.3f}): preserving them contradicts suppressing it (limit "
+                       f"{limit:.3f})")  # fmt: skip
+        elif limit >= 1 or bal_limit >= 1:
+            out.append(f"'{r.name}': limit {max(limit, bal_limit):.3f} >= 1 (baseline "
+                       f"{r.baseline:.3f} + margin {m:.3f}): no attacker can exceed it")  # fmt: skip
+        elif limit >= r.original:
+            out.append(f"'{r.name}': limit {limit:.3f} is at or above the original embeddings' "
+                       f"own best attacker {r.original:.3f}: nothing can fail")  # fmt: skip
+    return out
+
+
 def run_audit(req: AuditRequest) -> AuditResult:
-    """Measure, validate with GX (Data Docs into report_dir/data_docs) and return the result."""
+    """Measure, validate with GX (Data Docs into report_dir/data_docs) and return the result.
+
+    A vacuous policy (:func:`vacuous`) raises :class:`VacuousPolicyError` unless the policy
+    says ``force_vacuous: true``; a forced one is recorded in the result (``forced_policy``).
+    """
     t0 = time.perf_counter()
     docs = os.path.join(req.report_dir, "data_docs") if req.report_dir else None
     validator = Validator(_spec(req, 0, None, []), docs_dir=docs)
     s, frames, _spec_final, reports = measure(req, validator)
+    forced = vacuous(reports)
+    if forced and not req.policy.force_vacuous:
+        raise VacuousPolicyError(
+            f"{req.release}: the audit policy cannot fail: {'; '.join(forced)}; fix the policy "
+            "(margins, --suppress/--preserve), or set audit.force_vacuous: true to run it "
+            "anyway (shown as FORCED in report.html and _RELEASE.md); nothing was published"
+        )
+    for why in forced:
+        log.warning("forced vacuous policy: %s", why)
     for name in ("release_columns", "release_metadata", "attribute_privacy"):
         validator.validate(name, frames[name])
     outcome = validator.finish()
@@ -271,4 +320,5 @@ def run_audit(req: AuditRequest) -> AuditResult:
                        seconds=time.perf_counter() - t0, policy=req.policy,
                        key_status=key_status, warnings=warnings,
                        sources={"release_path": req.release, "labels_path": req.labels,
-                                "input_path": req.input})  # fmt: skip
+                                "input_path": req.input}, id_col=req.id_col,
+                       forced_policy=forced)  # fmt: skip

@@ -19,6 +19,7 @@ The audit passes iff every validation succeeds; Data Docs render each expectatio
 
 from __future__ import annotations
 
+import html
 import logging
 import os
 import shutil
@@ -176,8 +177,14 @@ def build_suites(spec: SuiteSpec) -> dict[str, list]:
             description=f"'{attr}' is preserved: best retrained attacker on the release "
             f"keeps at least {frac:g} x its accuracy on the original embeddings",
         ))  # fmt: skip
-    return {"release_columns": schema, "release_metadata": meta, "release_rows": rows,
-            "attribute_privacy": attrs}  # fmt: skip
+    suites = {"release_columns": schema, "release_metadata": meta, "release_rows": rows,
+              "attribute_privacy": attrs}  # fmt: skip
+    # GX renders descriptions into Data Docs as raw HTML: attribute and column names come
+    # from data, so every description is HTML-escaped here (and unescaped in the outcome)
+    for suite in suites.values():
+        for exp in suite:
+            exp.description = html.escape(exp.description or "", quote=False) or None
+    return suites
 
 
 def run_suites(
@@ -316,7 +323,8 @@ def _outcome(name: str, r) -> ExpectationOutcome:
     assert cfg is not None  # GX attaches the configuration to every result it returns
     return ExpectationOutcome(
         suite=name, attribute=cfg.kwargs.get("attribute"), expectation=cfg.type,
-        description=cfg.description or "", success=bool(r.success), observed=_observed(r),
+        description=html.unescape(cfg.description or ""), success=bool(r.success),
+        observed=_observed(r),
     )  # fmt: skip
 
 

@@ -19,13 +19,16 @@ from mass.metrics.attackers import (  # noqa: F401
     retrained_attackers,
 )
 from mass.metrics.rules import (  # noqa: F401
+    COLUMN,
     CURVE_FRACTIONS,
     KEYED,
     REMAP,
     AttributeReport,
     attribute_report,
     aum,
+    column_of,
     curve_climbing,
+    family_of,
     judge_ok,
     preserved_ok,
     suppressed_ok,

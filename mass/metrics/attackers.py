@@ -71,6 +71,7 @@ def attack_predictions(
     folds: int = 10,
     seed: int = 0,
     fractions: tuple[float, ...] = (1.0,),
+    stats=None,
 ) -> dict[str, dict[float, np.ndarray]]:
     """Out-of-fold predictions of each family retrained on ``(x, y)``: family -> fraction ->
     one prediction per row.
@@ -79,21 +80,28 @@ def attack_predictions(
     (k-1)/k of the rows (90 % with 10 folds). A fraction f < 1 trains on the first f of a
     seeded permutation of that training part (nested: 25 % within 50 % within 100 %) and is
     scored on the same held-out fold, which gives the learning curve.
+
+    ``stats`` (a :class:`mass.audit.columns.Statistics` of the same rows, or None): per-value
+    label statistics of released columns, appended to ``x`` per split from the training
+    rows' labels only (:meth:`~mass.audit.columns.Statistics.split`).
     """
     for fam in families:
         _attacker(fam, seed, 1)  # fail fast on a typo before any fitting
     x = np.asarray(x, dtype=np.float32)
     y = np.asarray(y)
     splits = list(_folds(y, folds, seed))
-    out: dict[str, dict[float, np.ndarray]] = {}
-    for fam in families:
-        preds = {f: np.empty_like(y) for f in fractions}
-        for i, (tr, te) in enumerate(splits):
-            order = np.random.default_rng(seed + 1 + i).permutation(tr)
-            for f in fractions:
-                part = tr if f >= 1.0 else order[: max(2, int(round(f * len(tr))))]
-                preds[f][te] = _fit_predict(fam, seed, x[part], y[part], x[te])
-        out[fam] = preds
+    out = {fam: {f: np.empty_like(y) for f in fractions} for fam in families}
+    use_stats = stats is not None and not stats.empty
+    for i, (tr, te) in enumerate(splits):
+        order = np.random.default_rng(seed + 1 + i).permutation(tr)
+        for f in fractions:
+            part = tr if f >= 1.0 else order[: max(2, int(round(f * len(tr))))]
+            x_tr, x_te = x[part], x[te]
+            if use_stats:
+                s_tr, s_te = stats.split(y, part, te, folds=folds, seed=seed + i)
+                x_tr, x_te = np.hstack([x_tr, s_tr]), np.hstack([x_te, s_te])
+            for fam in families:
+                out[fam][f][te] = _fit_predict(fam, seed, x_tr, y[part], x_te)
     return out
 
 
@@ -162,5 +170,3 @@ def frozen_accuracy(model, x, y, *, batch_size: int = 8192) -> float:
     y = np.asarray(y)
     pred = frozen_predict(model, x, batch_size=batch_size)
     return int((pred == y).sum()) / max(len(y), 1)
-
-

@@ -74,6 +74,7 @@ def preserved_ok(accuracy: float, original: float, min_fraction: float) -> bool:
 
 REMAP = "_remap"  # judge-name suffix: the judge's predictions re-mapped on held-out rows
 KEYED = "_key"  # judge-name suffix: family retrained on the release with the noise removed
+COLUMN = "@"  # family@column: the family retrained on that released column alone
 CURVE_FRACTIONS = (0.25, 0.5, 1.0)
 
 
@@ -161,6 +162,18 @@ class AttributeReport:
         return preserved_ok(self.worst, self.original, self.min_fraction or 0.0)
 
 
+def family_of(judge: str) -> str:
+    """The judge whose margin applies: ``gboost@id_remap`` -> ``gboost``."""
+    return judge.removesuffix(REMAP).removesuffix(KEYED).split(COLUMN)[0]
+
+
+def column_of(judge: str) -> str | None:
+    """The released column a column-alone judge attacked (``gboost@id_remap`` -> ``id``)."""
+    if COLUMN not in judge:
+        return None
+    return judge.removesuffix(REMAP).removesuffix(KEYED).split(COLUMN, 1)[1]
+
+
 def _take(a, rows):
     return None if a is None else np.asarray(a)[rows]
 
@@ -187,6 +200,8 @@ def attribute_report(
     key_x=None,
     gate_key: bool = False,
     original: Mapping[str, float] | None = None,
+    stats=None,
+    columns: Mapping[str, Any] | None = None,
 ) -> AttributeReport:
     """Audit one attribute: baselines, frozen judge on x and x', attackers retrained on x'.
 
@@ -197,6 +212,11 @@ def attribute_report(
     see ``[x', extra]``. ``key_x`` are the features of the release with its noise removed
     (owner's key): families retrained on them give ``key_compromised``, judged when
     ``gate_key``. ``max_rows`` subsamples the rows once (seeded) for every judge.
+    ``stats`` (:class:`mass.audit.columns.Statistics`) are the per-value label statistics of
+    those columns, computed per attacker split from its training rows only. ``columns``
+    (name -> :class:`mass.audit.columns.Released`) are released columns judged ALONE, ids
+    included: each family retrained on one column is a judge named ``family@column``, held
+    to the family's margin.
     """
     if role not in ("suppressed", "preserved"):
         raise ValueError(f"role must be 'suppressed' or 'preserved', got {role!r}")
@@ -206,6 +226,9 @@ def attribute_report(
         rows = np.sort(np.random.default_rng(seed).choice(y.size, size=max_rows, replace=False))
     y, x, x_prime = y[rows], np.asarray(x)[rows], np.asarray(x_prime)[rows]
     extra, key_x = _take(extra, rows), _take(key_x, rows)
+    stats = None if stats is None else stats.take(rows)
+    columns = {c: (np.asarray(r.dense)[rows], r.stats.take(rows))
+               for c, r in (columns or {}).items()}  # fmt: skip
     preserved = {k: np.asarray(v)[rows] for k, v in (preserved or {}).items()}
     z = z_value(confidence)
     sup = role == "suppressed"
@@ -215,11 +238,15 @@ def attribute_report(
                     for f, p in attack_predictions(x, y, **kw).items()}  # fmt: skip
     feats = x_prime if extra is None or extra.shape[1] == 0 else np.hstack([x_prime, extra])
     fractions = CURVE_FRACTIONS if sup and curve else (1.0,)
-    preds = attack_predictions(feats, y, fractions=fractions, **kw)
+    preds = attack_predictions(feats, y, fractions=fractions, stats=stats, **kw)
     judged: dict[str, np.ndarray] = {}
     if frozen is not None:
         judged[FROZEN] = frozen_predict(frozen, x_prime)
     judged.update({f: p[1.0] for f, p in preds.items()})
+    if sup:
+        for col, (dense, col_stats) in columns.items():
+            cp = attack_predictions(dense, y, stats=col_stats, **kw)
+            judged.update({f + COLUMN + col: p[1.0] for f, p in cp.items()})
     scores = {j: score(y, p, z) for j, p in judged.items()}
     if sup:
         for j, p in list(judged.items()):
@@ -244,7 +271,7 @@ def attribute_report(
                 + tuple(families)}  # fmt: skip
     else:
         base = dict.fromkeys((FROZEN, *families), float(margins))
-    margin_map = {j: base[j.removesuffix(REMAP).removesuffix(KEYED)] for j in judges}
+    margin_map = {j: base[family_of(j)] for j in judges}
     if not sup:  # preserved: only the direct judges are reported
         scores = {j: s for j, s in scores.items() if j == FROZEN or j in families}
     return AttributeReport(

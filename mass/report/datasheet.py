@@ -17,21 +17,50 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from mass.errors import ReleaseError
 from mass.report import view
 
+VOLATILE = ("time", "release_path", "labels_path", "input_path")  # audit.json lineage only
 RELEASE_MD = "_RELEASE.md"
 RELEASE_JSON = "_release.json"  # == transforms.release.RELEASE_MARKER
 SCHEMA = "mass.datasheet/1"
 THREAT_MODEL = (
     "Attacker: has read all code, docs and configuration, holds every release with its ids, "
-    "and retrains any classifier on them; the audit measured such attackers on this release.",
+    "and retrains any classifier on them; the audit measured such attackers on this release "
+    "(on the embedding, on the ids and on every released column).",
     "What protects the suppressed attributes is the modifier plus noise keyed by the data "
     "owner's secret key; anyone holding that key or the original embeddings is out of scope.",
 )
+
+
+UNAUDITED = (
+    "This release was NOT audited (published with --no-audit): no attacker was measured on "
+    "it, and nothing here says its suppressed attributes cannot be predicted from it."
+)
+CLAIM = "cannot be predicted from it while the preserved ones can."
+_MD_SPECIAL = re.compile(r"([\\`*<>\[\]|])")  # what can start markup, links or HTML
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029\x85]+")
+
+
+def md(value: Any) -> str:
+    """Text from data as one line of inert markdown: control characters and line breaks
+    become a visible ``\u23ce`` (no forged heading or "Verdict" line: data never starts a
+    line), and the characters that open emphasis, code, links, tables or HTML are
+    backslash-escaped."""
+    return _MD_SPECIAL.sub(r"\\\1", _CONTROL.sub("\u23ce", str(value)))
+
+
+def code(value: Any) -> str:
+    """Text from data as one inline code span (line breaks made visible, fence longer than any
+    run of backticks inside)."""
+    text = _CONTROL.sub("\u23ce", str(value))
+    fence = "`" * (max((len(r) for r in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def _meta(metadata: Mapping, key: str) -> Any:
@@ -79,7 +108,8 @@ def _audit_summary(audit: Mapping | None, report_path: str | None) -> dict:
         keep = ("role", "pass", "majority", "floor", "baseline", "limit", "worst", "retention")
         attrs[name] = {k: row.get(k) for k in keep if k in row}
     return {"verdict": verdict, "report": report_path, "attributes": attrs,
-            "failed_expectations": list(audit.get("failed_expectations") or [])}  # fmt: skip
+            "failed_expectations": list(audit.get("failed_expectations") or []),
+            "forced_policy": list(audit.get("forced_policy") or [])}  # fmt: skip
 
 
 def datasheet(release_dir: str, *, metadata: Mapping, audit: Mapping | None,
@@ -87,6 +117,9 @@ def datasheet(release_dir: str, *, metadata: Mapping, audit: Mapping | None,
     """The machine-readable datasheet (what _release.json holds under "datasheet")."""
     parts, rows, columns = _parts(release_dir)
     lineage = audit.get("lineage") if isinstance(audit, Mapping) else None
+    if isinstance(lineage, Mapping):  # the audit's time and the paths it read (a staging
+        # directory named by pid) differ per run: they stay in the report's audit.json
+        lineage = {k: v for k, v in lineage.items() if k not in VOLATILE}
     fields = ("model", "model_version", "method", "sha256", "config_hash",
               "noise_key_fingerprint", "modifier", "forced_columns")  # fmt: skip
     provenance = {k: v for k in fields if (v := _meta(metadata, k)) not in (None, "")}
@@ -121,42 +154,53 @@ METHOD_NOTES = {
 
 def _markdown(sheet: Mapping, name: str | None) -> str:
     prov, emb, aud = sheet["provenance"], sheet["embedding"], sheet["audit"]
-    model = f"{prov.get('model') or '?'} version {prov.get('model_version') or '?'}"
+    audited = aud.get("verdict") != "not audited"
+    model = f"{md(prov.get('model') or '?')} version {md(prov.get('model_version') or '?')}"
     # The publisher writes this inside its staging directory, and a re-run into another path
     # must give the same bytes: the release's path is named only when the caller gives it.
-    rel_name = name or "<release-path>"
+    # Everything from data (names, paths, columns) goes through md() or code(): one inert line.
+    rel_name = _CONTROL.sub("\u23ce", name) if name else "<release-path>"
     lines = [
-        f"# Release: {name or model}",
+        f"# Release: {md(name) if name else model}",
         "",
         "## What this is",
         f"Privatized embeddings written by MaSS-ETL with the modifier {model} "
-        f"(method {prov.get('method') or '?'}): {emb['rows'] if emb['rows'] is not None else '?'}"
-        f" rows in {len(emb['parts'])} Parquet part(s), columns {', '.join(emb['columns']) or '?'}."
+        f"(method {md(prov.get('method') or '?')}): "
+        f"{emb['rows'] if emb['rows'] is not None else '?'} rows in {len(emb['parts'])} "
+        f"Parquet part(s), columns {', '.join(md(c) for c in emb['columns']) or '?'}."
         " Each row keeps its id; the embedding was transformed so the suppressed attributes "
-        "cannot be predicted from it while the preserved ones can."
+        + (CLAIM if audited else "should not be predictable from it (NOT verified: see Audit).")
         + METHOD_NOTES.get(str(prov.get("method")), ""),
         "",
-        f"- Suppressed: {', '.join(sheet['suppressed']) or 'none recorded'}",
-        f"- Preserved: {', '.join(sheet['preserved']) or 'none recorded'}",
+        f"- Suppressed: {', '.join(md(a) for a in sheet['suppressed']) or 'none recorded'}",
+        f"- Preserved: {', '.join(md(a) for a in sheet['preserved']) or 'none recorded'}",
         "",
         "## Audit",
-        f"Verdict: **{aud['verdict'].upper()}**."
-        + (f" Report: `{aud['report']}`." if aud.get("report") else ""),
+        f"Verdict: **{md(aud['verdict']).upper()}**."
+        + (f" Report: {code(aud['report'])}." if aud.get("report") else ""),
     ]
-    for name, row in (aud.get("attributes") or {}).items():
+    if not audited:
+        lines.append(UNAUDITED)
+    for forced in aud.get("forced_policy") or []:
+        lines.append(f"- FORCED POLICY: {md(forced)}")
+    for name_, row in (aud.get("attributes") or {}).items():
         if row.get("role") == "suppressed":
             lim = f", limit {view.fmt(row['limit'])}" if view.num(row.get("limit")) else ""
-            lines.append(f"- {name} (suppressed): worst judge {view.fmt(row.get('worst'))} vs "
-                         f"max(majority, floor) {view.fmt(row.get('baseline'))}{lim}, "
+            lines.append(f"- {md(name_)} (suppressed): worst judge {view.fmt(row.get('worst'))} "
+                         f"vs max(majority, floor) {view.fmt(row.get('baseline'))}{lim}, "
                          f"{'pass' if row.get('pass') else 'FAIL'}")  # fmt: skip
         else:
-            lines.append(f"- {name} (preserved): retention {view.fmt(row.get('retention'))}, "
+            lines.append(f"- {md(name_)} (preserved): retention "
+                         f"{view.fmt(row.get('retention'))}, "
                          f"{'pass' if row.get('pass') else 'FAIL'}")  # fmt: skip
     for f in aud.get("failed_expectations") or []:
-        lines.append(f"- failed: {f}")
-    lines += ["", "## Threat model", *(f"- {t}" for t in sheet["threat_model"]), "",
+        lines.append(f"- failed: {md(f)}")
+    threat = list(sheet["threat_model"])
+    if not audited:
+        threat[0] = threat[0].split("; the audit measured")[0] + "; this release was not audited."
+    lines += ["", "## Threat model", *(f"- {t}" for t in threat), "",
               "## Provenance"]  # fmt: skip
-    lines += [f"- {k}: `{json.dumps(v) if not isinstance(v, str) else v}`"
+    lines += [f"- {md(k)}: {code(json.dumps(v) if not isinstance(v, str) else v)}"
               for k, v in prov.items()]  # fmt: skip
     lines += [
         "",

@@ -207,7 +207,11 @@ def render_html(audit: Mapping, *, docs_href: str | None = None, title: str | No
         parts.append("<ul>" + "".join(f"<li class=bad>{_e(f)}</li>" for f in failed) + "</ul>")
     if advice:
         parts.append("<ul class=todo>" + "".join(f"<li>{_e(a)}</li>" for a in advice) + "</ul>")
-    if not failed and not advice:
+    forced = list(audit.get("forced_policy") or [])
+    if forced:  # audit.force_vacuous: the policy could not fail, and the owner said run it
+        parts.append("<h3 class=bad>FORCED policy: nothing could fail</h3><ul>" + "".join(
+            f"<li class=bad>{_e(f)}</li>" for f in forced) + "</ul>")  # fmt: skip
+    if not failed and not advice and not forced:
         parts.append("<p>Nothing failed. The release may be published under this policy.</p>")
     parts.append("</section>")
     attrs = view.attributes(audit)

@@ -1,0 +1,130 @@
+"""Every released column is judged by what it reveals (issue 23, items 2 and 3).
+
+Ids: the audit judges what the ids alone reveal (numeric order and blocks, string prefixes and
+tokens) with the retrained attackers and the policy's limits; a release whose ids predict a
+suppressed attribute fails the gate, which names the id column; nothing is published. Random
+ids pass (tests/beam_pipelines/test_publication_gate.py).
+
+High-cardinality allowed columns: modular structure (``zip = 10000 + 4k + 2*gender``) and
+per-value statistics (1,241 gender-specific first names) are seen by the up-front proxy check
+(refused before any inference) and by the gate's audit (with ``--force-allow``)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from beam_pipelines import anonymize
+from mass.audit.policy import policy_from_dict
+from mass.errors import AuditFailedError, ProxyColumnError
+from mass.io import embedding_array
+from transforms.inference.function import FunctionModelHandler
+
+DIM, ROWS = 16, 600
+INFO = {"name": "ids", "version": 1, "sha256": "abc", "method": "test",
+        "suppress": ["gender"], "preserve": [], "config_hash": "h", "dim": DIM}  # fmt: skip
+
+
+def _erase():
+    """Overwrites the gender dimension: the embedding alone reveals nothing of gender."""
+
+    def infer(t):
+        x = np.array(t["EMBEDDING"], np.float32)
+        x[:, 0] = 1.0
+        return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+    return infer
+
+
+def _write(path, ids_of, rows=ROWS, **extra):
+    rng = np.random.default_rng(1)
+    gender = rng.integers(0, 2, rows)
+    x = 0.3 * rng.normal(size=(rows, DIM))
+    x[:, 0] += 3.0 * gender
+    cols = {"id": ids_of(gender), "emb": embedding_array(x.astype(np.float32)),
+            "gender": pa.array(gender)}  # fmt: skip
+    cols.update({k: f(gender, rng) for k, f in extra.items()})
+    pq.write_table(pa.table(cols), str(path))
+
+
+def _run(tmp_path, src, out, *flags):
+    (tmp_path / "quick.yaml").write_text("audit:\n  folds: 3\n  curve: false\n")
+    handler = FunctionModelHandler(_erase, output_dim=DIM, keep_input_as=anonymize.INPUT_COPY)
+    argv = ["--input", str(src), "--output", str(out), "--model", "ids",
+            "--policy", str(tmp_path / "quick.yaml"), "--report", str(tmp_path / "report"),
+            *flags]  # fmt: skip
+    return anonymize.run(argv, model_handler=handler, model_info=INFO)
+
+
+def _sequential(gender):
+    return pa.array(np.arange(gender.size), pa.int64())
+
+
+def _zip(gender, rng):  # zip % 4 reads gender
+    return pa.array(10000 + 4 * rng.integers(0, 2000, gender.size) + 2 * gender)
+
+
+def _first_name(gender, rng):  # 1,241 names, each used by one gender only
+    names = np.array([f"{''.join(rng.choice(list('aeioulmnrst'), 6))}{i}" for i in range(1241)])
+    owner = rng.integers(0, 2, names.size)
+    pick = [rng.choice(names[owner == g]) for g in gender]
+    return pa.array(pick)
+
+
+def _blocks(gender):  # ids assigned in one block per class
+    return pa.array(gender * 100000 + np.arange(ROWS), pa.int64())
+
+
+def _strings(gender):  # F-00001 / M-00002
+    return pa.array([f"{'FM'[g]}-{i:05d}" for i, g in enumerate(gender)])
+
+
+@pytest.mark.parametrize("ids_of", [_blocks, _strings], ids=["blocks", "prefixed"])
+def test_ids_that_predict_a_suppressed_attribute_fail_the_gate(tmp_path, ids_of):
+    src, out = tmp_path / "in.parquet", tmp_path / "release"
+    _write(src, ids_of)
+    with pytest.raises(AuditFailedError) as info:
+        _run(tmp_path, src, out)
+    assert "attribute 'gender' (suppressed: worst 1.000" in str(info.value)
+    assert "the id column 'id' alone predicts it" in str(info.value)
+    assert not os.path.exists(out)  # nothing published
+
+
+@pytest.mark.parametrize("column", [_zip, _first_name], ids=["zip", "first_name"])
+def test_a_high_cardinality_proxy_is_refused_up_front_and_fails_the_gate_if_forced(
+        tmp_path, column):  # fmt: skip
+    src, out = tmp_path / "in.parquet", tmp_path / "release"
+    _write(src, _sequential, rows=3000, proxy=column)
+    with pytest.raises(ProxyColumnError) as info:
+        _run(tmp_path, src, out, "--allow-columns", "proxy")
+    msg = str(info.value)
+    assert msg.startswith(
+        "--allow-columns: column 'proxy' alone predicts suppressed attribute 'gender': "
+    )
+    assert msg.endswith("nothing was modified or published")
+    assert not os.path.exists(out)
+    with pytest.raises(AuditFailedError) as info:
+        _run(tmp_path, src, out, "--allow-columns", "proxy", "--force-allow")
+    assert "released column 'proxy' alone predicts it" in str(info.value)
+    assert not os.path.exists(out)
+
+
+def test_the_shared_encoder_keeps_a_column_at_chance_at_chance(tmp_path):
+    """No false alarm from the per-value statistics: random many-valued columns pass. (The
+    statistics add nothing to chance: with seed 5, knn on the target-independent features of a
+    random zip alone reads 0.54 with or without them; 8 judges x 2 scales on 2000 rows.)"""
+    from transforms.allow_check import judge_columns
+
+    rng = np.random.default_rng(6)
+    g = rng.integers(0, 2, 2000)
+    table = pa.table({"gender": pa.array(g),
+                      "zip": pa.array(10000 + rng.integers(0, 4000, g.size)),
+                      "name": pa.array([f"n{v}" for v in rng.integers(0, 1241, g.size)])})  # fmt: skip
+    policy = policy_from_dict({"folds": 5, "curve": False})
+    verdicts = judge_columns(table, ["zip", "name"], suppress=["gender"], preserve=[],
+                             policy=policy)  # fmt: skip
+    assert [v.passed for v in verdicts] == [True, True], [v.describe() for v in verdicts]
