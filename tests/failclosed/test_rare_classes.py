@@ -121,8 +121,8 @@ SHAPES = [
     Shape("null-labels", nulls, "s", "r", refusal=E.InvalidValueError),
     # ---- SLOT (lead, after merging h6's --watch): a singleton class in a watch attribute ----
     # Shape("singleton-in-watch", singleton_w, "s", "r", watch="w", rare={"w": {...}}),
-    # (add `watch: str = ""` to Shape and pass `--watch` in _train/_audit below)
-]
+    # (add `watch: str = ""` to Shape; both tests below then append `--watch shape.watch`)
+]  # fmt: skip
 
 
 def _write(path: Path, ids, x, labels: dict) -> str:
