@@ -54,6 +54,11 @@ class LabelError(InputError):
     """A label column is unusable: a single class, or classes unseen at training time."""
 
 
+class RareClassError(LabelError):
+    """A class too rare to judge even under the rare-class rule (mass.metrics.strata): the
+    message names the attribute and the class."""
+
+
 class CalibrationError(MassError):
     """`mass train` found no configuration that meets the audit policy on validation data;
     the message carries the measured frontier and the leakage floor."""

@@ -125,9 +125,10 @@ def _raise_duplicate(files, id_col, table: pa.Table, last) -> None:
     same = pc.equal(ids.slice(1), ids.slice(0, len(ids) - 1)).to_numpy(zero_copy_only=False)
     dup = ids[int(np.flatnonzero(same)[0]) + 1]
     hits = table.filter(pc.equal(table.column(id_col), dup))
-    where = [
+    where = [  # in input order (the merge's order of equal ids depends on its run names)
         f"{files[f]} row {r}"
-        for f, r in zip(hits.column(FILE).to_pylist(), hits.column(ROW).to_pylist(), strict=True)
+        for f, r in sorted(zip(hits.column(FILE).to_pylist(), hits.column(ROW).to_pylist(),
+                               strict=True))  # fmt: skip
     ]
     raise InvalidValueError(
         f"id column '{id_col}': duplicate id {dup.as_py()!r} at {', '.join(where[:4])}; "

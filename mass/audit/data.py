@@ -89,7 +89,7 @@ def encode_columns(
 class LabelStats:
     """Classes, counts, nulls and first rows of the label columns, batch by batch (the
     ``on_batch`` of :func:`mass.audit.stream.partition`); :meth:`encodings` then checks them:
-    no nulls, >= 2 classes, >= 2 rows per class (stratified splits)."""
+    no nulls and >= 2 classes (rare classes: mass.metrics.strata)."""
 
     def __init__(self, spec: str, attrs: list[str], encodings: dict[str, list] | None):
         self.spec, self.attrs, self.given = spec, attrs, encodings or {}
@@ -144,15 +144,7 @@ class LabelStats:
                     "cannot measure it: use a held-out split with every class, or drop it from "
                     "--suppress/--preserve"
                 )
-            rare = [(first, v) for v, (n, first) in seen.items() if n < 2]
-            if rare:
-                # Stratified splits need two rows per class: name it instead of sklearn's error.
-                row, value = min(rare)
-                raise LabelError(
-                    f"{spec}: label column '{attr}' class {value!r} has a single row "
-                    f"(row {row}); the audit's stratified splits need >= 2 per class: add rows "
-                    "of that class or drop them"
-                )
+            # rare classes (even of one row) are judged by mass.metrics.strata's rule
             encs[attr] = enc
         return encs
 

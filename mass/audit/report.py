@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from mass.audit.data import parse_json_list
 from mass.audit.runner import AuditResult
 from mass.metrics import FROZEN, aum, column_of
+from mass.metrics.strata import RULE as RARE_RULE
 
 
 def _num(v: float | None) -> float | None:
@@ -67,6 +68,7 @@ def audit_metrics(result: AuditResult) -> dict:
         if r.key_compromised is not None:  # accuracy gained by holding the key, per family
             row["key_gain"] = {f: _num(v - r.attackers.get(f, float("nan")))
                                for f, v in r.key_compromised.items()}  # fmt: skip
+        row["rare_classes"] = dict(r.rare_classes)  # class -> rows, fewer than the folds
         row["pass"] = attribute_passed(result, r.name)
         attrs[r.name] = row
     sup = [r.worst for r in result.reports if r.role == "suppressed"]
@@ -96,6 +98,9 @@ def audit_metrics(result: AuditResult) -> dict:
         "key_compromised_status": result.key_status,
         "forced_policy": list(result.forced_policy),
         "warnings": list(result.warnings),
+        "rare_classes": {"rule": RARE_RULE,
+                         "attributes": {r.name: dict(r.rare_classes) for r in result.reports
+                                        if r.rare_classes}},  # fmt: skip
         "lineage": lineage(result),
     }
 

@@ -88,6 +88,11 @@ def load_run(run_dir: str) -> tuple[dict, dict]:
     return classifiers, encodings
 
 
+def _names(s: Scan, attr: str):
+    enc = s.encodings.get(attr)
+    return None if enc is None else enc.classes
+
+
 def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd.DataFrame],
                                                           SuiteSpec, list[AttributeReport]]:  # fmt: skip
     """One streaming pass (the row checks validated into ``validator``, partition by
@@ -133,12 +138,13 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
             reports.append(attribute_report(
                 a, y[a], x, xp, role="suppressed", preserved=keep, frozen=frozen.get(a),
                 margins=pol.margins(a), extra=together.dense, stats=together.stats,
-                columns=released, key_x=key_x, gate_key=gate_key, **kw,
+                columns=released, key_x=key_x, gate_key=gate_key, class_names=_names(s, a), **kw,
             ))  # fmt: skip
         for a in req.preserve:
             reports.append(attribute_report(a, y[a], x, xp, role="preserved",
                                             frozen=frozen.get(a), min_fraction=pol.fraction(a),
-                                            extra=extra, **kw))  # fmt: skip
+                                            extra=extra, class_names=_names(s, a),
+                                            **kw))  # fmt: skip
     spec = _spec(
         req, s.n_labels, s.n_input, reports, gate_key=gate_key, label_columns=s.label_columns
     )

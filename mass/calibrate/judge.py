@@ -150,6 +150,7 @@ class ValidationAudit:
         keep = seeded_rows(n, cfg.attacker_rows, cfg.seed + 1)
         self.rows = np.arange(n) if keep is None else keep
         self.labels = {a: val.labels[a][self.rows] for a in [*suppress, *preserve]}
+        self.names = {a: e.classes for a, e in val.encodings.items()}
         # the gate's attackers see at most policy.max_rows of the release
         n_rel = (None if cfg.release_rows is None else
                  min(cfg.release_rows, policy.max_rows or cfg.release_rows))  # fmt: skip
@@ -174,6 +175,14 @@ class ValidationAudit:
         self.base = Baselines(list(suppress), list(preserve), majority, floor, original,
                               n_eval, safety)  # fmt: skip
 
+    def rare_report(self) -> dict:
+        """The rare classes and S x R cells of the validation rows, and the rule that judged
+        them (calibration.json's validation.rare_classes)."""
+        from mass.metrics.strata import rare_report
+
+        return rare_report(self.labels, self.folds, names=self.names,
+                           joint=[*self.suppress, *self.preserve])  # fmt: skip
+
     def report(self, xp: np.ndarray, attr: str, role: str, families) -> AttributeReport:
         """The gate's audit row of ``attr`` on the release ``xp`` (validation rows)."""
         pol = self.policy
@@ -183,7 +192,7 @@ class ValidationAudit:
             margins=pol.margins(attr), min_fraction=pol.fraction(attr),
             families=tuple(families), folds=self.folds, seed=self.cfg.seed,
             confidence=self.confidence, curve=False,
-            original=self.base.original[attr],
+            original=self.base.original[attr], class_names=self.names.get(attr),
         )  # fmt: skip
 
     def measure(self, xp: np.ndarray, *, full: bool = False, known: dict | None = None

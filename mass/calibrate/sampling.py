@@ -41,6 +41,14 @@ def stratified_split(
     return np.flatnonzero(mask), held_idx
 
 
+def holdout_codes(joint: np.ndarray, fraction: float) -> np.ndarray:
+    """Strata of a ``fraction`` hold-out under the rare-class rule (mass.metrics.strata): a
+    hold-out of f is one fold of round(1/f), so cells with fewer rows share a stratum."""
+    from mass.metrics.strata import stratification_codes
+
+    return stratification_codes(joint, max(2, int(round(1.0 / max(fraction, 1e-9)))))
+
+
 def fold_indices(strata: np.ndarray, k: int, seed: int) -> list[np.ndarray]:
     """``k`` disjoint row sets covering every row, each stratum dealt round-robin (seeded)."""
     rng = np.random.default_rng(seed)

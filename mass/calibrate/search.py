@@ -24,10 +24,17 @@ from mass.calibrate.report import (
     why,
     write_report,
 )
-from mass.calibrate.sampling import fold_indices, joint_codes, stratified_split, subset
+from mass.calibrate.sampling import (
+    fold_indices,
+    holdout_codes,
+    joint_codes,
+    stratified_split,
+    subset,
+)
 from mass.config import CalibrationConfig, MassConfig
 from mass.errors import CalibrationError, ConfigError, InputError
 from mass.io import EmbeddingDataset
+from mass.metrics.strata import stratification_codes
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +179,7 @@ def calibrate(
     t0 = now()
     deadline = t0 + 60.0 * cfg.budget_minutes
     attrs = [*suppress, *preserve]
-    strata = joint_codes(train.labels, attrs)
+    joint = joint_codes(train.labels, attrs)  # S x R cells; rare ones pooled (strata.py)
     folds: list[np.ndarray] = []
     if val is None and len(train) <= CROSSFIT_MAX_ROWS:
         # small data: every training row is validated out of fold (each fold's rows released
@@ -181,12 +188,14 @@ def calibrate(
         if len(train) < 40:
             raise ConfigError(f"{train.source}: {len(train)} rows are too few to calibrate on; "
                               "pass more rows or an explicit --config")  # fmt: skip
-        folds = fold_indices(strata, CROSSFIT_FOLDS, cfg.seed)
+        folds = fold_indices(stratification_codes(joint, CROSSFIT_FOLDS), CROSSFIT_FOLDS,
+                             cfg.seed)  # fmt: skip
         fit_ds, val_ds = train, train
         val_how = (f"out-of-fold releases of all {len(train)} training rows "
                    f"({CROSSFIT_FOLDS} folds, stratified, seed {cfg.seed})")  # fmt: skip
     elif val is None:
-        rest, held = stratified_split(strata, cfg.val_fraction, cfg.seed)
+        rest, held = stratified_split(holdout_codes(joint, cfg.val_fraction), cfg.val_fraction,
+                                      cfg.seed)  # fmt: skip
         fit_ds, val_ds = subset(train, rest), subset(train, held)
         val_how = (f"{cfg.val_fraction:.0%} of the training rows held out, stratified, "
                    f"seed {cfg.seed}")  # fmt: skip
@@ -197,7 +206,8 @@ def calibrate(
 
     def trained_validation():
         if not trained_val:
-            rest, held = stratified_split(strata, TRAINED_HOLDOUT, cfg.seed)
+            rest, held = stratified_split(holdout_codes(joint, TRAINED_HOLDOUT),
+                                          TRAINED_HOLDOUT, cfg.seed)  # fmt: skip
             ha = ValidationAudit(subset(train, held), suppress, preserve, policy, cfg,
                                  folds=policy.folds)  # fmt: skip
             trained_val.update(fit_ds=subset(train, rest), audit=ha)
@@ -226,7 +236,8 @@ def calibrate(
                                 f"(the gate's {policy.confidence} widened for the release "
                                 f"size: mass.calibrate.judge.validation_z)",
                        "release_rows": cfg.release_rows,
-                       "families": list(audit.families)},
+                       "families": list(audit.families),
+                       "rare_classes": audit.rare_report()},
         "sample": sample_note,
         "noise_levels": list(NOISE_LEVELS),
         "baselines": baseline_report(base, policy),

@@ -16,17 +16,14 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import Normalizer, StandardScaler
 from threadpoolctl import threadpool_limits
 
-from mass.metrics.scores import (
-    ATTACKER_FAMILIES,
-    _folds,
-)
+from mass.metrics.scores import ATTACKER_FAMILIES
+from mass.metrics.strata import cv_folds, early_stopping_ok
 from mass.rows import seeded_rows
 
 
-def _attacker(family: str, seed: int, n_train: int, n_classes: int = 2) -> ClassifierMixin:
-    # Early stopping holds out a stratified 10 %: it needs a row of every class there (sklearn
-    # raises otherwise), which small learning-curve parts of many-class attributes lack.
-    stop = n_train * 0.1 >= 2 * n_classes
+def _attacker(family: str, seed: int, n_train: int, stop: bool = False) -> ClassifierMixin:
+    # ``stop``: early stopping on a stratified 10 % hold-out, only where the rare-class rule
+    # allows it (mass.metrics.strata.early_stopping_ok): sklearn raises on a class of one row.
     if family == "logreg":  # lbfgs fits the multinomial model for > 2 classes
         return make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=500))
     if family == "mlp":
@@ -55,7 +52,7 @@ def _fit_predict(family, seed, x_tr, y_tr, x_te) -> np.ndarray:
     # One OpenMP/BLAS thread: on a shared, loaded box oversubscribed OpenMP spin-waits made
     # gradient boosting ~30x slower; these fits are small enough that one thread is fast.
     with threadpool_limits(limits=1):
-        model = _attacker(family, seed, len(y_tr), np.unique(y_tr).size)
+        model = _attacker(family, seed, len(y_tr), early_stopping_ok(y_tr))
         return model.fit(x_tr, y_tr).predict(x_te)
 
 
@@ -89,7 +86,7 @@ def attack_predictions(
         _attacker(fam, seed, 1)  # fail fast on a typo before any fitting
     x = np.asarray(x, dtype=np.float32)
     y = np.asarray(y)
-    splits = list(_folds(y, folds, seed))
+    splits = list(cv_folds(y, folds, seed))
     out = {fam: {f: np.empty_like(y) for f in fractions} for fam in families}
     use_stats = stats is not None and not stats.empty
     for i, (tr, te) in enumerate(splits):
@@ -134,7 +131,7 @@ def retrained_attackers(
         for fam in families:
             out[fam] = _fit_score(fam, seed, x, y, xt, yt) / max(len(yt), 1)
         return out
-    splits = list(_folds(y, folds, seed))
+    splits = list(cv_folds(y, folds, seed))
     for fam in families:
         correct = sum(_fit_score(fam, seed, x[tr], y[tr], x[te], y[te]) for tr, te in splits)
         out[fam] = correct / max(len(y), 1)

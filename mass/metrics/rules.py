@@ -26,6 +26,7 @@ from mass.metrics.scores import (
     score,
     z_value,
 )
+from mass.metrics.strata import rare_named
 
 
 def utility_retention(acc_modified: float, acc_original: float) -> float:
@@ -56,8 +57,13 @@ def suppressed_ok(accuracy: float, baseline: float, margin: float) -> bool:
     return accuracy <= baseline + margin + 1e-12
 
 
-def judge_ok(ci_high: float, baseline: float, balanced_ci_high: float | None,
-             balanced_baseline: float, margin: float) -> bool:
+def judge_ok(
+    ci_high: float,
+    baseline: float,
+    balanced_ci_high: float | None,
+    balanced_baseline: float,
+    margin: float,
+) -> bool:
     """One suppression judge on both scales (the rule of docs/audit.md, in one place): the
     upper bound of its accuracy within ``baseline`` + margin and, when measured, of its
     balanced accuracy within ``balanced_baseline`` + margin. A NaN bound fails."""
@@ -121,6 +127,8 @@ class AttributeReport:
     climbing: tuple[str, ...] = ()  # families whose curve is still climbing
     key_compromised: dict[str, float] | None = None  # family -> accuracy, noise removed
     confidence: float = 0.95
+    # class name -> rows, for each class with fewer rows than folds (mass.metrics.strata)
+    rare_classes: dict[str, int] = field(default_factory=dict)
 
     @property
     def baseline(self) -> float:
@@ -202,6 +210,7 @@ def attribute_report(
     original: Mapping[str, float] | None = None,
     stats=None,
     columns: Mapping[str, Any] | None = None,
+    class_names=None,
 ) -> AttributeReport:
     """Audit one attribute: baselines, frozen judge on x and x', attackers retrained on x'.
 
@@ -217,6 +226,9 @@ def attribute_report(
     (name -> :class:`mass.audit.columns.Released`) are released columns judged ALONE, ids
     included: each family retrained on one column is a judge named ``family@column``, held
     to the family's margin.
+    Classes with fewer rows than ``folds`` are judged by the rare-class rule
+    (:mod:`mass.metrics.strata`) and listed in ``rare_classes`` (by ``class_names[code]``
+    when given).
     """
     if role not in ("suppressed", "preserved"):
         raise ValueError(f"role must be 'suppressed' or 'preserved', got {role!r}")
@@ -299,4 +311,5 @@ def attribute_report(
         climbing=climbing,
         key_compromised=key_compromised,
         confidence=confidence,
+        rare_classes=rare_named(y, folds, class_names),
     )

@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.model_selection import KFold, StratifiedKFold
 
+from mass.metrics.strata import cv_folds
 from mass.rows import joint_codes
 
 ATTACKER_FAMILIES = ("logreg", "mlp", "gboost", "knn")
@@ -22,17 +22,6 @@ def majority_rate(y) -> float:
         return 0.0
     _, counts = np.unique(y, return_counts=True)
     return float(counts.max() / y.size)
-
-
-def _folds(y: np.ndarray, folds: int, seed: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Stratified folds when every class has >= 2 rows, else plain shuffled folds."""
-    _, counts = np.unique(y, return_counts=True)
-    k = int(min(folds, counts.min())) if counts.size else 0
-    if k >= 2:
-        yield from StratifiedKFold(k, shuffle=True, random_state=seed).split(y, y)
-    else:
-        k = max(2, min(folds, y.size))
-        yield from KFold(k, shuffle=True, random_state=seed).split(y)
 
 
 def chance_level(y) -> float:
@@ -157,7 +146,7 @@ def leakage_floor(
     cell = joint_codes(dict(preserved))
     n_cells, n_classes = int(cell.max()) + 1, int(y_idx.max()) + 1
     pred = np.empty_like(y_idx)
-    for train, test in _folds(y_idx, folds, seed):
+    for train, test in cv_folds(y_idx, folds, seed):
         counts = np.zeros((n_cells, n_classes), dtype=np.int64)
         np.add.at(counts, (cell[train], y_idx[train]), 1)
         totals = np.bincount(y_idx[train], minlength=n_classes)
@@ -167,5 +156,3 @@ def leakage_floor(
     if balanced:
         return balanced_accuracy(y_idx, pred)
     return float((pred == y_idx).sum() / y.size)
-
-

@@ -155,6 +155,9 @@ def _attribute(audit: Mapping, name: str, row: Mapping) -> str:
                   ("retention (release / original)", view.fmt(row.get("retention"))),
                   ("required retention", view.fmt(view.min_fraction(audit, name)))]  # fmt: skip
     facts.append(("best attacker on the original", view.fmt(row.get("original"))))
+    if row.get("rare_classes"):  # judged by the rare-class rule (docs/audit.md)
+        facts.append(("rare classes (fewer rows than folds)",
+                      ", ".join(f"{k}: {v}" for k, v in row["rare_classes"].items())))  # fmt: skip
     if "curve_climbing" in row:
         facts.append(("learning curve still climbing", str(row.get("curve_climbing"))))
     fact_rows = "".join(f"<tr><th scope=row>{_e(k)}</th><td class=n>{_e(v)}</td></tr>"

@@ -371,3 +371,35 @@ def test_the_audit_key_compromised_view_of_a_served_release_removes_its_noise(
     assert s.key_compromised is not None and s.key_compromised["logreg"] > 0.95
     assert s.attackers["logreg"] < CHANCE + 0.15  # the release itself hides most of s
     assert audit(data["keys"]["b"]).key_compromised is None  # another key: not computed
+
+
+def test_the_noise_key_on_worker_flag_keeps_every_key_out_of_the_job_pickle(tmp_path):
+    """`mass anonymize --noise-key-on-worker`: the job's ROW_SEED source pickles no key
+    material at all, only the key file's path and fingerprint; without the flag it carries
+    the release subkey (kills job-noise-key-on-worker-ignored)."""
+    import argparse
+
+    from beam_pipelines.preflight import keyed_seeds
+    from mass.keys import write_key
+    from mass.noise import noise_subkey
+
+    key = write_key(str(tmp_path / "owner.key"))
+    parser = argparse.ArgumentParser()
+    anonymize.add_arguments(parser)
+    base = ["--input", "in.parquet", "--output", "out", "--model", "m",
+            "--noise-key-file", key.source]  # fmt: skip
+    info = {"sha256": "ab" * 32}
+    secrets = [*_secret_forms(key), noise_subkey(key, info["sha256"])]
+    for flag, on_worker in (([], False), (["--noise-key-on-worker"], True)):
+        args = parser.parse_args([*base, *flag])
+        args._noise_key = key
+        seeds = keyed_seeds(args, info)
+        blob = pickle.dumps(seeds)
+        if on_worker:
+            assert seeds.subkey is None and seeds.key_file == os.path.abspath(key.source)
+            assert all(s not in blob for s in secrets)
+        else:
+            assert seeds.subkey is not None and seeds.subkey in blob
+        ids = np.arange(50)
+        np.testing.assert_array_equal(pickle.loads(blob)(ids),
+                                      keyed_row_seeds(ids, key, info["sha256"]))  # fmt: skip

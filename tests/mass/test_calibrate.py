@@ -573,3 +573,46 @@ def test_trained_candidates_are_planned_on_the_slowest_rate_measured(files, monk
     assert planned[1][0] == plan(3600 - rates[0] * rows * (planned[0][0] + 2), rates[0])
     assert planned[2][0] == plan(left, rates[0])  # the slow first rate, not the last (fast)
     assert planned[2][0] < plan(left, rates[1]) - 100
+
+
+def test_noise_search_needs_the_next_level_to_pass_too(monkeypatch):
+    """The smallest passing level is borderline by construction: a pass whose next level fails
+    was noise, and the search goes on above the failure (kills calibrate-next-level-skipped)."""
+    from mass.calibrate import noise as N
+
+    monkeypatch.setattr(N, "with_output_noise", lambda model, level: level)
+    monkeypatch.setattr(N, "apply", lambda level, x, seeds: np.full_like(x, level))
+    fluke = 5  # the first level bisection measures: passes, but the one above it fails
+    ok = {lv: i == fluke or i >= fluke + 2 for i, lv in enumerate(N.NOISE_LEVELS)}
+    measured = []
+
+    class Audit:
+        x, seeds = np.zeros((4, 2), np.float32), np.zeros(4, np.int64)
+
+        def measure(self, xp, *, full=False, known=None):
+            level = min(N.NOISE_LEVELS, key=lambda lv: abs(lv - float(xp[0, 0])))
+            measured.append(level)
+            return {"privacy_ok": ok[level], "utility_ok": True, "passed": ok[level],
+                    "excess": 0.0 if ok[level] else 0.1, "fraction": 0.95, "complete": full}
+
+    found = N.bisect_noise([(None, np.arange(4))], Audit(), 1e12)
+    assert N.NOISE_LEVELS[fluke + 1] in measured
+    assert found["chosen"]["noise"] == N.NOISE_LEVELS[fluke + 2]
+
+
+def test_validation_bounds_follow_the_gates_confidence():
+    """Calibration holds candidates to the gate's confidence widened for the release, not to a
+    fixed 95 % (kills calibrate-confidence-fixed-95)."""
+    from mass.calibrate.judge import ValidationAudit, norm_cdf, validation_z
+    from mass.metrics import z_value
+
+    ds = make_synthetic(n=120, dim=6, s_classes=2, u_classes=2, seed=3)
+    cfg = CalibrationConfig()
+    seen = {}
+    for conf in (0.95, 0.99):
+        pol = AuditPolicy(confidence=conf, families=("logreg",), folds=3)
+        audit = ValidationAudit(ds, ["s"], [], pol, cfg)
+        z = validation_z(z_value(conf), len(audit.rows), None)
+        assert audit.confidence == pytest.approx(2 * norm_cdf(z) - 1)
+        seen[conf] = audit.confidence
+    assert seen[0.99] > seen[0.95] > 0.95

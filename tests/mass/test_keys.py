@@ -43,6 +43,29 @@ def test_key_file_readable_by_others_is_refused(tmp_path):
         read_key(path)
 
 
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o620, 0o660, 0o700 | 0o010])
+def test_a_key_file_any_group_or_other_bit_reaches_is_refused(tmp_path, mode):
+    """Group-readable (0640) is as bad as world-readable: only the owner may read the key."""
+    path = str(tmp_path / "k")
+    write_key(path)
+    os.chmod(path, mode)
+    with pytest.raises(ConfigError, match=f"mode {mode:o}.*chmod 600"):
+        read_key(path)
+    os.chmod(path, 0o600)
+    read_key(path)  # the owner's bits alone are fine
+
+
+def test_the_published_fingerprint_is_made_of_no_key_bytes():
+    """Every release carries the fingerprint: it is a keyed hash, never bytes of the key."""
+    for seed in range(8):
+        secret = np.random.default_rng(seed).bytes(32)
+        fp = bytes.fromhex(OwnerKey(secret).fingerprint)
+        assert len(fp) == 8
+        windows = {secret[i : i + 4] for i in range(len(secret) - 3)}
+        for f in (fp, fp[::-1]):  # no 4-byte run of the key, either way round
+            assert not any(f[i : i + 4] in windows for i in range(len(f) - 3))
+
+
 def test_corrupt_or_missing_key_files_are_named(tmp_path, monkeypatch):
     bad = tmp_path / "bad"
     bad.write_text("hello\n")

@@ -299,3 +299,38 @@ def test_attribute_report_reuses_a_given_original_accuracy():
     assert given == fresh
     fake = attribute_report("s", y, x, xp, original={"logreg": 0.123}, **kw)
     assert fake.original == 0.123 and fake.passed == fresh.passed
+
+
+# -- the rare-class rule (mass.metrics.strata) -------------------------------------------------
+def test_rare_classes_are_pooled_for_stratification_only():
+    from mass.metrics.strata import cv_folds, rare_classes, stratification_codes
+
+    y = np.array([0] * 20 + [1] * 20 + [2] + [3] * 4)  # classes 2 (1 row) and 3 (4 rows) rare
+    assert rare_classes(y, 5) == {2: 1, 3: 4}
+    codes = stratification_codes(y, 5)
+    assert codes[40] == codes[41] != codes[0]  # 2 and 3 share one stratum of 5 rows
+    tested = np.concatenate([te for _, te in cv_folds(y, 5, 0)])
+    assert sorted(tested) == list(range(y.size))  # every row, rare ones included, tested once
+    tiny = np.array([0] * 20 + [1])  # a pool smaller than the folds joins the largest class
+    assert len(set(stratification_codes(tiny, 5))) == 1
+
+
+def test_fewer_rows_than_folds_and_a_single_row():
+    from mass.errors import RareClassError
+    from mass.metrics.strata import cv_folds
+
+    assert len(list(cv_folds(np.array([0, 1, 1]), 10, 0))) == 3
+    with pytest.raises(RareClassError, match="attribute 'colour'"):
+        list(cv_folds(np.array([1]), 5, 0, attr="colour"))
+
+
+def test_attackers_judge_a_singleton_class_without_sklearn_errors():
+    from mass.metrics import attack_predictions
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 200)
+    y[3] = 7  # one row: early stopping's stratified hold-out would raise in sklearn
+    x = rng.normal(size=(200, 4)) + y[:, None]
+    preds = attack_predictions(x, y, families=("mlp", "gboost"), folds=5,
+                               fractions=(0.25, 1.0))  # fmt: skip
+    assert all(p[1.0].shape == y.shape for p in preds.values())

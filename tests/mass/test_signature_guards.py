@@ -70,3 +70,17 @@ def test_weights_that_differ_from_export_json_are_refused_even_when_signed(vdir)
     (vdir / "export.json").write_text(json.dumps(meta))
     sign_version_dir(vdir, signing_key())  # the owner signed an inconsistent folder
     _refused(vdir, "recorded in export.json")
+
+
+def test_the_gpu_config_variant_is_signed_and_checked(tmp_path):
+    """configs/gpu.pbtxt (``--gpu-variant``) is served with --model-config-name=gpu: the signed
+    manifest lists it, so an edit is refused (kills signature-gpu-config-unlisted)."""
+    res = export_modifier(make_run(tmp_path), tmp_path / "repo", "mod", gpu_variant=True)
+    vdir = res.version_dir
+    gpu = vdir.parent / "configs" / "gpu.pbtxt"
+    assert gpu.is_file() and "../configs/gpu.pbtxt" in manifest_names(vdir)
+    listed = (vdir / SHA256SUMS).read_text()
+    assert "../configs/gpu.pbtxt" in listed
+    verify_version_dir(vdir)
+    gpu.write_text(gpu.read_text().replace("KIND_GPU", "KIND_CPU") + "\n# edited\n")
+    _refused(vdir, "gpu.pbtxt")

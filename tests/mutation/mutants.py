@@ -49,6 +49,7 @@ KEYED_JOB = (f"{_KEYED}test_two_modifiers_releasing_the_same_rows_never_share_th
 AUDIT_UNIT = ("tests/mass/test_metrics.py", "tests/mass/test_audit.py",
               "tests/mass/test_audit_guards.py")  # fmt: skip
 JUDGES = ("tests/mass/audit_rules/test_judges.py",)
+_JUDGES = "tests/mass/audit_rules/test_judges.py::"
 AUDIT = (*AUDIT_UNIT, *JUDGES)
 _UNTRUSTED = "tests/failclosed/test_untrusted_files.py::"
 SIGNED = (f"{_UNTRUSTED}test_tampered_export_is_refused_before_the_server_launches",
@@ -308,9 +309,10 @@ MUTANTS = [
     Mutant("audit-cosine-bypass-unchecked", "mass.audit.suite:build_suites",
            'column="cosine", max_value=spec.max_cosine,', 'column="cosine", max_value=2.0,',
            AUDIT, "a release (nearly) parallel to its input passes the audit"),
-    Mutant("audit-cosine-not-measured", "mass.audit.runner:measure",
+    Mutant("audit-cosine-not-measured", "mass.audit.scan:scan",  # moved from runner:measure
            'rows["cosine"] = np.where(both, cos, np.nan)', 'rows["cosine"] = np.where(both, 0.0, '
-           "np.nan)", AUDIT, "the audit's bypass check reads a constant, not the rows"),
+           "np.nan)", (f"{_JUDGES}test_near_identity_rows_fail_the_cosine_bypass_check",),
+           "the audit's bypass check reads a constant, not the rows"),
     Mutant("audit-suite-skips-suppression", "mass.audit.suite:build_suites",
            "for attr, margins in spec.suppressed.items():",
            "for attr, margins in {}.items():", AUDIT_UNIT,
@@ -324,8 +326,9 @@ MUTANTS = [
     Mutant("audit-suite-skips-norm", "mass.audit.suite:build_suites",
            "strict_min=True,", "strict_min=True, mostly=0.0,", AUDIT_UNIT,
            "non-unit-norm (unnormalised or broken) embeddings pass"),
-    Mutant("audit-run-ignores-failures", "mass.audit.suite:run_suites",
-           "success = success and bool(result.success)", "success = True", AUDIT_UNIT,
+    Mutant("audit-run-ignores-failures", "mass.audit.suite:Validator.finish",  # was run_suites
+           "success = self.success and all(o.success for o in outcomes)", "success = True",
+           ("tests/mass/test_audit.py::test_identity_release_fails_and_cli_exits_1",),
            "a failing suite still yields a passing audit"),
     # --- signed exports: only what `mass export` wrote, under the owner's key, is served ------
     Mutant("signature-unlisted-file-allowed", "mass.serving.manifest:verify_version_dir",
@@ -354,6 +357,56 @@ MUTANTS = [
            'torch.load(path, map_location="cpu", weights_only=True)',
            'torch.load(path, map_location="cpu", weights_only=False)', UNPICKLE,
            "a crafted checkpoint runs its pickled code when loaded"),
+    # --- issue 24: properties no test guarded (each killed by a test written for it) ---------
+    Mutant("key-fingerprint-of-key-bytes", "mass.keys:OwnerKey.fingerprint",
+           'return self.subkey("fingerprint", 8).hex()', "return self.secret[:8].hex()",
+           ("tests/mass/test_keys.py",),
+           "every release publishes 8 bytes of the owner key"),
+    Mutant("key-group-readable-accepted", "mass.keys:read_key",
+           "if st.st_mode & 0o077:", "if st.st_mode & 0o007:", ("tests/mass/test_keys.py",),
+           "a 0640 key file (readable by the group) is used"),
+    Mutant("ownership-remote-marker-exists", "transforms.publish:holds_marker",
+           "if not fs.isfile(path):\n            return False",
+           "return fs.isfile(path)", ("tests/transforms/test_ownership_guards.py",),
+           "an object-store prefix holding any _release.json is replaced"),
+    Mutant("ownership-symlinked-marker", "transforms.publish:holds_marker",
+           "elif os.path.islink(path) or not os.path.isfile(path)",
+           "elif not os.path.isfile(path)", ("tests/transforms/test_ownership_guards.py",),
+           "a user's folder with a _release.json link to a release of ours is replaced"),
+    Mutant("calibrate-next-level-skipped", "mass.calibrate.noise:bisect_noise",
+           'if hi - lo <= 1 and hi < last and not at(hi + 1)["privacy_ok"]:', "if False:",
+           ("tests/mass/test_calibrate.py::test_noise_search_needs_the_next_level_to_pass_too",),
+           "a borderline (fluke) pass whose next noise level fails is chosen"),
+    Mutant("calibrate-confidence-fixed-95", "mass.calibrate.judge:ValidationAudit.__init__",
+           "z = validation_z(M.z_value(policy.confidence), len(self.rows), n_rel)",
+           "z = validation_z(M.z_value(0.95), len(self.rows), n_rel)",
+           ("tests/mass/test_calibrate.py::test_validation_bounds_follow_the_gates_confidence",),
+           "calibration validates at 95 % while the gate audits at a stricter confidence"),
+    Mutant("signature-gpu-config-unlisted", "mass.serving.manifest:manifest_names",
+           'names += [f"../configs/{n}" for n in _files_under(model_dir / "configs")]', "pass",
+           ("tests/mass/test_signature_guards.py",),
+           "configs/gpu.pbtxt is served unsigned: an edited GPU config loads"),
+    Mutant("job-noise-key-on-worker-ignored", "beam_pipelines.preflight:keyed_seeds",
+           'read_on_worker=getattr(args, "noise_key_on_worker", False)', "read_on_worker=False",
+           (f"{_KEYED}test_the_noise_key_on_worker_flag_keeps_every_key_out_of_the_job_pickle",),
+           "--noise-key-on-worker is ignored: the staged job pickle carries key material"),
+    Mutant("ids-duplicate-across-chunks", "transforms.id_index:_merge_shard",
+           "(last is not None and ids[0].as_py() == last[0])", "False",
+           ("tests/transforms/test_id_index.py",),
+           "a duplicate id whose copies leave the merge in different chunks is accepted"),
+    Mutant("merge-multipass-drops-runs", "transforms.runs:_reduce_runs",
+           "group = paths[i : i + FAN_IN]", "group = paths[i : i + FAN_IN][:1]",
+           ("tests/transforms/test_id_index.py", "tests/transforms/test_parquet_io.py"),
+           "an intermediate merge pass loses runs (the tests' small_runs now reach it)"),
+    Mutant("rare-early-stopping-on-singletons", "mass.metrics.strata:early_stopping_ok",
+           "counts.min() >= 2 and ", "",
+           ("tests/mass/test_metrics.py::"
+            "test_attackers_judge_a_singleton_class_without_sklearn_errors",),
+           "a class of one row reaches sklearn's stratified early-stopping split: ValueError"),
+    Mutant("rare-classes-not-pooled", "mass.metrics.strata:stratification_codes",
+           "codes = np.where(rare[idx], pool, idx)", "codes = idx.copy()",
+           ("tests/mass/test_metrics.py::test_rare_classes_are_pooled_for_stratification_only",),
+           "rare classes are stratified alone: folds without them, sklearn warnings or errors"),
     # --- shared memory ------------------------------------------------------------------------
     Mutant("shm-forced-off", "transforms.inference.triton_client:TritonClient._shm_output_shape",
            "if not self.shm or", "if True or", SHM,
@@ -381,6 +434,7 @@ def _resolve(target: str):
         if obj is None:
             raise StaleMutant(f"{target}: no {'.'.join(parts[: i + 1])}")
     obj = getattr(obj, "__func__", obj)  # staticmethod / classmethod
+    obj = getattr(obj, "fget", obj)  # property: its getter
     obj = getattr(obj, "__wrapped__", obj)  # functools.lru_cache / wraps: the wrapped function
     if not inspect.isfunction(obj):
         raise StaleMutant(f"{target}: not a function")

@@ -1,7 +1,8 @@
 """Mutation check, on demand (not part of the default test run).
 
     python tests/mutation/run.py                 # every mutant, writes docs/mutation.md
-    python tests/mutation/run.py NAME [NAME ...] # some mutants (report still written)
+    python tests/mutation/run.py NAME [NAME ...] # some mutants: results printed (and --log),
+                                                 # docs/mutation.md untouched unless --out
     python tests/mutation/run.py --list          # names, targets, whether stale
     python tests/mutation/run.py --log L NAME... # also append each result to L (JSON lines)
     python tests/mutation/run.py --report-from L # docs/mutation.md from the latest result of
@@ -73,13 +74,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("names", nargs="*", help="mutants to run (default: all)")
     p.add_argument("--list", action="store_true", help="list the mutants and exit")
-    p.add_argument("--out", default=str(ROOT / "docs" / "mutation.md"))
+    p.add_argument("--out", default=None,
+                   help="report file (default: docs/mutation.md for a full run or --report-from; "
+                        "a subset run writes no report unless --out is given)")
     p.add_argument("--timeout", type=int, default=900, help="seconds per pytest run")
     p.add_argument("--log", help="append each result to this JSON-lines file")
     p.add_argument("--report-from", help="write the report from this log's latest results")
     args = p.parse_args(argv)
+    full_report = str(ROOT / "docs" / "mutation.md")
     if args.report_from:
-        return report_from(Path(args.report_from), Path(args.out))
+        return report_from(Path(args.report_from), Path(args.out or full_report))
     unknown = sorted(set(args.names) - set(M.BY_NAME))
     if unknown:
         p.error(f"unknown mutant(s) {unknown}; see --list")
@@ -117,7 +121,10 @@ def main(argv: list[str] | None = None) -> int:
         results.append((m, status, detail, secs))
         print(f"{m.name}: {status} {detail} ({secs:.0f}s)", flush=True)
         _log(args.log, m.name, status, detail, secs)
-    write_report(Path(args.out), results, partial=bool(args.names))
+    # only a full run rewrites docs/mutation.md: a subset's table would drop every other mutant
+    out = args.out or (None if args.names else full_report)
+    if out is not None:
+        write_report(Path(out), results, partial=bool(args.names))
     unexplained = [m.name for m, s, *_ in results if s == "survived" and not m.survives]
     print(f"{len(results)} mutants: "
           + ", ".join(f"{s} {sum(r[1] == s for r in results)}"

@@ -9,6 +9,7 @@ import pytest
 
 from mass.errors import InvalidValueError, ReleaseError
 from transforms import parquet_io as P
+from transforms import runs as R
 from transforms.id_index import build_id_index, verify_against_index
 from transforms.parquet_write import shard_path
 
@@ -20,8 +21,20 @@ def _write(path, ids, row_group=50):
 
 @pytest.fixture
 def small_runs(monkeypatch):
-    monkeypatch.setattr(P, "FAN_IN", 2)  # many runs, merged in several passes
-    monkeypatch.setattr(P, "RUN_BYTES", 64)
+    """Many small runs merged in several passes. The merge reads these from transforms.runs
+    (patching the names parquet_io re-exports changed nothing: the cases never ran)."""
+    monkeypatch.setattr(R, "FAN_IN", 2)
+    monkeypatch.setattr(R, "RUN_BYTES", 64)  # 256-row record batches (the floor)
+    monkeypatch.setattr(R, "SPILL_BYTES", 2000)  # a run every ~250 ids
+    passes = []
+    real = R.merge_sorted_runs
+
+    def counted(paths, id_col):
+        passes.append(len(paths))
+        return real(paths, id_col)
+
+    monkeypatch.setattr(R, "merge_sorted_runs", counted)
+    return passes
 
 
 def test_index_holds_every_id_sorted_per_shard(tmp_path, small_runs):
@@ -37,6 +50,7 @@ def test_index_holds_every_id_sorted_per_shard(tmp_path, small_runs):
         assert np.all(P.shard_of(pa.array(got), 3) == s)
         seen += got.tolist()
     assert sorted(seen) == list(range(1000))
+    assert len(small_runs) > 3  # the multi-pass merge really ran (intermediate merges)
 
 
 def test_duplicate_across_files_names_both_places(tmp_path, small_runs):
@@ -46,6 +60,16 @@ def test_duplicate_across_files_names_both_places(tmp_path, small_runs):
         InvalidValueError, match=r"duplicate id 123 at .*a.parquet row 123, .*b.parquet row 2"
     ):
         build_id_index([a, b], "id", 2, str(tmp_path / "idx"))
+
+
+def test_a_duplicate_split_across_two_merge_chunks_is_found(tmp_path, small_runs):
+    """One run, sorted: 255 at positions 255 and 256, either side of its first 256-row record
+    batch, so the two copies leave the merge in different chunks (kills
+    ids-duplicate-across-chunks)."""
+    ids = np.concatenate([np.arange(600), [255]])
+    a = _write(tmp_path / "a.parquet", np.random.default_rng(3).permutation(ids), row_group=601)
+    with pytest.raises(InvalidValueError, match=r"duplicate id 255 at .*a.parquet row"):
+        build_id_index([a], "id", 1, str(tmp_path / "idx"))
 
 
 def test_duplicate_string_id_and_null_id(tmp_path):

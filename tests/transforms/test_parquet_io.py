@@ -147,11 +147,13 @@ def test_merge_is_byte_identical_to_writing_the_sorted_shard_at_once(tmp_path, m
     import pyarrow as pa
 
     from transforms import parquet_io as P
+    from transforms import runs as R
 
     # small row groups and many tiny runs: several row groups and a multi-pass merge
     monkeypatch.setitem(P.WRITE_OPTIONS, "row_group_size", 100)
-    monkeypatch.setattr(P, "FAN_IN", 3)
-    monkeypatch.setattr(P, "RUN_BYTES", 200)  # a few rows per run record batch
+    # the merge reads these from transforms.runs (patching parquet_io's re-exports did nothing)
+    monkeypatch.setattr(R, "FAN_IN", 3)
+    monkeypatch.setattr(R, "RUN_BYTES", 200)  # a few rows per run record batch
     ids = np.random.default_rng(1).permutation(1000)
     full = _table(ids)
     pieces = [full.slice(i, 73) for i in range(0, 1000, 73)]
@@ -167,9 +169,9 @@ def test_merge_is_byte_identical_to_writing_the_sorted_shard_at_once(tmp_path, m
 
 
 def test_merge_handles_string_ids_and_duplicate_free_interleaving(tmp_path, monkeypatch):
-    from transforms import parquet_io as P
+    from transforms import runs as R
 
-    monkeypatch.setattr(P, "FAN_IN", 2)
+    monkeypatch.setattr(R, "FAN_IN", 2)
     ids = [f"user-{i:05d}" for i in np.random.default_rng(2).permutation(500)]
     out, _ = _spill_and_merge(tmp_path, [_table(ids[i : i + 37]) for i in range(0, 500, 37)],
                               shards=3)  # fmt: skip
