@@ -18,6 +18,7 @@ from mass.audit.policy import AuditPolicy
 from mass.audit.scan import Scan, scan
 from mass.audit.stream import PARTITION_ROWS
 from mass.audit.suite import JUDGE_COLUMNS, AuditOutcome, SuiteSpec, Validator
+from mass.audit.unnamed import check_watch, measure_unnamed, watch_frame
 from mass.errors import ConfigError, MissingInputError
 from mass.keys import NOISE_KEY_ENV, OwnerKey, resolve_key
 from mass.metrics import KEYED, AttributeReport, attribute_report, z_value
@@ -32,6 +33,8 @@ class AuditRequest:
     labels: str
     suppress: tuple[str, ...]
     preserve: tuple[str, ...] = ()
+    # labelled attributes neither suppressed nor preserved: what the release keeps of them
+    watch: tuple[str, ...] = ()
     policy: AuditPolicy = field(default_factory=AuditPolicy)
     report_dir: str | None = None
     run_dir: str | None = None
@@ -57,6 +60,8 @@ class AuditResult:
     key_status: str = ""  # how the key-compromised figure was (or was not) computed
     warnings: list[str] = field(default_factory=list)
     sources: dict[str, str | None] = field(default_factory=dict)  # release/labels/input paths
+    # watch attributes and label-free structure (mass.audit.unnamed.measure_unnamed)
+    unnamed: dict = field(default_factory=dict)
 
     @property
     def success(self) -> bool:
@@ -83,13 +88,15 @@ def load_run(run_dir: str) -> tuple[dict, dict]:
 
 
 def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd.DataFrame],
-                                                          SuiteSpec, list[AttributeReport]]:  # fmt: skip
+                                                          SuiteSpec, list[AttributeReport], dict]:  # fmt: skip
     """One streaming pass (the row checks validated into ``validator``, partition by
-    partition), then the attackers on the seeded sample; the other suites' frames + spec."""
-    attrs = list(dict.fromkeys([*req.suppress, *req.preserve]))
+    partition), then the attackers on the seeded sample; the other suites' frames + spec,
+    the reports and the unnamed-utility section."""
+    attrs = list(dict.fromkeys([*req.suppress, *req.preserve, *req.watch]))
     overlap = set(req.suppress) & set(req.preserve)
     if overlap:
         raise ConfigError(f"--preserve: {sorted(overlap)} also in --suppress; pick one role")
+    check_watch(req.watch, req.suppress, req.preserve)
     frozen, encodings = load_run(req.run_dir) if req.run_dir else ({}, {})
     pol = req.policy
     # the column expectations of release_rows do not depend on the counts known after the scan
@@ -114,6 +121,7 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
         confidence=pol.confidence, curve=pol.curve, curve_tol=pol.curve_tol,
     )  # fmt: skip
     reports: list[AttributeReport] = []
+    unnamed: dict = {}
     if s.counts["audited"] >= MIN_AUDIT_ROWS:
         x, xp, y = s.x, s.xp, s.y
         for a in req.suppress:
@@ -128,6 +136,8 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
             reports.append(attribute_report(a, y[a], x, xp, role="preserved",
                                             frozen=frozen.get(a), min_fraction=pol.fraction(a),
                                             extra=extra, **kw))  # fmt: skip
+        unnamed = measure_unnamed(x, xp, y, suppress=req.suppress, preserve=req.preserve,
+                                  watch=req.watch, policy=pol, extra=extra)  # fmt: skip
     spec = _spec(req, s.n_labels, s.n_input, reports, gate_key=gate_key,
                  label_columns=s.label_columns)
     validator.spec = spec
@@ -139,9 +149,10 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
         "release_columns": pd.DataFrame(s.columns, columns=["column", "arrow_type"]),
         "release_metadata": pd.DataFrame(list(s.metadata.items()), columns=["key", "value"]),
         "attribute_privacy": judge_frame(reports),
+        "watch_utility": watch_frame(unnamed),
     }
     s.counts["key_status"] = key_status  # type: ignore[assignment]
-    return s, frames, spec, reports
+    return s, frames, spec, reports, unnamed
 
 
 def _spec(req: AuditRequest, n_labels: int, n_input: int | None, reports, *,
@@ -161,6 +172,7 @@ def _spec(req: AuditRequest, n_labels: int, n_input: int | None, reports, *,
         n_labels=n_labels, n_input=n_input, norm_tol=pol.norm_tol,
         suppressed=suppressed, preserved={a: pol.fraction(a) for a in req.preserve},
         max_cosine=pol.max_cosine,
+        watch_min_kept=pol.watch_min_kept if req.watch else None,
     )  # fmt: skip
 
 
@@ -233,8 +245,8 @@ def run_audit(req: AuditRequest) -> AuditResult:
     t0 = time.perf_counter()
     docs = os.path.join(req.report_dir, "data_docs") if req.report_dir else None
     validator = Validator(_spec(req, 0, None, []), docs_dir=docs)
-    s, frames, _spec_final, reports = measure(req, validator)
-    for name in ("release_columns", "release_metadata", "attribute_privacy"):
+    s, frames, _spec_final, reports, unnamed = measure(req, validator)
+    for name in ("release_columns", "release_metadata", "attribute_privacy", "watch_utility"):
         validator.validate(name, frames[name])
     outcome = validator.finish()
     counts = s.counts
@@ -263,7 +275,7 @@ def run_audit(req: AuditRequest) -> AuditResult:
     return AuditResult(outcome=outcome, reports=reports, counts=counts,
                        release_meta=s.metadata,
                        released_columns=[c for c, _ in s.columns],
-                       seconds=time.perf_counter() - t0, policy=req.policy,
+                       seconds=time.perf_counter() - t0, policy=req.policy, unnamed=unnamed,
                        key_status=key_status, warnings=warnings,
                        sources={"release_path": req.release, "labels_path": req.labels,
                                 "input_path": req.input})  # fmt: skip
