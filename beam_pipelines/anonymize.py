@@ -132,6 +132,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "present, else the built-in defaults)",
     )
     g.add_argument("--report", default=None, help="audit report directory (OUT_report)")
+    g.add_argument(
+        "--watch",
+        default=None,
+        type=lambda t: tuple(v.strip() for v in t.split(",") if v.strip()),
+        help="label columns neither suppressed nor preserved whose retention the audit "
+        "reports (and gates with audit.watch_min_kept), w[,...]; default: the policy's "
+        "audit.watch",
+    )
     g.add_argument("--run-dir", default=None, help="training run: frozen branch judges")
     g.add_argument(
         "--no-audit",
@@ -199,8 +207,9 @@ def run_job(args, extra, *, test_pipeline=None, model_handler=None, model_info=N
     # Before any work: which paths the job may replace (only its own outputs, never the input).
     check_outputs(output=args.output, quarantine=q_out, inputs=args.input,
                   report=None if args.no_audit else report_path(args))  # fmt: skip
-    if args.no_audit and (args.labels or args.policy or args.report or args.run_dir):
-        raise ConfigError("--no-audit: drop --labels/--policy/--report/--run-dir, or drop "
+    if args.no_audit and (args.labels or args.policy or args.report or args.run_dir
+                          or args.watch):  # fmt: skip
+        raise ConfigError("--no-audit: drop --labels/--policy/--report/--run-dir/--watch, or drop "
                           "--no-audit to audit before publishing")  # fmt: skip
     args._policy = None if args.no_audit else resolve_policy(args.policy)
     args._noise_key = resolve_key(getattr(args, "noise_key_file", None), NOISE_KEY_ENV)

@@ -29,6 +29,7 @@ class AuditPlan:
 
     suppress: tuple[str, ...]
     preserve: tuple[str, ...]
+    watch: tuple[str, ...]  # --watch, else the policy's audit.watch (mass.audit.unnamed)
     labels: str | None  # None: the input's own label columns
     policy: object  # mass.audit.AuditPolicy (imported lazily: GX is heavy)
     policy_source: str
@@ -91,7 +92,12 @@ def _audit_plan(args, info: dict, schema: pa.Schema) -> AuditPlan | None:
             f"model '{model}' names no suppressed attribute (export.json 'suppress'), so "
             "its release cannot be audited; pass --no-audit to publish it unaudited (recorded)"
         )
-    wanted = list(dict.fromkeys([*suppress, *preserve]))
+    policy, source = args._policy
+    watch = tuple(getattr(args, "watch", None) or ()) or tuple(policy.watch)
+    from mass.audit.unnamed import check_watch
+
+    check_watch(watch, suppress, preserve)
+    wanted = list(dict.fromkeys([*suppress, *preserve, *watch]))
     if args.labels:
         first = expand_paths(args.labels)[0]
         try:
@@ -109,15 +115,15 @@ def _audit_plan(args, info: dict, schema: pa.Schema) -> AuditPlan | None:
     if missing:
         raise ConfigError(
             f"{where}: no column(s) {missing} for the audit of model '{model}' (suppress "
-            f"{list(suppress)}, preserve {list(preserve)}); the release is audited before "
+            f"{list(suppress)}, preserve {list(preserve)}, watch {list(watch)}); the release is audited before "
             "publication: pass --labels LABELS (id + those columns), or --no-audit to publish "
             "it unaudited (recorded in the release metadata)"
         )
-    policy, source = args._policy
     # printed like the summary line: the root logger is at WARNING until Beam's run starts
     print(f"anonymize: audit gate on: labels from {args.labels or f'the input columns {wanted}'}"
           f"; policy from {source}; report to {report_path(args)}", flush=True)  # fmt: skip
-    return AuditPlan(suppress=suppress, preserve=preserve, labels=args.labels, policy=policy,
+    return AuditPlan(suppress=suppress, preserve=preserve, watch=watch, labels=args.labels,
+                     policy=policy,
                      policy_source=source, report=report_path(args))  # fmt: skip
 
 
@@ -127,7 +133,7 @@ def _audit_staged(args, plan: AuditPlan, staged: str, q_ids: pa.Array | None) ->
     from mass.audit import AuditRequest
     from mass.audit.into import audit_into
 
-    attrs = list(dict.fromkeys([*plan.suppress, *plan.preserve]))
+    attrs = list(dict.fromkeys([*plan.suppress, *plan.preserve, *plan.watch]))
     labels, original = plan.labels, None
     if labels is None:  # the input's own label columns (and its embeddings as the original)
         labels = args.input
@@ -139,7 +145,7 @@ def _audit_staged(args, plan: AuditPlan, staged: str, q_ids: pa.Array | None) ->
             original = _valid_rows(args, [args.id_col, args.emb_col], q_ids)
     req = AuditRequest(
         release=staged, labels=labels, suppress=plan.suppress, preserve=plan.preserve,
-        policy=plan.policy, report_dir=plan.report, run_dir=args.run_dir, input=original,
+        watch=plan.watch, policy=plan.policy, report_dir=plan.report, run_dir=args.run_dir, input=original,
         id_col=args.id_col, emb_col=args.emb_col, allow=tuple(args.allow_columns),
     )  # fmt: skip
     _, metrics = audit_into(req, plan.report)  # local or object store

@@ -25,7 +25,9 @@ audit:
   max_cosine: 0.9999      # a released row this close to its original is unmodified
   max_levels: 32          # released columns with <= this many values are one-hot encoded
   gate_key_compromised: false  # also judge attackers on the release with its noise removed
-  watch_min_kept: null    # e.g. 0.8: every learnable --watch attribute keeps this normalised
+  watch: []               # labelled attributes neither suppressed nor preserved whose
+                          # retention every audit and calibration reports (--watch overrides)
+  watch_min_kept: null    # e.g. 0.8: every learnable watch attribute keeps this normalised
                           # information, (release - majority) / (original - majority)
 ```
 The rules are documented in docs/audit.md.
@@ -45,7 +47,7 @@ from mass.metrics import ATTACKER_FAMILIES, FROZEN
 KEYS = {"frozen_margin", "attacker_margin", "min_utility_fraction", "suppress", "preserve",
         "families", "folds", "seed", "max_rows", "norm_tol", "allow_columns", "confidence",
         "curve", "curve_tol", "max_cosine", "max_levels", "gate_key_compromised",
-        "watch_min_kept"}  # fmt: skip
+        "watch", "watch_min_kept"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ class AuditPolicy:
     max_cosine: float = 0.9999
     max_levels: int = 32
     gate_key_compromised: bool = False
+    watch: tuple[str, ...] = ()  # reported by every audit (docs/audit.md); --watch overrides
     watch_min_kept: float | None = None  # None: watch attributes are reported, not gated
 
     def to_dict(self) -> dict:
@@ -181,6 +184,8 @@ def policy_from_dict(section: Mapping[str, Any] | None) -> AuditPolicy:
         kw["curve_tol"] = _number("curve_tol", sec["curve_tol"], lo=0.0, hi=1.0)
     if "max_cosine" in sec:
         kw["max_cosine"] = _number("max_cosine", sec["max_cosine"], lo=0.0, hi=1.0)
+    if "watch" in sec:
+        kw["watch"] = _names("watch", sec["watch"] or [])
     if sec.get("watch_min_kept") is not None:
         kw["watch_min_kept"] = _number("watch_min_kept", sec["watch_min_kept"], lo=0.0, hi=2.0)
     if "max_levels" in sec:

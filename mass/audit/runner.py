@@ -34,6 +34,7 @@ class AuditRequest:
     suppress: tuple[str, ...]
     preserve: tuple[str, ...] = ()
     # labelled attributes neither suppressed nor preserved: what the release keeps of them
+    # (empty: the policy's audit.watch)
     watch: tuple[str, ...] = ()
     policy: AuditPolicy = field(default_factory=AuditPolicy)
     report_dir: str | None = None
@@ -92,11 +93,12 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
     """One streaming pass (the row checks validated into ``validator``, partition by
     partition), then the attackers on the seeded sample; the other suites' frames + spec,
     the reports and the unnamed-utility section."""
-    attrs = list(dict.fromkeys([*req.suppress, *req.preserve, *req.watch]))
+    watch = tuple(req.watch) or tuple(req.policy.watch)
+    attrs = list(dict.fromkeys([*req.suppress, *req.preserve, *watch]))
     overlap = set(req.suppress) & set(req.preserve)
     if overlap:
         raise ConfigError(f"--preserve: {sorted(overlap)} also in --suppress; pick one role")
-    check_watch(req.watch, req.suppress, req.preserve)
+    check_watch(watch, req.suppress, req.preserve)
     frozen, encodings = load_run(req.run_dir) if req.run_dir else ({}, {})
     pol = req.policy
     # the column expectations of release_rows do not depend on the counts known after the scan
@@ -137,7 +139,7 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
                                             frozen=frozen.get(a), min_fraction=pol.fraction(a),
                                             extra=extra, **kw))  # fmt: skip
         unnamed = measure_unnamed(x, xp, y, suppress=req.suppress, preserve=req.preserve,
-                                  watch=req.watch, policy=pol, extra=extra)  # fmt: skip
+                                  watch=watch, policy=pol, extra=extra)  # fmt: skip
     spec = _spec(req, s.n_labels, s.n_input, reports, gate_key=gate_key,
                  label_columns=s.label_columns)
     validator.spec = spec
@@ -172,7 +174,7 @@ def _spec(req: AuditRequest, n_labels: int, n_input: int | None, reports, *,
         n_labels=n_labels, n_input=n_input, norm_tol=pol.norm_tol,
         suppressed=suppressed, preserved={a: pol.fraction(a) for a in req.preserve},
         max_cosine=pol.max_cosine,
-        watch_min_kept=pol.watch_min_kept if req.watch else None,
+        watch_min_kept=pol.watch_min_kept if req.watch or pol.watch else None,
     )  # fmt: skip
 
 

@@ -32,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preserve", default=(), type=_names, help="attributes, r[,...]")
     parser.add_argument("--watch", default=(), type=_names,
                         help="attributes neither suppressed nor preserved whose retention is "
-                        "reported (and gated by audit.watch_min_kept), w[,...]")  # fmt: skip
+                        "reported (and gated by audit.watch_min_kept), w[,...] (default: the "
+                        "policy's audit.watch)")  # fmt: skip
     parser.add_argument("--report", required=True, help="report directory (local, or an object-store prefix: uploaded)")
     parser.add_argument("--run-dir", help="training run (branches.pt, encodings.json)")
     parser.add_argument("--params", help="params.yaml holding the audit: policy")

@@ -13,6 +13,7 @@ import torch
 from mass.audit import AuditRequest, policy_from_dict, run_audit
 from mass.audit.report import format_table, write_all
 from mass.audit.suite import REQUIRED_METADATA
+from mass.demo.summary import summarize
 from mass.errors import ConfigError
 from mass.io import embedding_array
 from mass.methods import get_method
@@ -73,6 +74,9 @@ def test_watch_kept_by_leace_lost_by_the_last_resort_and_reported(tmp_path, data
             res.unnamed["watch"]["w"]["kept"], abs=1e-6)  # fmt: skip
         html = (tmp_path / sub / "report" / "report.html").read_text()
         assert "Utility nobody named" in html and f"{res.unnamed['watch']['w']['kept']:.2f}" in html
+        text = "\n".join(summarize(out, "release"))  # the CLI/demo summary
+        assert f"Unnamed:      w  kept {res.unnamed['watch']['w']['kept']:.3f}" in text
+        assert ("data minimisation" in text) == (sub == "b") == ("data minimisation" in html)
     assert "watch w: kept" in format_table(kept) and "structure kept within S" in format_table(lost)
 
 
