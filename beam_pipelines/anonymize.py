@@ -119,6 +119,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "present, else the built-in defaults)",
     )
     g.add_argument("--report", default=None, help="audit report directory (OUT_report)")
+    g.add_argument(
+        "--watch",
+        default=None,
+        type=lambda t: tuple(v.strip() for v in t.split(",") if v.strip()),
+        help="label columns neither suppressed nor preserved whose retention the audit "
+        "reports (and gates with audit.watch_min_kept), w[,...]; default: the policy's "
+        "audit.watch",
+    )
     g.add_argument("--run-dir", default=None, help="training run: frozen branch judges")
     g.add_argument(
         "--no-audit",

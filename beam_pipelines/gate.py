@@ -35,6 +35,7 @@ class AuditPlan:
 
     suppress: tuple[str, ...]
     preserve: tuple[str, ...]
+    watch: tuple[str, ...] = ()  # --watch, else the policy's audit.watch (mass.audit.unnamed)
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,11 @@ def audit_plan(job: AnonymizeJob, info: dict, schema: pa.Schema) -> AuditPlan | 
             f"model '{model}' names no suppressed attribute (export.json 'suppress'), so "
             "its release cannot be audited; pass --no-audit to publish it unaudited (recorded)"
         )
-    wanted = list(dict.fromkeys([*suppress, *preserve]))
+    watch = tuple(job.watch) or tuple(job.policy.watch)
+    from mass.audit.unnamed import check_watch
+
+    check_watch(watch, suppress, preserve)
+    wanted = list(dict.fromkeys([*suppress, *preserve, *watch]))
     if job.labels:
         first = expand_paths(job.labels)[0]
         try:
@@ -112,14 +117,14 @@ def audit_plan(job: AnonymizeJob, info: dict, schema: pa.Schema) -> AuditPlan | 
     if missing:
         raise ConfigError(
             f"{where}: no column(s) {missing} for the audit of model '{model}' (suppress "
-            f"{list(suppress)}, preserve {list(preserve)}); the release is audited before "
+            f"{list(suppress)}, preserve {list(preserve)}, watch {list(watch)}); the release is audited before "
             "publication: pass --labels LABELS (id + those columns), or --no-audit to publish "
             "it unaudited (recorded in the release metadata)"
         )
     # printed like the summary line: the root logger is at WARNING until Beam's run starts
     print(f"anonymize: audit gate on: labels from {job.labels or f'the input columns {wanted}'}"
           f"; policy from {job.policy_source}; report to {job.report}", flush=True)  # fmt: skip
-    return AuditPlan(suppress=suppress, preserve=preserve)
+    return AuditPlan(suppress=suppress, preserve=preserve, watch=watch)
 
 
 def audit_staged(
@@ -134,7 +139,7 @@ def audit_staged(
     from mass.audit import AuditRequest
     from mass.audit.into import audit_into
 
-    attrs = list(dict.fromkeys([*plan.suppress, *plan.preserve]))
+    attrs = list(dict.fromkeys([*plan.suppress, *plan.preserve, *plan.watch]))
     labels, original = job.labels, None
     if labels is None:  # the input's own label columns (and its embeddings as the original)
         labels = job.input
@@ -147,8 +152,8 @@ def audit_staged(
     report = str(job.report)
     req = AuditRequest(
         release=staged, labels=labels, suppress=plan.suppress, preserve=plan.preserve,
-        policy=job.policy, report_dir=report, run_dir=job.run_dir, input=original,
-        id_col=job.id_col, emb_col=job.emb_col, allow=job.allow_columns,
+        watch=plan.watch, policy=job.policy, report_dir=report, run_dir=job.run_dir,
+        input=original, id_col=job.id_col, emb_col=job.emb_col, allow=job.allow_columns,
         verified_near=verified,
     )  # fmt: skip
     _, metrics = audit_into(req, report)  # local or object store

@@ -76,8 +76,9 @@ def plan_anonymize(args: argparse.Namespace, beam_args: Sequence[str] = ()) -> A
     report = None if args.no_audit else args.report or f"{out}_report"
     # Before any work: which paths the job may replace (only its own outputs, never the input).
     check_outputs(output=args.output, quarantine=quarantine, inputs=args.input, report=report)
-    if args.no_audit and (args.labels or args.policy or args.report or args.run_dir):
-        raise ConfigError("--no-audit: drop --labels/--policy/--report/--run-dir, or drop "
+    if args.no_audit and (args.labels or args.policy or args.report or args.run_dir
+                          or args.watch):  # fmt: skip
+        raise ConfigError("--no-audit: drop --labels/--policy/--report/--run-dir/--watch, or drop "
                           "--no-audit to audit before publishing")  # fmt: skip
     policy, source = (None, "") if args.no_audit else resolve_policy(args.policy)
     return AnonymizeJob(
@@ -92,6 +93,7 @@ def plan_anonymize(args: argparse.Namespace, beam_args: Sequence[str] = ()) -> A
         max_quarantined=args.max_quarantined,
         audit=not args.no_audit,
         labels=args.labels,
+        watch=tuple(args.watch or ()),
         report=report,
         run_dir=args.run_dir,
         policy=policy,

@@ -47,8 +47,9 @@ def resolve(args: argparse.Namespace) -> tuple[str, list[str], list[str], dict]:
     return method, suppress, preserve, params
 
 
-def check_columns(spec: str, suppress: list[str], preserve: list[str]) -> None:
-    """ConfigError naming suppress/preserve before any data is read in full."""
+def check_columns(spec: str, suppress: list[str], preserve: list[str],
+                  watch: list[str] = ()) -> None:  # fmt: skip
+    """ConfigError naming suppress/preserve/watch before any data is read in full."""
     import pyarrow.parquet as pq
 
     from mass import fs
@@ -61,6 +62,10 @@ def check_columns(spec: str, suppress: list[str], preserve: list[str]) -> None:
     except Exception:  # unreadable files get their own error from load_embeddings
         return
     check_attribute_names(suppress, preserve, cols, source=path, what="columns")
+    for w in watch:
+        if w not in cols:
+            raise ConfigError(f"--watch: attribute '{w}' is not a label column of {path} "
+                              f"(columns: {sorted(cols)})")  # fmt: skip
 
 
 def check_out(out: str) -> None:
@@ -92,14 +97,19 @@ def train(args: argparse.Namespace) -> int:
     check_out(args.out)
     if not suppress:
         raise ConfigError("suppress: empty; pass --suppress or set train.suppress in --config")
-    check_columns(args.data, suppress, preserve)
-    train_ds, sample_note = _load_training(args, suppress, preserve)
+    watch: list[str] = []
+    if calibrating(args):  # watch attributes rank calibration's candidates
+        from mass.calibrate.flow import resolve_watch
+
+        watch = resolve_watch(args, suppress, preserve)
+    check_columns(args.data, suppress, preserve, watch)
+    train_ds, sample_note = _load_training(args, suppress, preserve, watch)
     validate_attributes(suppress, preserve, train_ds.labels, source=args.data)
     if calibrating(args):
         from mass.calibrate.flow import run_calibration
 
         run = run_calibration(args, train_ds, suppress, preserve, sample_note,
-                              _load_val(args, train_ds))  # fmt: skip
+                              _load_val(args, train_ds), watch=watch)  # fmt: skip
         write_run(args.out, run.modifier, run.branches, train_ds, method=run.method,
                   suppress=suppress, preserve=preserve, resolved=run.resolved, chash=run.chash,
                   metrics=run.metrics, calibration=run.calibration)  # fmt: skip
@@ -184,13 +194,13 @@ def frozen_judges(train_ds, attributes: list[str], *, epochs: int = 10, seed: in
                              attributes=tuple(attributes), agnostic=False).classifiers
 
 
-def _load_training(args, suppress: list[str], preserve: list[str]):
+def _load_training(args, suppress: list[str], preserve: list[str], watch: list[str] = ()):
     from mass.calibrate.sampling import load_training
     from mass.config import CalibrationConfig
 
     cfg = CalibrationConfig(max_rows=args.max_rows, seed=args.seed or 0)
     return load_training(args.data, id_col=args.id_col, emb_col=args.emb_col,
-                         label_cols=list(dict.fromkeys(suppress + preserve)),
+                         label_cols=list(dict.fromkeys([*suppress, *preserve, *watch])),
                          max_rows=cfg.max_rows, seed=cfg.seed)  # fmt: skip
 
 

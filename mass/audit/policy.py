@@ -26,6 +26,10 @@ audit:
   max_levels: 32          # released columns with <= this many values are one-hot encoded
   gate_key_compromised: false  # also judge attackers on the release with its noise removed
   force_vacuous: false    # run a policy under which nothing can fail (recorded in reports)
+  watch: []               # labelled attributes neither suppressed nor preserved whose
+                          # retention every audit and calibration reports (--watch overrides)
+  watch_min_kept: null    # e.g. 0.8: every learnable watch attribute keeps this normalised
+                          # information, (release - majority) / (original - majority)
 ```
 The rules are documented in docs/audit.md.
 When ``audit.allow_columns`` is absent, ``anonymize.allow_columns`` (if any) is used.
@@ -44,7 +48,7 @@ from mass.metrics import ATTACKER_FAMILIES, FROZEN
 KEYS = {"frozen_margin", "attacker_margin", "min_utility_fraction", "suppress", "preserve",
         "families", "folds", "seed", "max_rows", "norm_tol", "allow_columns", "confidence",
         "curve", "curve_tol", "max_cosine", "max_levels", "gate_key_compromised",
-        "force_vacuous"}  # fmt: skip
+        "force_vacuous", "watch", "watch_min_kept"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,8 @@ class AuditPolicy:
     max_levels: int = 32
     gate_key_compromised: bool = False
     force_vacuous: bool = False  # a vacuous policy runs, recorded as forced, instead of refused
+    watch: tuple[str, ...] = ()  # reported by every audit (docs/audit.md); --watch overrides
+    watch_min_kept: float | None = None  # None: watch attributes are reported, not gated
 
     def to_dict(self) -> dict:
         """The resolved policy as plain JSON values (audit.json ``policy``)."""
@@ -180,6 +186,10 @@ def policy_from_dict(section: Mapping[str, Any] | None) -> AuditPolicy:
         kw["curve_tol"] = _number("curve_tol", sec["curve_tol"], lo=0.0, hi=1.0)
     if "max_cosine" in sec:
         kw["max_cosine"] = _number("max_cosine", sec["max_cosine"], lo=0.0, hi=1.0)
+    if "watch" in sec:
+        kw["watch"] = _names("watch", sec["watch"] or [])
+    if sec.get("watch_min_kept") is not None:
+        kw["watch_min_kept"] = _number("watch_min_kept", sec["watch_min_kept"], lo=0.0, hi=2.0)
     if "max_levels" in sec:
         kw["max_levels"] = _int("max_levels", sec["max_levels"], lo=2)
     for key in ("curve", "gate_key_compromised", "force_vacuous"):

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 from mass.audit.data import parse_json_list
 from mass.audit.runner import AuditResult
+from mass.audit.unnamed import unnamed_lines
 from mass.metrics import FROZEN, aum, column_of
 from mass.metrics.strata import RULE as RARE_RULE
 
@@ -101,8 +102,19 @@ def audit_metrics(result: AuditResult) -> dict:
         "rare_classes": {"rule": RARE_RULE,
                          "attributes": {r.name: dict(r.rare_classes) for r in result.reports
                                         if r.rare_classes}},  # fmt: skip
+        # what the release keeps beyond the named R (mass.metrics.unnamed, docs/audit.md)
+        "unnamed": _rounded(result.unnamed),
         "lineage": lineage(result),
     }
+
+
+def _rounded(v):
+    """``v`` with every float rounded as the rest of audit.json (NaN -> null)."""
+    if isinstance(v, dict):
+        return {k: _rounded(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_rounded(x) for x in v]
+    return _num(v) if isinstance(v, float) else v
 
 
 def lineage(result: AuditResult) -> dict:
@@ -181,6 +193,7 @@ def format_table(result: AuditResult) -> str:
             lines.append(f"{r.name}: key compromised (noise removed): {key}")
     if result.key_status:
         lines.append(f"key-compromised figure: {result.key_status}")
+    lines += unnamed_lines(result.unnamed)
     for w in result.warnings:
         lines.append(f"WARNING {w}")
     for e in result.outcome.failed:

@@ -19,6 +19,7 @@ from mass.audit.policy import AuditPolicy
 from mass.audit.scan import Scan, scan
 from mass.audit.stream import PARTITION_ROWS
 from mass.audit.suite import JUDGE_COLUMNS, AuditOutcome, SuiteSpec, Validator
+from mass.audit.unnamed import check_watch, measure_unnamed, watch_frame
 from mass.errors import ConfigError, MissingInputError, VacuousPolicyError
 from mass.keys import NOISE_KEY_ENV, OwnerKey, resolve_key
 from mass.metrics import KEYED, AttributeReport, attribute_report, z_value
@@ -33,6 +34,9 @@ class AuditRequest:
     labels: str
     suppress: tuple[str, ...]
     preserve: tuple[str, ...] = ()
+    # labelled attributes neither suppressed nor preserved: what the release keeps of them
+    # (empty: the policy's audit.watch)
+    watch: tuple[str, ...] = ()
     policy: AuditPolicy = field(default_factory=AuditPolicy)
     report_dir: str | None = None
     run_dir: str | None = None
@@ -63,6 +67,8 @@ class AuditResult:
     sources: dict[str, str | None] = field(default_factory=dict)  # release/labels/input paths
     id_col: str = "id"
     forced_policy: list[str] = field(default_factory=list)  # why the policy was vacuous
+    # watch attributes and label-free structure (mass.audit.unnamed.measure_unnamed)
+    unnamed: dict = field(default_factory=dict)
 
     @property
     def success(self) -> bool:
@@ -94,13 +100,16 @@ def _names(s: Scan, attr: str):
 
 
 def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd.DataFrame],
-                                                          SuiteSpec, list[AttributeReport]]:  # fmt: skip
+                                                          SuiteSpec, list[AttributeReport], dict]:  # fmt: skip
     """One streaming pass (the row checks validated into ``validator``, partition by
-    partition), then the attackers on the seeded sample; the other suites' frames + spec."""
-    attrs = list(dict.fromkeys([*req.suppress, *req.preserve]))
+    partition), then the attackers on the seeded sample; the other suites' frames + spec,
+    the reports and the unnamed-utility section."""
+    watch = tuple(req.watch) or tuple(req.policy.watch)
+    attrs = list(dict.fromkeys([*req.suppress, *req.preserve, *watch]))
     overlap = set(req.suppress) & set(req.preserve)
     if overlap:
         raise ConfigError(f"{sorted(overlap)}: both preserved and suppressed; pick one role")
+    check_watch(watch, req.suppress, req.preserve)
     frozen, encodings = load_run(req.run_dir) if req.run_dir else ({}, {})
     pol = req.policy
     # the column expectations of release_rows do not depend on the counts known after the scan
@@ -125,6 +134,7 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
         confidence=pol.confidence, curve=pol.curve, curve_tol=pol.curve_tol,
     )  # fmt: skip
     reports: list[AttributeReport] = []
+    unnamed: dict = {}
     if s.counts["audited"] >= MIN_AUDIT_ROWS:
         x, xp, y = s.x, s.xp, s.y
         # every released column besides the embedding, the ids included, judged alone and
@@ -145,6 +155,8 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
                                             frozen=frozen.get(a), min_fraction=pol.fraction(a),
                                             extra=extra, class_names=_names(s, a),
                                             **kw))  # fmt: skip
+        unnamed = measure_unnamed(x, xp, y, suppress=req.suppress, preserve=req.preserve,
+                                  watch=watch, policy=pol, extra=extra)  # fmt: skip
     spec = _spec(
         req, s.n_labels, s.n_input, reports, gate_key=gate_key, label_columns=s.label_columns
     )
@@ -157,10 +169,11 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
         "release_columns": pd.DataFrame(s.columns, columns=["column", "arrow_type"]),
         "release_metadata": pd.DataFrame(list(s.metadata.items()), columns=["key", "value"]),
         "attribute_privacy": judge_frame(reports),
+        "watch_utility": watch_frame(unnamed),
     }
     s.counts["key_status"] = key_status  # type: ignore[assignment]
     s.counts["verified_near"] = int(req.verified_near)  # the job's in-process recompute
-    return s, frames, spec, reports
+    return s, frames, spec, reports, unnamed
 
 
 def _spec(req: AuditRequest, n_labels: int, n_input: int | None, reports, *,
@@ -180,6 +193,7 @@ def _spec(req: AuditRequest, n_labels: int, n_input: int | None, reports, *,
         n_labels=n_labels, n_input=n_input, norm_tol=pol.norm_tol,
         suppressed=suppressed, preserved={a: pol.fraction(a) for a in req.preserve},
         max_cosine=pol.max_cosine, verified_near=int(req.verified_near),
+        watch_min_kept=pol.watch_min_kept if req.watch or pol.watch else None,
     )  # fmt: skip
 
 
@@ -284,7 +298,7 @@ def run_audit(req: AuditRequest) -> AuditResult:
     t0 = time.perf_counter()
     docs = os.path.join(req.report_dir, "data_docs") if req.report_dir else None
     validator = Validator(_spec(req, 0, None, []), docs_dir=docs)
-    s, frames, _spec_final, reports = measure(req, validator)
+    s, frames, _spec_final, reports, unnamed = measure(req, validator)
     forced = vacuous(reports)
     if forced and not req.policy.force_vacuous:
         raise VacuousPolicyError(
@@ -294,7 +308,7 @@ def run_audit(req: AuditRequest) -> AuditResult:
         )
     for why in forced:
         log.warning("forced vacuous policy: %s", why)
-    for name in ("release_columns", "release_metadata", "attribute_privacy"):
+    for name in ("release_columns", "release_metadata", "attribute_privacy", "watch_utility"):
         validator.validate(name, frames[name])
     outcome = validator.finish()
     counts = s.counts
@@ -323,7 +337,7 @@ def run_audit(req: AuditRequest) -> AuditResult:
     return AuditResult(outcome=outcome, reports=reports, counts=counts,
                        release_meta=s.metadata,
                        released_columns=[c for c, _ in s.columns],
-                       seconds=time.perf_counter() - t0, policy=req.policy,
+                       seconds=time.perf_counter() - t0, policy=req.policy, unnamed=unnamed,
                        key_status=key_status, warnings=warnings,
                        sources={"release_path": req.release, "labels_path": req.labels,
                                 "input_path": req.input}, id_col=req.id_col,

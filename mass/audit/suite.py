@@ -1,6 +1,6 @@
 """The Great Expectations suites that gate publication, and their run.
 
-Four pandas batches, one suite each, validated in one ephemeral GX context:
+Five pandas batches, one suite each, validated in one ephemeral GX context:
 
 - ``release_columns`` (one row per release column): only id, embedding and allow-listed
   columns; no label column (suppressed ones never, others unless allow-listed).
@@ -13,6 +13,8 @@ Four pandas batches, one suite each, validated in one ephemeral GX context:
 - ``attribute_privacy`` (one row per attribute x judge, numbers from :mod:`mass.metrics`):
   the custom :class:`ExpectAttributeToBeSuppressed` / :class:`ExpectAttributeToBePreserved`
   with the policy's thresholds as arguments.
+- ``watch_utility`` (one row per watch attribute, :mod:`mass.audit.unnamed`): only with
+  ``audit.watch_min_kept``, every learnable watch attribute keeps that normalised share.
 
 The audit passes iff every validation succeeds; Data Docs render each expectation.
 """
@@ -61,6 +63,7 @@ class SuiteSpec:
     # rows at or above max_cosine that the anonymize job recomputed with the signed modifier
     # and found to be its own output (transforms.reference): at most this many may pass
     verified_near: int = 0
+    watch_min_kept: float | None = None  # audit.watch_min_kept, when --watch names attributes
 
 
 @dataclass(frozen=True)
@@ -177,8 +180,14 @@ def build_suites(spec: SuiteSpec) -> dict[str, list]:
             description=f"'{attr}' is preserved: best retrained attacker on the release "
             f"keeps at least {frac:g} x its accuracy on the original embeddings",
         ))  # fmt: skip
+    watch = [] if spec.watch_min_kept is None else [E.ExpectColumnValuesToBeBetween(
+        column="kept", min_value=spec.watch_min_kept,
+        description=f"Every learnable watch attribute keeps at least {spec.watch_min_kept:g} of "
+        "its normalised information, (release - majority) / (original - majority), "
+        "for the best retrained attacker (audit.watch_min_kept)",
+    )]  # fmt: skip
     suites = {"release_columns": schema, "release_metadata": meta, "release_rows": rows,
-              "attribute_privacy": attrs}  # fmt: skip
+              "attribute_privacy": attrs, "watch_utility": watch}  # fmt: skip
     # GX renders descriptions into Data Docs as raw HTML: attribute and column names come
     # from data, so every description is HTML-escaped here (and unescaped in the outcome)
     for suite in suites.values():
@@ -192,8 +201,9 @@ def run_suites(
 ) -> AuditOutcome:
     """Validate each frame against its suite; build Data Docs into ``docs_dir`` if given."""
     v = Validator(spec, docs_dir=docs_dir)
-    for name in build_suites(spec):
-        v.validate(name, frames[name])
+    for name, expectations in build_suites(spec).items():
+        if name in frames or expectations:  # no watch attributes gated: no watch frame needed
+            v.validate(name, frames[name])
     return v.finish()
 
 

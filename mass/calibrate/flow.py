@@ -32,6 +32,28 @@ def read_policy(path: str | None):
     return load_policy(path), f"{path} (audit:)"
 
 
+def resolve_watch(args, suppress, preserve) -> list[str]:
+    """The watch attributes that rank calibration's candidates: ``--watch``, else the
+    policy's ``audit.watch`` (ConfigError for one that is also suppressed or preserved)."""
+    from mass.audit.unnamed import check_watch
+
+    flag = getattr(args, "watch", None)
+    watch = ([w.strip() for w in flag.split(",") if w.strip()] if flag
+             else list(read_policy(args.policy)[0].watch))  # fmt: skip
+    check_watch(watch, suppress, preserve)
+    return watch
+
+
+def unnamed_summary(unnamed: dict | None) -> dict | None:
+    """What calibration.json / config.yaml record of the chosen release's unnamed utility."""
+    if not unnamed:
+        return None
+    return {"utility": unnamed.get("utility"), "by": unnamed.get("by"),
+            "watch": {w: r.get("kept") for w, r in (unnamed.get("watch") or {}).items()},
+            "structure": {k: unnamed["structure"].get(k)
+                          for k in ("knn_overlap", "cka", "dcor")}}  # fmt: skip
+
+
 @dataclass
 class CalibratedRun:
     """What `mass train` writes for a calibrated run (mass.training.write_run's arguments)."""
@@ -46,7 +68,7 @@ class CalibratedRun:
 
 
 def run_calibration(args, train_ds, suppress: list[str], preserve: list[str], sample_note,
-                    val) -> CalibratedRun:  # fmt: skip
+                    val, watch: list[str] = ()) -> CalibratedRun:  # fmt: skip
     """`mass train` without an explicit config: search a configuration that meets the policy
     on validation data (writes calibration.json / .png into ``args.out``; raises
     CalibrationError with the frontier when nothing passes)."""
@@ -65,12 +87,13 @@ def run_calibration(args, train_ds, suppress: list[str], preserve: list[str], sa
     t0 = time.perf_counter()
     res = calibrate(train_ds, suppress=suppress, preserve=preserve, policy=policy, cfg=cfg,
                     val=val, out_dir=args.out, sample_note=sample_note,
-                    policy_source=source)  # fmt: skip
+                    policy_source=source, watch=list(watch))  # fmt: skip
     seconds = time.perf_counter() - t0
     chosen = {
         "candidate": res.candidate.name, "method": res.candidate.method,
         "output_noise": res.noise, "report": "calibration.json", "policy": policy.to_dict(),
-        "policy_source": source, "seconds": round(seconds, 1),
+        "policy_source": source, "seconds": round(seconds, 1), "watch": list(watch),
+        "unnamed": unnamed_summary(res.report["chosen"].get("unnamed")),
     }  # fmt: skip
     if res.report["chosen"].get("last_resort"):  # the release keeps R and nothing else
         chosen["last_resort"] = res.report["chosen"]["last_resort"]

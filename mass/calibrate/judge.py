@@ -27,7 +27,9 @@ from mass.audit.policy import AuditPolicy
 from mass.config import CalibrationConfig
 from mass.io import EmbeddingDataset
 from mass.metrics import AttributeReport, attack_predictions, attribute_report, preserved_ok
-from mass.rows import seeded_rows
+from mass.rows import joint_codes, seeded_rows
+
+STRUCTURE_ROWS = 2000  # k-NN within S classes holds an n x n matrix per class
 
 # Validation bounds sit this many standard errors beyond the gate's. The gate judges the
 # release: other rows, noise of its own, so its point estimate differs from validation's by
@@ -131,7 +133,8 @@ class ValidationAudit:
     """Attackers retrained on a validation release, judged by the gate's rule (module doc)."""
 
     def __init__(self, val: EmbeddingDataset, suppress, preserve, policy: AuditPolicy,
-                 cfg: CalibrationConfig, folds: int | None = None):  # fmt: skip
+                 cfg: CalibrationConfig, folds: int | None = None,
+                 watch: list[str] | tuple[str, ...] = ()):  # fmt: skip
         from mass import metrics as M
         from mass.modifiers import normalize_rows
         from mass.noise import row_seeds
@@ -149,7 +152,8 @@ class ValidationAudit:
         # the rows the attackers see (seeded cap): every measurement uses the same ones
         keep = seeded_rows(n, cfg.attacker_rows, cfg.seed + 1)
         self.rows = np.arange(n) if keep is None else keep
-        self.labels = {a: val.labels[a][self.rows] for a in [*suppress, *preserve]}
+        self.watch = list(watch)  # ranks the passing candidates (mass.metrics.unnamed)
+        self.labels = {a: val.labels[a][self.rows] for a in [*suppress, *preserve, *watch]}
         self.names = {a: e.classes for a, e in val.encodings.items()}
         # the gate's attackers see at most policy.max_rows of the release
         n_rel = (None if cfg.release_rows is None else
@@ -221,6 +225,26 @@ class ValidationAudit:
         privacy = {s: summary(rep) for s, rep in reports.items()}
         return {**verdict, "privacy": privacy, "utility": utility, "fidelity": fidelity,
                 "reports": reports, "complete": bool(full)}  # fmt: skip
+
+
+    def unnamed(self, xp: np.ndarray) -> dict[str, Any]:
+        """What the release ``xp`` keeps beyond R on the attackers' rows: the watch attributes
+        (originals measured once, in ``__init__``), the label-free structure within S, and
+        the one number the search ranks by (``utility``, ``by``)."""
+        from mass.metrics.unnamed import structure_kept, unnamed_utility, watch_report
+
+        x, r = self.x[self.rows], xp[self.rows]
+        sup = {s: self.labels[s] for s in self.suppress}
+        watch = watch_report(x, r, {w: self.labels[w] for w in self.watch}, sup,
+                             seed=self.cfg.seed, max_rows=None, families=self.families,
+                             folds=self.folds,
+                             original={w: self.base.original[w] for w in self.watch},
+                             ) if self.watch else {}  # fmt: skip
+        structure = structure_kept(x, r, joint_codes(sup), seed=self.cfg.seed,
+                                   max_rows=STRUCTURE_ROWS)  # fmt: skip
+        by = "watch" if any(w["kept"] is not None for w in watch.values()) else "structure"
+        return {"utility": unnamed_utility(watch, structure), "by": by, "watch": watch,
+                "structure": structure}  # fmt: skip
 
 
 def summary(r: AttributeReport) -> dict[str, Any]:

@@ -49,6 +49,14 @@ def apply(model: torch.nn.Module, x: np.ndarray, seeds: np.ndarray, batch: int =
     return np.concatenate(out) if out else x.copy()
 
 
+def release_of(parts, audit, level: float) -> np.ndarray:
+    """The validation release at noise ``level``: each fitted model of ``parts`` ((modifier,
+    rows) pairs) releases its own (unseen) rows of ``audit.x``."""
+    xp = np.empty_like(audit.x)
+    for model, rows in parts:
+        xp[rows] = apply(with_output_noise(model, level), audit.x[rows], audit.seeds[rows])
+    return xp
+
 
 def bisect_noise(parts, audit, deadline: float, comfortable: float = 2.0,
                  now=time.perf_counter) -> dict[str, Any]:
@@ -64,10 +72,7 @@ def bisect_noise(parts, audit, deadline: float, comfortable: float = 2.0,
         if i in cache and (cache[i]["complete"] or not full):
             return cache[i]
         t = now()
-        xp = np.empty_like(audit.x)
-        for model, rows in parts:  # each fitted model releases its own (unseen) rows
-            xp[rows] = apply(with_output_noise(model, NOISE_LEVELS[i]), audit.x[rows],
-                             audit.seeds[rows])  # fmt: skip
+        xp = release_of(parts, audit, NOISE_LEVELS[i])
         prior = cache.get(i)
         m = audit.measure(xp, full=full, known=prior)
         m.update(noise=NOISE_LEVELS[i],

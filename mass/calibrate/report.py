@@ -43,6 +43,38 @@ def baseline_report(base: Baselines, policy: AuditPolicy) -> dict:
     return out
 
 
+def report_head(s, sample_note, policy_source, noise_levels) -> dict:
+    """calibration.json before any candidate: policy, budget, validation, baselines (``s``:
+    the search state, mass.calibrate.search._Search)."""
+    audit, policy, base = s.audit, s.policy, s.audit.base
+    n_tr = base.n_eval * (audit.folds - 1) // audit.folds
+    return {
+        "policy": policy.to_dict(),
+        "policy_source": policy_source,
+        "budget_minutes": s.cfg.budget_minutes,
+        "budget_clock": s.cfg.budget_clock,
+        "validation": {"how": s.val_how, "rows": len(s.val_ds), "train_rows": len(s.fit_ds),
+                       "attacker_rows": base.n_eval, "attacker_train_rows": n_tr,
+                       "note": "the gate's attackers train on 9/10 of the release (10 folds): "
+                               f"a release of more than {n_tr * 10 // 9} "
+                               "rows faces attackers trained on more rows than validated",
+                       "judge": f"the audit's rule (mass.metrics.attribute_report), "
+                                f"{audit.folds}-fold CV, upper bounds at {audit.confidence:.4f} "
+                                f"(the gate's {policy.confidence} widened for the release "
+                                f"size: mass.calibrate.judge.validation_z)",
+                       "release_rows": s.cfg.release_rows,
+                       "families": list(audit.families),
+                       "rare_classes": audit.rare_report()},
+        "sample": sample_note,
+        "noise_levels": list(noise_levels),
+        "baselines": baseline_report(base, policy),
+        "unnamed_ranking": (f"watch attributes {s.watch}: smallest normalised information kept"
+                            if s.watch else "label-free structure within S: mean of kNN "
+                            "overlap, linear CKA and distance correlation"),
+        "candidates": [],
+    }  # fmt: skip
+
+
 def why(pt: dict, policy: AuditPolicy) -> str:
     return (f"best utility among passing candidates: smallest preserved fraction "
             f"{pt['fraction']:.3f} (policy {policy.min_utility_fraction}), worst judge's upper "

@@ -1,10 +1,13 @@
-"""Calibration's search: a small fixed space of candidates, cheapest first, each fitted, its
-release-time noise bisected (:mod:`.noise`), judged by the gate's rule (:mod:`.judge`); the
-best utility among those that pass is kept (docs/calibration.md)."""
+"""Calibration's search: the candidates of :mod:`.space`, cheapest first, each fitted, its
+release-time noise bisected (:mod:`.noise`), judged by the gate's rule (:mod:`.judge`).
+Among the candidates that pass privacy and the named preserved attributes, the one that
+keeps the most utility nobody named is chosen: the smallest normalised information kept
+over the watch attributes when any are given, else the label-free structure within S
+(:func:`mass.metrics.unnamed.unnamed_utility`); the last resort only runs when nothing else
+passed (docs/calibration.md)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -14,12 +17,21 @@ import numpy as np
 import torch
 
 from mass.audit.policy import AuditPolicy
-from mass.calibrate.judge import Baselines, ValidationAudit
-from mass.calibrate.noise import NOISE_LEVELS, bisect_noise, with_output_noise
+from mass.calibrate.judge import ValidationAudit
+from mass.calibrate.noise import NOISE_LEVELS, bisect_noise, release_of, with_output_noise
+from mass.calibrate.rank import (  # noqa: F401  (infeasible_attributes, nonlinear_leak: public)
+    LINEAR_ERASER,
+    infeasible_attributes,
+    nonlinear_leak,
+    rank_key,
+    rows_needed,
+    watch_shortfall,
+)
 from mass.calibrate.report import (
     baseline_report,
     failure_message,
     frontier,
+    report_head,
     verdict,
     why,
     write_report,
@@ -31,7 +43,16 @@ from mass.calibrate.sampling import (
     stratified_split,
     subset,
 )
-from mass.config import CalibrationConfig, MassConfig
+from mass.calibrate.space import (  # noqa: F401  (the space's names, re-exported)
+    ADAPTIVE_BASE,
+    SEARCH_SPACE,
+    Candidate,
+    _adaptive,
+    ordered,
+    params_for,
+    resolved_config,
+)
+from mass.config import CalibrationConfig
 from mass.errors import CalibrationError, ConfigError, InputError
 from mass.io import EmbeddingDataset
 from mass.metrics.strata import stratification_codes
@@ -49,18 +70,7 @@ def budget_clock(kind: str):
     load 3-5). ``"wall"`` is elapsed time, for a hard bound on the clock."""
     return time.process_time if kind == "cpu" else time.perf_counter
 
-# MaSS adaptive base of every mass candidate: attribute-specific (the agnostic NT-Xent term
-# keeps s, docs/bench_quality.md), large batches, and a little training-time output noise so
-# G does not rely on exact values; the release level is then bisected.
-ADAPTIVE_BASE: dict[str, Any] = {
-    "mode": "adaptive",
-    "epochs": 30,
-    "batch_size": 256,
-    "lr": 0.005,
-    "w_rstar": 0,
-    "branch_epochs": 10,  # G's frozen S/R judges; 10 epochs fit them on calibration-sized data
-    "adaptive": {"output_noise": 0.05},
-}
+
 MIN_EPOCHS = 5
 # Up to this many training rows (no --val), every training row is validated out of fold, so
 # the validation attackers train on min(rows, cfg.attacker_rows) * 4/5 rows: at least as many
@@ -86,43 +96,10 @@ SECONDS_PER_ROW_EPOCH = 1.5e-3
 LAST_RESORT_SHARE = 0.2
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """One point of the search space: a method and its parameters (noise comes later)."""
-
-    name: str
-    method: str  # registered method name
-    params: dict[str, Any] = field(default_factory=dict)
-    # tried only when nothing else passed (its budget share kept aside until then): it keeps
-    # the preserved attributes and drops what else the data was useful for
-    last_resort: bool = False
-
-    @property
-    def trained(self) -> bool:
-        return self.method == "mass"
-
-
-def _adaptive(pre_erase: str, **extra: Any) -> dict[str, Any]:
-    ad = {**ADAPTIVE_BASE["adaptive"], "pre_erase": pre_erase, **extra.pop("adaptive", {})}
-    return {**ADAPTIVE_BASE, **extra, "adaptive": ad}
-
-
-SEARCH_SPACE: tuple[Candidate, ...] = (
-    Candidate("leace", "leace_iterated", {"given_preserved": False, "rounds": 1}),
-    Candidate("leace|R", "leace_iterated", {"given_preserved": True, "rounds": 1}),
-    Candidate("leace x3", "leace_iterated", {"given_preserved": False, "rounds": 3}),
-    Candidate("leace|R x3", "leace_iterated", {"given_preserved": True, "rounds": 3}),
-    Candidate("quadratic", "leace_quadratic"),
-    Candidate("mass+quadratic", "mass", _adaptive("quadratic")),
-    Candidate("mass+leace", "mass", _adaptive("leace")),
-    Candidate("mass", "mass", _adaptive("none")),
-    Candidate(
-        "mass+quadratic/utility",
-        "mass",
-        _adaptive("quadratic", w_r=5.0, adaptive={"adv_weight": 10.0}),
-    ),
-    Candidate("leace|R+R-span", "leace_project", last_resort=True),
-)
+# A passing candidate ends the search early only when it also keeps at least this much of the
+# utility nobody named (mass.metrics.unnamed.unnamed_utility); otherwise the search goes on
+# within the budget for one that keeps more.
+UNNAMED_ENOUGH = 0.9
 
 
 @dataclass
@@ -135,24 +112,36 @@ class CalibrationResult:
     report: dict[str, Any]
 
 
-def _params_for(c: Candidate, seed: int, epochs: int | None) -> dict[str, Any]:
-    params = json.loads(json.dumps(c.params))
-    if c.trained:
-        params["seed"] = seed
-        if epochs is not None:
-            params["epochs"] = epochs
-    return params
+@dataclass
+class _Search:
+    """The state of one search (what :func:`calibrate`'s steps share)."""
 
-
-def resolved_config(c: Candidate, params: dict, noise: float, suppress, preserve) -> dict:
-    """The chosen configuration as `mass train --config` would take it (train: section)."""
-    if c.method == "mass":
-        p = json.loads(json.dumps(params))
-        p.setdefault("adaptive", {})["output_noise"] = float(noise)
-        cfg = MassConfig.from_dict({**p, "method": "mass"}, suppress=suppress, preserve=preserve)
-        return cfg.to_dict()
-    return {"method": c.method, "suppress": list(suppress), "preserve": list(preserve),
-            **params, "output_noise": float(noise)}  # fmt: skip
+    train: EmbeddingDataset
+    suppress: list[str]
+    preserve: list[str]
+    policy: AuditPolicy
+    cfg: CalibrationConfig
+    watch: list[str]
+    now: Any  # the budget clock
+    t0: float
+    wall0: float
+    deadline: float
+    strata: np.ndarray
+    folds: list[np.ndarray]
+    fit_ds: EmbeddingDataset
+    val_ds: EmbeddingDataset
+    val_how: str
+    audit: ValidationAudit
+    reserve: float = 0.0  # the last resorts' budget share, kept aside while nothing passed
+    room_fraction: float = 0.0
+    report: dict[str, Any] = field(default_factory=dict)
+    points: list[dict] = field(default_factory=list)
+    chosen: tuple | None = None  # (candidate, fit, point, params, fit_on)
+    stopped: str = "search space exhausted"
+    measured_rates: list[float] = field(default_factory=list)  # CPU-s per row-epoch so far
+    linear_only: str | None = None  # set once a linear eraser leaves S to non-linear judges
+    over_budget: bool = False
+    trained_val: dict[str, Any] = field(default_factory=dict)
 
 
 def calibrate(
@@ -167,297 +156,262 @@ def calibrate(
     out_dir: str | None = None,
     sample_note: dict | None = None,
     policy_source: str = "policy",
+    watch: list[str] | tuple[str, ...] = (),
 ) -> CalibrationResult:
     """Search ``space`` (see the module docstring); write calibration.json/.png to ``out_dir``.
+    ``watch``: labelled attributes neither suppressed nor preserved that rank the passing
+    candidates (else the label-free structure does).
 
     Raises :class:`CalibrationError` (after writing the report) when nothing passes.
     """
-    from mass.methods import get_method
+    s = _start(train, suppress, preserve, policy, cfg, val, list(watch), space)
+    s.report = report_head(s, sample_note, policy_source, NOISE_LEVELS)
+    infeasible = infeasible_attributes(s.audit.base, policy)
+    if infeasible:
+        s.stopped = "infeasible request"
+        ident = s.audit.measure(s.audit.x, full=True)
+        s.points.append({"candidate": "identity", "noise": 0.0, **ident})
+    else:
+        for c in ordered(space, preserve):
+            if _try(s, c):
+                break
+    return _finish(s, infeasible, out_dir)
 
+
+def _start(train, suppress, preserve, policy, cfg, val, watch, space) -> _Search:
     now = budget_clock(cfg.budget_clock)
-    wall0 = time.perf_counter()
-    t0 = now()
-    deadline = t0 + 60.0 * cfg.budget_minutes
-    attrs = [*suppress, *preserve]
-    joint = joint_codes(train.labels, attrs)  # S x R cells; rare ones pooled (strata.py)
-    folds: list[np.ndarray] = []
+    wall0, t0 = time.perf_counter(), now()
+    strata = joint_codes(train.labels, [*suppress, *preserve])  # S x R; rare ones pooled (strata.py)
+    folds, fit_ds, val_ds, val_how = _validation_plan(train, val, cfg, strata)
+    audit = ValidationAudit(val_ds, suppress, preserve, policy, cfg, watch=watch)
+    last_resorts = preserve and any(c.last_resort for c in space)
+    return _Search(
+        train, list(suppress), list(preserve), policy, cfg, watch, now, t0, wall0,
+        t0 + 60.0 * cfg.budget_minutes, strata, folds, fit_ds, val_ds, val_how, audit,
+        reserve=LAST_RESORT_SHARE * 60.0 * cfg.budget_minutes if last_resorts else 0.0,
+        room_fraction=max((policy.fraction(r) for r in preserve), default=0.0) + cfg.room,
+    )  # fmt: skip
+
+
+def _validation_plan(train, val, cfg: CalibrationConfig, strata):
+    """(folds, rows fitted on, rows validated on, how): small data out of fold (each fold's
+    rows released by a candidate fitted on the other folds, so attackers train on as many
+    rows as a release audit's would; the chosen one is then refitted on all rows), larger
+    data on a stratified holdout, or ``--val``."""
     if val is None and len(train) <= CROSSFIT_MAX_ROWS:
-        # small data: every training row is validated out of fold (each fold's rows released
-        # by a candidate fitted on the other folds), so attackers train on as many rows as a
-        # release audit's would; the chosen configuration is then refitted on all rows
         if len(train) < 40:
             raise ConfigError(f"{train.source}: {len(train)} rows are too few to calibrate on; "
                               "pass more rows or an explicit --config")  # fmt: skip
-        folds = fold_indices(stratification_codes(joint, CROSSFIT_FOLDS), CROSSFIT_FOLDS,
+        folds = fold_indices(stratification_codes(strata, CROSSFIT_FOLDS), CROSSFIT_FOLDS,
                              cfg.seed)  # fmt: skip
-        fit_ds, val_ds = train, train
-        val_how = (f"out-of-fold releases of all {len(train)} training rows "
-                   f"({CROSSFIT_FOLDS} folds, stratified, seed {cfg.seed})")  # fmt: skip
-    elif val is None:
-        rest, held = stratified_split(holdout_codes(joint, cfg.val_fraction), cfg.val_fraction,
+        return folds, train, train, (f"out-of-fold releases of all {len(train)} training rows "
+                                     f"({CROSSFIT_FOLDS} folds, stratified, seed {cfg.seed})")  # fmt: skip
+    if val is None:
+        rest, held = stratified_split(holdout_codes(strata, cfg.val_fraction), cfg.val_fraction,
                                       cfg.seed)  # fmt: skip
-        fit_ds, val_ds = subset(train, rest), subset(train, held)
-        val_how = (f"{cfg.val_fraction:.0%} of the training rows held out, stratified, "
-                   f"seed {cfg.seed}")  # fmt: skip
-    else:
-        fit_ds, val_ds, val_how = train, val, f"--val ({val.source})"
-    audit = ValidationAudit(val_ds, suppress, preserve, policy, cfg)
-    trained_val: dict[str, Any] = {}  # out of fold only: the trained candidates' holdout
+        return [], subset(train, rest), subset(train, held), (
+            f"{cfg.val_fraction:.0%} of the training rows held out, stratified, "
+            f"seed {cfg.seed}")  # fmt: skip
+    return [], train, val, f"--val ({val.source})"
 
-    def trained_validation():
-        if not trained_val:
-            rest, held = stratified_split(holdout_codes(joint, TRAINED_HOLDOUT),
-                                          TRAINED_HOLDOUT, cfg.seed)  # fmt: skip
-            ha = ValidationAudit(subset(train, held), suppress, preserve, policy, cfg,
-                                 folds=policy.folds)  # fmt: skip
-            trained_val.update(fit_ds=subset(train, rest), audit=ha)
-            report["validation"]["trained"] = {
-                "how": f"{TRAINED_HOLDOUT:.0%} of the training rows held out, stratified, seed "
-                       f"{cfg.seed}; one fit on the rest, which is the release model",
-                "rows": len(held), "train_rows": len(rest), "attacker_rows": ha.base.n_eval,
-                "attacker_train_rows": ha.base.n_eval * (ha.folds - 1) // ha.folds,
-                "folds": ha.folds, "baselines": baseline_report(ha.base, policy)}  # fmt: skip
-        return trained_val["fit_ds"], trained_val["audit"]
-    base = audit.base
-    report: dict[str, Any] = {
-        "policy": policy.to_dict(),
-        "policy_source": policy_source,
-        "budget_minutes": cfg.budget_minutes,
-        "budget_clock": cfg.budget_clock,
-        "validation": {"how": val_how, "rows": len(val_ds), "train_rows": len(fit_ds),
-                       "attacker_rows": base.n_eval,
-                       "attacker_train_rows": base.n_eval * (audit.folds - 1) // audit.folds,
-                       "note": "the gate's attackers train on 9/10 of the release (10 folds): "
-                               "a release of more than "
-                               f"{base.n_eval * (audit.folds - 1) // audit.folds * 10 // 9} "
-                               "rows faces attackers trained on more rows than validated",
-                       "judge": f"the audit's rule (mass.metrics.attribute_report), "
-                                f"{audit.folds}-fold CV, upper bounds at {audit.confidence:.4f} "
-                                f"(the gate's {policy.confidence} widened for the release "
-                                f"size: mass.calibrate.judge.validation_z)",
-                       "release_rows": cfg.release_rows,
-                       "families": list(audit.families),
-                       "rare_classes": audit.rare_report()},
-        "sample": sample_note,
-        "noise_levels": list(NOISE_LEVELS),
-        "baselines": baseline_report(base, policy),
-        "candidates": [],
-    }  # fmt: skip
-    infeasible = infeasible_attributes(base, policy)
-    room_fraction = max((policy.fraction(r) for r in preserve), default=0.0) + cfg.room
-    points: list[dict] = []
-    chosen = None
-    stopped = "search space exhausted"
-    measured_rates: list[float] = []  # per-row-epoch CPU-s of each trained fit so far
-    linear_only = None  # set once a linear eraser leaves S to non-linear judges only
-    over_budget = False
-    last_resorts = preserve and any(c.last_resort for c in space)
-    reserve = LAST_RESORT_SHARE * 60.0 * cfg.budget_minutes if last_resorts else 0.0
-    if infeasible:
-        stopped = "infeasible request"
-        ident = audit.measure(audit.x, full=True)
-        points.append({"candidate": "identity", "noise": 0.0, **ident})
-    ordered = [c for c in space if not c.last_resort] + [c for c in space if c.last_resort]
-    for c in [] if infeasible else ordered:
-        if (c.params.get("given_preserved") or c.last_resort) and not preserve:
-            continue  # the same eraser as plain leace / nothing to keep
-        entry: dict[str, Any] = {"name": c.name, "method": c.method, "params": c.params}
-        report["candidates"].append(entry)
-        if c.last_resort:
-            entry["last_resort"] = True
-            if chosen is not None:
-                entry.update(status="skipped", reason=f"{chosen[0].name} passed and keeps more")
-                continue
-        if linear_only and c.method == LINEAR_ERASER and int(c.params.get("rounds", 1)) == 1:
-            entry.update(status="skipped", reason=linear_only)
-            continue
-        # the last resorts' share is kept aside while nothing has passed
-        c_deadline = deadline if c.last_resort or chosen is not None else deadline - reserve
-        c_fit, c_audit, c_folds = fit_ds, audit, folds
-        if c.trained and folds and c_deadline > now():
-            c_fit, c_audit = trained_validation()
-            c_folds = []
-        left = c_deadline - now()
-        epochs = None
-        if c.trained:
-            # cost ~ rows * (G epochs + branch pretraining, ~half an epoch per branch epoch)
-            branch_units = 0.5 * int(c.params.get("branch_epochs", 30)) * len(attrs)
-            # planned on the slowest measured rate, not the last: on a loaded box torch's
-            # threads spin on the CPU clock, and the rates of one search's fits differed 3-4x
-            # (the demo, session 6: 2.2 to 8.2 CPU-s per epoch unit; planning the last fit on
-            # the fastest rate put the search 147 s past a 600 s budget)
-            per_row_epoch = max(measured_rates, default=SECONDS_PER_ROW_EPOCH)
-            per_epoch = per_row_epoch * len(c_fit) * (len(c_folds) or 1)
-            epochs = int(min(int(c.params.get("epochs", 30)),
-                             (0.5 * left) // max(per_epoch, 1e-9) - branch_units))  # fmt: skip
-            if epochs < MIN_EPOCHS:
-                over_budget = True
-                entry.update(status="skipped", reason=(
-                    f"budget: {left:.0f}s left, a fit of {MIN_EPOCHS} epochs would take "
-                    f"~{per_epoch * (MIN_EPOCHS + branch_units):.0f}s"))  # fmt: skip
-                continue
-        elif left <= 0:
-            over_budget = True
-            entry.update(status="skipped", reason="budget exhausted" if c_deadline == deadline
-                         else "budget exhausted (the last resorts' share is kept aside)")
-            continue
-        params = _params_for(c, cfg.seed, epochs)
-        entry["params"] = params
-        tf = now()
-        method = get_method(c.method)
 
-        def fit_on(ds, c=c, method=method, params=params):
-            return method.fit(ds, suppress=list(suppress), preserve=list(preserve),
-                              params=params, seed=cfg.seed, progress=False)  # fmt: skip
+def _trained_validation(s: _Search):
+    """(rows to fit on, validation audit) of the trained candidates under out-of-fold
+    validation: one stratified holdout judged with the gate's folds (module constants)."""
+    if not s.trained_val:
+        rest, held = stratified_split(holdout_codes(s.strata, TRAINED_HOLDOUT),
+                                      TRAINED_HOLDOUT, s.cfg.seed)  # fmt: skip
+        ha = ValidationAudit(subset(s.train, held), s.suppress, s.preserve, s.policy, s.cfg,
+                             folds=s.policy.folds, watch=s.watch)  # fmt: skip
+        s.trained_val.update(fit_ds=subset(s.train, rest), audit=ha)
+        s.report["validation"]["trained"] = {
+            "how": f"{TRAINED_HOLDOUT:.0%} of the training rows held out, stratified, seed "
+                   f"{s.cfg.seed}; one fit on the rest, which is the release model",
+            "rows": len(held), "train_rows": len(rest), "attacker_rows": ha.base.n_eval,
+            "attacker_train_rows": ha.base.n_eval * (ha.folds - 1) // ha.folds,
+            "folds": ha.folds, "baselines": baseline_report(ha.base, s.policy)}  # fmt: skip
+    return s.trained_val["fit_ds"], s.trained_val["audit"]
 
-        try:
-            if c_folds:
-                parts = []
-                for k, rows in enumerate(c_folds):
-                    others = np.sort(np.concatenate([f for j, f in enumerate(c_folds) if j != k]))
-                    parts.append((fit_on(subset(train, others)).modifier, rows))
-                fit = None
-            else:
-                fit = fit_on(c_fit)
-                parts = [(fit.modifier, np.arange(len(c_audit.x)))]
-        except (ConfigError, InputError, ValueError, RuntimeError) as e:
-            entry.update(status="error", reason=str(e))
-            log.info("calibration: %s failed to fit: %s", c.name, e)
-            continue
-        entry["fit_seconds"] = now() - tf
-        if c.trained:
-            units = (int(params.get("epochs", 30))
-                     + 0.5 * int(params.get("branch_epochs", 30)) * len(attrs))  # fmt: skip
-            measured_rates.append(entry["fit_seconds"]
-                                  / (len(c_fit) * units * (len(c_folds) or 1)))  # fmt: skip
-        entry["validated_on"] = "holdout" if c_audit is not audit else "main"
-        found = bisect_noise(parts, c_audit, c_deadline, comfortable=min(0.99, room_fraction),
-                             now=now)
-        entry["points"] = [{k: v for k, v in p.items() if k != "reports"} for p in found["points"]]
-        for p in found["points"]:
-            points.append({"candidate": c.name, **p})
-        entry["status"] = "passed" if found["chosen"] is not None else "failed"
-        entry["reason"] = found["reason"]
-        if found["chosen"] is None:
-            if c.method == LINEAR_ERASER and found.get("max_noise_failed"):
-                linear_only = linear_only or nonlinear_leak(found["points"], c.name)
-            over_budget = over_budget or now() > c_deadline
-            continue
-        pt = found["chosen"]
-        entry["noise"] = pt["noise"]
-        score = _score(pt)
-        if chosen is None or score > _score(chosen[2]):
-            chosen = (c, fit, pt, params, fit_on)
-        if not preserve or pt["fraction"] >= min(0.99, room_fraction):
-            stopped = f"early: {c.name} passed with room"
-            break
-        if now() > deadline:
-            stopped = "budget"
-            break
-    if chosen is None and stopped == "search space exhausted" and (over_budget
-                                                                   or now() > deadline):
-        stopped = "budget"
-    report["seconds"] = now() - t0  # on the budget clock
-    report["wall_seconds"] = time.perf_counter() - wall0
-    report["stopped"] = stopped
-    report["frontier"] = frontier(points)
-    report["feasible"] = None if not infeasible else False
-    report["infeasible"] = infeasible
-    if chosen is None:
+
+def _skipped(s: _Search, c: Candidate, entry: dict) -> bool:
+    """Whether ``c`` is skipped before fitting (a reason is recorded in ``entry``)."""
+    if c.last_resort and s.chosen is not None:
+        entry.update(status="skipped", reason=f"{s.chosen[0].name} passed and keeps more")
+        return True
+    if s.linear_only and c.method == LINEAR_ERASER and int(c.params.get("rounds", 1)) == 1:
+        entry.update(status="skipped", reason=s.linear_only)
+        return True
+    return False
+
+
+def _epochs(s: _Search, c: Candidate, entry: dict, c_fit, c_folds, c_deadline):
+    """(go, epochs): the epochs a trained candidate can afford before ``c_deadline`` (None for
+    closed-form ones); ``go`` False records why it is skipped."""
+    left = c_deadline - s.now()
+    if not c.trained:
+        if left > 0:
+            return True, None
+        s.over_budget = True
+        entry.update(
+            status="skipped",
+            reason="budget exhausted"
+            if c_deadline == s.deadline
+            else "budget exhausted (the last resorts' share is kept aside)",
+        )
+        return False, None
+    # cost ~ rows * (G epochs + branch pretraining, ~half an epoch per branch epoch); planned
+    # on the slowest measured rate, not the last: on a loaded box torch's threads spin on
+    # the CPU clock, and the rates of one search's fits differed 3-4x (the demo, session 6:
+    # 2.2 to 8.2 CPU-s per epoch unit; planning the last fit on the fastest rate put the
+    # search 147 s past a 600 s budget)
+    branch_units = (
+        0.5 * int(c.params.get("branch_epochs", 30)) * (len(s.suppress) + len(s.preserve))
+    )
+    per_epoch = (max(s.measured_rates, default=SECONDS_PER_ROW_EPOCH) * len(c_fit)
+                 * (len(c_folds) or 1))  # fmt: skip
+    epochs = int(min(int(c.params.get("epochs", 30)),
+                     (0.5 * left) // max(per_epoch, 1e-9) - branch_units))  # fmt: skip
+    if epochs >= MIN_EPOCHS:
+        return True, epochs
+    s.over_budget = True
+    entry.update(status="skipped", reason=(
+        f"budget: {left:.0f}s left, a fit of {MIN_EPOCHS} epochs would take "
+        f"~{per_epoch * (MIN_EPOCHS + branch_units):.0f}s"))  # fmt: skip
+    return False, None
+
+
+def _fit_parts(s: _Search, fit_on, c_fit, c_audit, c_folds):
+    """(the fit, or None when cross-fitted; (modifier, validation rows) pairs)."""
+    if not c_folds:
+        fit = fit_on(c_fit)
+        return fit, [(fit.modifier, np.arange(len(c_audit.x)))]
+    parts = []
+    for k, rows in enumerate(c_folds):
+        others = np.sort(np.concatenate([f for j, f in enumerate(c_folds) if j != k]))
+        parts.append((fit_on(subset(s.train, others)).modifier, rows))
+    return None, parts
+
+
+def _try(s: _Search, c: Candidate) -> bool:
+    """Fit ``c``, search its noise, judge it; True when the search should stop."""
+    from mass.methods import get_method
+
+    entry: dict[str, Any] = {"name": c.name, "method": c.method, "params": c.params}
+    s.report["candidates"].append(entry)
+    if c.last_resort:
+        entry["last_resort"] = True
+    if _skipped(s, c, entry):
+        return False
+    # the last resorts' share is kept aside while nothing has passed
+    c_deadline = s.deadline if c.last_resort or s.chosen is not None else s.deadline - s.reserve
+    c_fit, c_audit, c_folds = s.fit_ds, s.audit, s.folds
+    if c.trained and s.folds and c_deadline > s.now():
+        (c_fit, c_audit), c_folds = _trained_validation(s), []
+    go, epochs = _epochs(s, c, entry, c_fit, c_folds, c_deadline)
+    if not go:
+        return False
+    params = params_for(c, s.cfg.seed, epochs)
+    entry["params"] = params
+    method = get_method(c.method)
+
+    def fit_on(ds, method=method, params=params):
+        return method.fit(ds, suppress=list(s.suppress), preserve=list(s.preserve),
+                          params=params, seed=s.cfg.seed, progress=False)  # fmt: skip
+
+    tf = s.now()
+    try:
+        fit, parts = _fit_parts(s, fit_on, c_fit, c_audit, c_folds)
+    except (ConfigError, InputError, ValueError, RuntimeError) as e:
+        entry.update(status="error", reason=str(e))
+        log.info("calibration: %s failed to fit: %s", c.name, e)
+        return False
+    entry["fit_seconds"] = s.now() - tf
+    if c.trained:
+        units = (int(params.get("epochs", 30)) + 0.5 * int(params.get("branch_epochs", 30))
+                 * (len(s.suppress) + len(s.preserve)))  # fmt: skip
+        s.measured_rates.append(entry["fit_seconds"] / (len(c_fit) * units * (len(c_folds) or 1)))
+    entry["validated_on"] = "holdout" if c_audit is not s.audit else "main"
+    found = bisect_noise(parts, c_audit, c_deadline, comfortable=min(0.99, s.room_fraction),
+                         now=s.now)  # fmt: skip
+    entry["points"] = [{k: v for k, v in p.items() if k != "reports"} for p in found["points"]]
+    s.points += [{"candidate": c.name, **p} for p in found["points"]]
+    entry["status"] = "passed" if found["chosen"] is not None else "failed"
+    entry["reason"] = found["reason"]
+    if found["chosen"] is None:
+        if c.method == LINEAR_ERASER and found.get("max_noise_failed"):
+            s.linear_only = s.linear_only or nonlinear_leak(found["points"], c.name)
+        s.over_budget = s.over_budget or s.now() > c_deadline
+        return False
+    return _rank(s, c, entry, found["chosen"], (fit, params, fit_on, parts, c_audit))
+
+
+def _rank(s: _Search, c: Candidate, entry: dict, pt: dict, made) -> bool:
+    """Measure what a passing candidate keeps beyond R, keep it if it ranks first (or fail it
+    under ``audit.watch_min_kept``); True when the search should stop."""
+    fit, params, fit_on, parts, c_audit = made
+    pt["unnamed"] = c_audit.unnamed(release_of(parts, c_audit, float(pt["noise"])))
+    entry.update(noise=pt["noise"], unnamed=pt["unnamed"])
+    low = watch_shortfall(s.policy, pt["unnamed"])
+    if low:
+        entry.update(status="failed", reason=low)
+        return False
+    if s.chosen is None or rank_key(pt) > rank_key(s.chosen[2]):
+        s.chosen = (c, fit, pt, params, fit_on)
+    kept = pt["unnamed"]["utility"]
+    if ((not s.preserve or pt["fraction"] >= min(0.99, s.room_fraction))
+            and kept is not None and kept >= UNNAMED_ENOUGH):  # fmt: skip
+        s.stopped = f"early: {c.name} passed with room"
+        return True
+    if s.now() > s.deadline:
+        s.stopped = "budget"
+        return True
+    return False
+
+
+def _finish(s: _Search, infeasible: list[str], out_dir) -> CalibrationResult:
+    """Record the search; raise CalibrationError when nothing passed, else refit if needed."""
+    report, policy, base, now = s.report, s.policy, s.audit.base, s.now
+    if s.chosen is None and s.stopped == "search space exhausted" and (
+            s.over_budget or now() > s.deadline):  # fmt: skip
+        s.stopped = "budget"
+    report.update(seconds=now() - s.t0, wall_seconds=time.perf_counter() - s.wall0,
+                  stopped=s.stopped, frontier=frontier(s.points),
+                  feasible=None if not infeasible else False, infeasible=infeasible)  # fmt: skip
+    if s.chosen is None:
         report["chosen"] = None
-        report["verdict"] = verdict(infeasible, points, policy, base)
-        need = rows_needed(base, policy, audit.confidence)
+        report["verdict"] = verdict(infeasible, s.points, policy, base)
+        need = rows_needed(base, policy, s.audit.confidence)
         if need and not infeasible:
             report["verdict"] += (
                 f"; {base.n_eval} validation rows are too few for the policy's margin: a "
                 f"release at chance keeps its validation upper bound 2 standard errors under "
                 f"the limit "
-                f"only from {max(need.values())} rows on ({need}): more rows (or --val)")
-        write_report(out_dir, report, points, None, policy)
+                f"only from {max(need.values())} rows on ({need}): more rows (or --val)"
+            )
+        write_report(out_dir, report, s.points, None, policy)
         raise CalibrationError(failure_message(report, base))
-    c, fit, pt, params, fit_on = chosen
+    c, fit, pt, params, fit_on = s.chosen
     if fit is None:  # cross-fitted: the release model is fitted on every training row
         tf = now()
-        fit = fit_on(train)
-        report["refit_seconds"] = now() - tf
-        report["seconds"] = now() - t0
-        report["wall_seconds"] = time.perf_counter() - wall0
+        fit = fit_on(s.train)
+        report.update(refit_seconds=now() - tf, seconds=now() - s.t0,
+                      wall_seconds=time.perf_counter() - s.wall0)  # fmt: skip
     noise = float(pt["noise"])
     report["chosen"] = {"candidate": c.name, "method": c.method, "noise": noise,
                         "validated_on": ("holdout: the validated fit is released"
-                                         if c.trained and folds else
+                                         if c.trained and s.folds else
                                          "out of fold: refitted on every training row"
-                                         if folds else val_how),
+                                         if s.folds else s.val_how),
                         "excess": pt["excess"], "fraction": pt["fraction"],
                         "privacy": pt["privacy"], "utility": pt["utility"],
-                        "why": why(pt, policy)}  # fmt: skip
+                        "unnamed": pt.get("unnamed"), "why": why(pt, policy)}  # fmt: skip
     report["verdict"] = "passed on validation"
     if c.last_resort:
         report["chosen"]["last_resort"] = (
             f"nothing that keeps more passed: the release keeps only the preserved attributes' "
-            f"discriminant directions ({fit.extra.get('kept_dims')} of {train.x.shape[1]}); "
-            "whatever else the data was useful for is not in it")  # fmt: skip
-    config = resolved_config(c, params, noise, suppress, preserve)
+            f"discriminant directions ({fit.extra.get('kept_dims')} of {s.train.x.shape[1]}); "
+            "this is data minimisation: whatever else the data was useful for is not in it")  # fmt: skip
+    config = resolved_config(c, params, noise, s.suppress, s.preserve)
     report["config"] = config
-    write_report(out_dir, report, points, (c.name, noise), policy)
+    write_report(out_dir, report, s.points, (c.name, noise), policy)
     return CalibrationResult(c, noise, with_output_noise(fit.modifier, noise), fit, config, report)
-
-
-
-
-LINEAR_ERASER = "leace_iterated"
-
-
-def nonlinear_leak(points: list[dict], name: str) -> str | None:
-    """Why the remaining one-round linear erasers are skipped, or None: at the highest noise
-    measured the linear judges (logistic regression, re-mapped or not) pass and only
-    non-linear ones read S. A one-round LEACE removes linear information of S only (``|R``
-    less of it), so it cannot remove what is left. The iterated variants (``rounds`` > 1) are
-    still tried: they refit on the renormalised output, where renormalisation has written S
-    back non-linearly (k401 passed with ``leace|R x3`` in runs 4-5 of docs/calibration.md and
-    was refused in run 7, where this skip also took the iterated variants away); then the
-    quadratic eraser and the trained candidates."""
-    if not points:
-        return None
-    top = max(points, key=lambda p: p["noise"])
-    judges = [(j, v["ok"]) for s in top.get("privacy", {}).values() for j, v in s.items()]
-    linear = [ok for j, ok in judges if j.startswith("logreg")]
-    failing = sorted({j for j, ok in judges if not ok})
-    if not linear or not all(linear) or not failing:
-        return None
-    return (f"{name} at noise {top['noise']}: the linear judges pass, {failing} still read "
-            "the suppressed attribute; a linear eraser cannot remove non-linear information")
-
-
-def _score(pt: dict) -> tuple:
-    return (round(pt["fraction"], 6), round(pt["fidelity"], 6), -pt["noise"])
-
-
-def infeasible_attributes(base: Baselines, policy: AuditPolicy) -> list[str]:
-    """Suppressed attributes the preserved labels already give away as well as the data does:
-    no release that keeps R can hide them, so the request is refused rather than passed
-    vacuously (the floor would make any release, even x itself, 'pass')."""
-    out = []
-    if not base.preserve:
-        return out
-    for s in base.suppress:
-        margin = min(policy.margins(s).values())
-        gap = base.best_original(s) - base.floor[s]
-        if base.floor[s] > base.majority[s] + margin and gap <= margin:
-            out.append(
-                f"{s}: the preserved labels {base.preserve} alone predict it at "
-                f"{base.floor[s]:.3f} (floor), the original embeddings at "
-                f"{base.best_original(s):.3f}; keeping them keeps {s}"
-            )
-    return out
-
-
-def rows_needed(base: Baselines, policy: AuditPolicy, confidence: float) -> dict[str, int]:
-    """Suppressed attributes whose validation rows are too few for the policy's margin at the
-    validation ``confidence`` (the audit's own warning, mass.audit.runner.min_rows):
-    attribute -> rows needed."""
-    from mass.audit.runner import min_rows
-
-    need = {s: min_rows(base.baseline(s), min(policy.margins(s).values()), confidence)
-            for s in base.suppress}  # fmt: skip
-    return {s: n for s, n in need.items() if base.n_eval < n}

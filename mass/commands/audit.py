@@ -5,6 +5,8 @@ suppressed/preserved attribute (frozen branch models from --run-dir, scikit-lear
 retrained on the release and its allow-listed columns with k-fold CV, judged on 95 % upper
 bounds of accuracy and balanced accuracy, re-mapped, with learning curves; with the owner's
 noise key also on the release with its noise removed) and validates schema, rows and attributes with GX.
+--watch attributes (neither suppressed nor preserved) and label-free structure are measured
+too: what the release keeps beyond the named R (docs/audit.md).
 Writes REPORT/audit.json, REPORT/data_docs/ and REPORT/privacy_utility.png.
 """
 
@@ -28,6 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--suppress", required=True, type=_names, help="attributes, a[,b]")
     parser.add_argument("--preserve", default=(), type=_names, help="attributes, r[,...]")
+    parser.add_argument("--watch", default=(), type=_names,
+                        help="attributes neither suppressed nor preserved whose retention is "
+                        "reported (and gated by audit.watch_min_kept), w[,...] (default: the "
+                        "policy's audit.watch)")  # fmt: skip
     parser.add_argument("--report", required=True, help="report directory (local, or an object-store prefix: uploaded)")
     parser.add_argument("--run-dir", help="training run (branches.pt, encodings.json)")
     parser.add_argument("--params", help="params.yaml holding the audit: policy")
@@ -58,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--suppress: name at least one attribute")
     req = AuditRequest(
         release=args.release, labels=args.labels, suppress=args.suppress,
-        preserve=args.preserve, policy=load_policy(args.params), report_dir=args.report,
+        preserve=args.preserve, watch=args.watch, policy=load_policy(args.params), report_dir=args.report,
         run_dir=args.run_dir, input=args.input, id_col=args.id_col, emb_col=args.emb_col,
         allow=args.allow_columns, noise_key_file=args.noise_key_file,
     )  # fmt: skip

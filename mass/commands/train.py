@@ -48,6 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     cal.add_argument("--policy", help="YAML whose `audit:` section is the policy to calibrate "
                      "to (default: ./params.yaml's, else built-in defaults)")  # fmt: skip
+    cal.add_argument("--watch", help="labelled attributes neither suppressed nor preserved "
+                     "whose retention ranks the candidates that pass (default: the policy's "
+                     "audit.watch; none: label-free structure ranks them), comma-separated")  # fmt: skip
     cal.add_argument("--budget-minutes", type=float, default=10.0,
                      help="bound of the calibration search, in minutes of --budget-clock "
                      "(default 10)")  # fmt: skip

@@ -6,7 +6,8 @@
 Says where the release is and how many rows it has, the audit verdict, per suppressed
 attribute the worst retrained attacker and its 95% upper bound against the limit, per
 preserved attribute the fraction of its original accuracy that was kept against the policy's
-minimum. Exit status 0 when the audit passed, 1 when it failed (the numbers still print).
+minimum, and what it keeps that no flag named (watch attributes, label-free structure;
+a last-resort release says it is data minimisation). Exit status 0 when the audit passed, 1 when it failed (the numbers still print).
 """
 
 from __future__ import annotations
@@ -51,6 +52,34 @@ def summarize(audit: dict, release: str) -> list[str]:
                 f"Preserved:    {name:<{width}}  kept {_num(a.get('retention'))} of its original "
                 f"accuracy (minimum {_num(need)})  {verdict}"
             )
+    return lines + unnamed_summary(audit, width)
+
+
+def unnamed_summary(audit: dict, width: int = 0) -> list[str]:
+    """What the release keeps that no flag named: each watch attribute's normalised
+    information kept, the label-free structure, and the data-minimisation statement of a
+    last-resort release (mass.report.unnamed)."""
+    from mass.report.unnamed import MINIMISATION, is_minimisation, unnamed_of, watch_rows
+
+    lines = []
+    min_kept = (audit.get("policy") or {}).get("watch_min_kept")
+    for name, w in watch_rows(audit).items():
+        dep = ", ".join(f"V({s}) {_num(d.get('cramers_v'))}"
+                        for s, d in (w.get("dependence") or {}).items())  # fmt: skip
+        kept = ("nothing learnable" if w.get("kept") is None
+                else f"kept {_num(w.get('kept'))} of its information")  # fmt: skip
+        lines.append(f"Unnamed:      {name:<{width}}  {kept} (release {_num(w.get('release'))}, "
+                     f"original {_num(w.get('original'))}, majority {_num(w.get('majority'))}; "
+                     f"{dep})" + (f"  minimum {_num(min_kept)}" if min_kept is not None else ""))  # fmt: skip
+    st = unnamed_of(audit).get("structure")
+    if isinstance(st, dict):
+        last = (unnamed_of(audit).get("structure_reference") or {}).get("last_resort") or {}
+        ref = (f" (last resort {_num(last.get('knn_overlap'))} / {_num(last.get('cka'))})"
+               if last else "")  # fmt: skip
+        lines.append(f"Structure:    kNN overlap {_num(st.get('knn_overlap'))}, CKA "
+                     f"{_num(st.get('cka'))} within S (identity 1){ref}")  # fmt: skip
+    if is_minimisation((audit.get("release") or {}).get("method")):
+        lines.append(f"NOTE:         {MINIMISATION}")
     return lines
 
 

@@ -23,6 +23,12 @@ from typing import Any
 
 from mass.errors import ReleaseError
 from mass.report import view
+from mass.report.unnamed import (
+    LAST_RESORT_METHODS,
+    MINIMISATION,
+    unnamed_markdown,
+    unnamed_of,
+)
 
 VOLATILE = ("time", "release_path", "labels_path", "input_path")  # audit.json lineage only
 RELEASE_MD = "_RELEASE.md"
@@ -108,6 +114,7 @@ def _audit_summary(audit: Mapping | None, report_path: str | None) -> dict:
         keep = ("role", "pass", "majority", "floor", "baseline", "limit", "worst", "retention")
         attrs[name] = {k: row.get(k) for k in keep if k in row}
     return {"verdict": verdict, "report": report_path, "attributes": attrs,
+            "unnamed": unnamed_of(audit),
             "failed_expectations": list(audit.get("failed_expectations") or []),
             "forced_policy": list(audit.get("forced_policy") or [])}  # fmt: skip
 
@@ -145,11 +152,7 @@ def datasheet(release_dir: str, *, metadata: Mapping, audit: Mapping | None,
 
 
 # What a consumer must know about a method's release beyond "suppressed / preserved"
-METHOD_NOTES = {
-    "leace_project": " Only the preserved attributes' discriminant directions were kept "
-    "(calibration's last resort, mass.methods.leace_project): the embedding is not useful for "
-    "tasks beyond the preserved attributes.",
-}
+METHOD_NOTES = {m: " " + MINIMISATION for m in LAST_RESORT_METHODS}
 
 
 def _markdown(sheet: Mapping, name: str | None) -> str:
@@ -193,6 +196,7 @@ def _markdown(sheet: Mapping, name: str | None) -> str:
             lines.append(f"- {md(name_)} (preserved): retention "
                          f"{view.fmt(row.get('retention'))}, "
                          f"{'pass' if row.get('pass') else 'FAIL'}")  # fmt: skip
+    lines += unnamed_markdown(aud)  # what it keeps beyond the preserved (docs/audit.md)
     for f in aud.get("failed_expectations") or []:
         lines.append(f"- failed: {md(f)}")
     threat = list(sheet["threat_model"])

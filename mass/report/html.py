@@ -16,6 +16,7 @@ import os
 from collections.abc import Mapping
 
 from mass.report import view
+from mass.report.unnamed import unnamed_html
 
 log = logging.getLogger(__name__)
 REPORT_NAME = "report.html"
@@ -226,6 +227,7 @@ def render_html(audit: Mapping, *, docs_href: str | None = None, title: str | No
     parts += [_attribute(audit, n, r) for n, r in attrs.items()] or ["<p>No attribute was "
                                                                      "measured.</p>"]  # fmt: skip
     parts.append("</section>")
+    parts.append(unnamed_html(audit))
     if charts:
         parts.append(_figure("Privacy and utility", ch.privacy_utility(audit),
                              "chart: accuracy of each judge per suppressed attribute and "

@@ -97,6 +97,23 @@ def test_background_is_the_colour_and_strokes_are_white():
         assert np.all(rgb[i][ink] >= 249)
 
 
+def test_thickness_is_measured_from_the_image_and_independent_of_digit_and_colour(tables):
+    """The demo's watch attribute: tertiles of stroke thickness within each digit, so every
+    digit holds each class a third of the time; colour is drawn without looking at the image.
+    Measured (seed 0, all 5,000 rows): V(digit) 0.001, V(colour) 0.055."""
+    from mass.metrics.unnamed import cramers_v
+
+    th, digit = _column(tables, "thickness"), _column(tables, "digit")
+    assert set(np.unique(th)) == set(range(cm.THICKNESS_BINS))
+    assert cramers_v(th, digit) < 0.01 and cramers_v(th, _column(tables, "colour")) < 0.08
+    for d in range(10):  # a third of each digit per class, up to ties
+        assert np.all(np.abs(np.bincount(th[digit == d]) - 500 / 3) < 10)
+    grey, _ = cm.load_mnist()
+    thick = np.maximum(grey.reshape(-1, 28, 28), np.roll(grey.reshape(-1, 28, 28), 1, axis=2))
+    assert np.all(cm.stroke_thickness(thick.reshape(-1, 784)) > cm.stroke_thickness(grey) - 1e-9)
+    assert cm.stroke_thickness(thick.reshape(-1, 784)).mean() > cm.stroke_thickness(grey).mean() + 0.1
+
+
 def test_image_column_holds_the_coloured_pixels(tables):
     t = tables["test"]
     images = cm.images_from_column(t.column("image"), source="test")
@@ -113,7 +130,7 @@ def test_written_splits_follow_the_contract_schema(tmp_path):
         img = schema.field("image").type
         assert pa.types.is_fixed_size_list(img) and img.list_size == 2352
         assert img.value_type == pa.uint8()
-        for attr in ("digit", "colour", "parity", "ge5", "circle"):
+        for attr in ("digit", "colour", "parity", "ge5", "circle", "thickness"):
             assert schema.field(attr).type == pa.int64()
         assert schema.metadata[b"mass.rho"] == b"0.3" and schema.metadata[b"mass.seed"] == b"7"
         assert cm.split_params(path) == {"rho": 0.3, "seed": 7}
@@ -133,6 +150,7 @@ def test_read_split_names_file_when_image_column_has_wrong_type(tmp_path):
             "parity": [0],
             "ge5": [0],
             "circle": [1],
+            "thickness": [0],
         }
     )
     pq.write_table(table, path)

@@ -150,7 +150,7 @@ def test_write_features_follows_the_embedding_contract(model, tmp_path):
         model, raw, str(tmp_path / "features" / "val.parquet"), meta={"extractor_sha256": "abc"}
     )
     table = pq.read_table(out)
-    assert table.column_names == ["id", "emb", "digit", "colour", "parity", "ge5", "circle"]
+    assert table.column_names == ["id", "emb", *cm.ATTRIBUTES]
     emb_type = table.schema.field("emb").type
     assert emb_type.list_size == 128 and emb_type.value_type == pa.float32()
     _, images, _ = cm.read_split(raw)

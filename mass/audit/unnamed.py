@@ -1,0 +1,82 @@
+"""The audit's unnamed-utility section (mass.metrics.unnamed, docs/audit.md): watch
+attributes and label-free structure measured on the audited sample, the frame the optional
+``audit.watch_min_kept`` expectation validates, and the lines of the stdout table."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mass.errors import ConfigError
+from mass.rows import joint_codes
+
+STRUCTURE_ROWS = 2000  # k-NN within S classes and the last resort's fit: a seeded subsample
+WATCH_COLUMNS = ("attribute", "kept", "original", "release", "majority", "explained_by_s")
+
+
+def check_watch(watch, suppress, preserve) -> None:
+    """ConfigError for a watch attribute that is also suppressed or preserved (by name)."""
+    for role, names in (("--suppress", suppress), ("--preserve", preserve)):
+        both = sorted(set(watch) & set(names))
+        if both:
+            raise ConfigError(f"--watch: {both} also in {role}; a watch attribute is neither "
+                              "suppressed nor preserved (drop it from one)")  # fmt: skip
+
+
+def measure_unnamed(x, xp, y: dict[str, np.ndarray], *, suppress, preserve, watch, policy,
+                    extra=None) -> dict[str, Any]:  # fmt: skip
+    """``{"watch": {attr: watch_report row}, "structure": structure_kept,
+    "structure_reference": {"identity", "last_resort"}}`` on the audited rows."""
+    from mass.metrics.unnamed import structure_kept, structure_reference, watch_report
+
+    sup = {s: y[s] for s in suppress}
+    rows = min(STRUCTURE_ROWS, policy.max_rows or STRUCTURE_ROWS)
+    out: dict[str, Any] = {"watch": {}, "structure": None, "structure_reference": None}
+    if watch:
+        out["watch"] = watch_report(x, xp, {w: y[w] for w in watch}, sup, seed=policy.seed,
+                                    max_rows=policy.max_rows, families=policy.families,
+                                    folds=min(policy.folds, 5), extra=extra)  # fmt: skip
+    codes = joint_codes(sup) if sup else None
+    out["structure"] = structure_kept(x, xp, codes, seed=policy.seed, max_rows=rows)
+    try:
+        out["structure_reference"] = structure_reference(
+            x, sup, {r: y[r] for r in preserve}, seed=policy.seed, max_rows=rows
+        )
+    except (ConfigError, ValueError, RuntimeError) as e:  # e.g. a class missing in the sample
+        out["structure_reference"] = {"error": str(e)}
+    return out
+
+
+def watch_frame(unnamed: dict) -> pd.DataFrame:
+    """One row per watch attribute (NaN ``kept``: nothing learnable, not gated)."""
+    recs = [{"attribute": a, **{c: (math.nan if w.get(c) is None else w[c])
+                                for c in WATCH_COLUMNS[1:]}}
+            for a, w in (unnamed.get("watch") or {}).items()]  # fmt: skip
+    return pd.DataFrame(recs, columns=list(WATCH_COLUMNS))
+
+
+def _f(v) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def unnamed_lines(unnamed: dict) -> list[str]:
+    """The stdout table's lines: each watch attribute and the label-free structure."""
+    lines = []
+    for a, w in (unnamed.get("watch") or {}).items():
+        dep = ", ".join(f"V({s}) {d['cramers_v']:.2f}, from {s} alone {d['from_s']:.3f}"
+                        for s, d in w["dependence"].items())  # fmt: skip
+        kept = "nothing learnable" if w["kept"] is None else f"kept {w['kept']:.2f}"
+        lines.append(f"watch {a}: {kept} (release {w['release']:.3f}, original "
+                     f"{w['original']:.3f}, majority {w['majority']:.3f}; {dep})")  # fmt: skip
+    st, ref = unnamed.get("structure"), unnamed.get("structure_reference") or {}
+    if st:
+        last = ref.get("last_resort")
+        tail = ("" if not last else f"; last resort {_f(last['knn_overlap'])} / "
+                f"{_f(last['cka'])} / {_f(last['dcor'])}")  # fmt: skip
+        lines.append(f"structure kept within S (kNN overlap / CKA / dCor): "
+                     f"{_f(st['knn_overlap'])} / {_f(st['cka'])} / {_f(st['dcor'])} "
+                     f"(identity 1 / 1 / 1{tail})")  # fmt: skip
+    return lines

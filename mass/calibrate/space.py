@@ -1,0 +1,95 @@
+"""Calibration's search space: the candidates, in the order they are tried (cheapest first;
+a ``last_resort`` only when nothing else passed), and how a chosen one is recorded.
+
+``SEARCH_SPACE`` is a plain tuple of :class:`Candidate`: a new method joins the search by
+appending ``Candidate(name, registered_method, params)`` to it (docs/calibration.md).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from mass.config import MassConfig
+
+# MaSS adaptive base of every mass candidate: attribute-specific (the agnostic NT-Xent term
+# keeps s, docs/bench_quality.md), large batches, and a little training-time output noise so
+# G does not rely on exact values; the release level is then bisected.
+ADAPTIVE_BASE: dict[str, Any] = {
+    "mode": "adaptive",
+    "epochs": 30,
+    "batch_size": 256,
+    "lr": 0.005,
+    "w_rstar": 0,
+    "branch_epochs": 10,  # G's frozen S/R judges; 10 epochs fit them on calibration-sized data
+    "adaptive": {"output_noise": 0.05},
+}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One point of the search space: a method and its parameters (noise comes later)."""
+
+    name: str
+    method: str  # registered method name
+    params: dict[str, Any] = field(default_factory=dict)
+    # tried only when nothing else passed (its budget share kept aside until then): it keeps
+    # the preserved attributes and drops what else the data was useful for
+    last_resort: bool = False
+
+    @property
+    def trained(self) -> bool:
+        return self.method == "mass"
+
+
+def _adaptive(pre_erase: str, **extra: Any) -> dict[str, Any]:
+    ad = {**ADAPTIVE_BASE["adaptive"], "pre_erase": pre_erase, **extra.pop("adaptive", {})}
+    return {**ADAPTIVE_BASE, **extra, "adaptive": ad}
+
+
+SEARCH_SPACE: tuple[Candidate, ...] = (
+    Candidate("leace", "leace_iterated", {"given_preserved": False, "rounds": 1}),
+    Candidate("leace|R", "leace_iterated", {"given_preserved": True, "rounds": 1}),
+    Candidate("leace x3", "leace_iterated", {"given_preserved": False, "rounds": 3}),
+    Candidate("leace|R x3", "leace_iterated", {"given_preserved": True, "rounds": 3}),
+    Candidate("quadratic", "leace_quadratic"),
+    Candidate("mass+quadratic", "mass", _adaptive("quadratic")),
+    Candidate("mass+leace", "mass", _adaptive("leace")),
+    Candidate("mass", "mass", _adaptive("none")),
+    Candidate(
+        "mass+quadratic/utility",
+        "mass",
+        _adaptive("quadratic", w_r=5.0, adaptive={"adv_weight": 10.0}),
+    ),
+    Candidate("leace|R+R-span", "leace_project", last_resort=True),
+)
+
+
+def ordered(space: tuple[Candidate, ...], preserve) -> list[Candidate]:
+    """The order of the search: every candidate, then the last resorts; without a preserved
+    attribute the ``given_preserved`` variants (plain leace again) and the last resorts
+    (nothing to keep) are left out."""
+    keep = [c for c in space
+            if not ((c.params.get("given_preserved") or c.last_resort) and not preserve)]  # fmt: skip
+    return [c for c in keep if not c.last_resort] + [c for c in keep if c.last_resort]
+
+
+def params_for(c: Candidate, seed: int, epochs: int | None) -> dict[str, Any]:
+    params = json.loads(json.dumps(c.params))
+    if c.trained:
+        params["seed"] = seed
+        if epochs is not None:
+            params["epochs"] = epochs
+    return params
+
+
+def resolved_config(c: Candidate, params: dict, noise: float, suppress, preserve) -> dict:
+    """The chosen configuration as `mass train --config` would take it (train: section)."""
+    if c.method == "mass":
+        p = json.loads(json.dumps(params))
+        p.setdefault("adaptive", {})["output_noise"] = float(noise)
+        cfg = MassConfig.from_dict({**p, "method": "mass"}, suppress=suppress, preserve=preserve)
+        return cfg.to_dict()
+    return {"method": c.method, "suppress": list(suppress), "preserve": list(preserve),
+            **params, "output_noise": float(noise)}  # fmt: skip

@@ -1,0 +1,253 @@
+"""What a release keeps beyond the named preserved attributes (issue 22, docs/audit.md).
+
+Two kinds of measure, both pure numpy/scikit-learn on arrays the caller already holds:
+
+- :func:`watch_report`: *watch* attributes are labelled attributes that are neither
+  suppressed nor preserved; no method sees their labels. Per attribute: the best attacker
+  retrained on the original and on the release (the audit's families and folds,
+  :func:`mass.metrics.attackers.attack_predictions`), the majority rate, the normalised
+  information kept ``(release - majority) / (original - majority)`` and the attribute's
+  dependence on each suppressed attribute (Cramér's V and the accuracy reachable from S
+  alone), so a loss that S explains reads as such.
+- :func:`structure_kept`: label-free measures for when nothing else is labelled, each
+  computed *within* the suppressed classes so that removing S does not count as a loss:
+  k-NN neighbourhood overlap per S class, and linear CKA and distance correlation of the
+  rows with their S-class mean removed. :func:`structure_reference` gives the values of an
+  identity release and of the last resort (``leace_project``), so a reader can place a number.
+
+:func:`unnamed_utility` folds either into the one number calibration ranks by.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from mass.metrics.attackers import attack_predictions
+from mass.metrics.scores import ATTACKER_FAMILIES, leakage_floor, majority_rate
+from mass.rows import joint_codes, seeded_rows
+
+# An attribute whose best original attacker beats its majority rate by less than this has
+# nothing a release could keep: its normalised figure is undefined (None, "learnable": False).
+MIN_SIGNAL = 0.02
+DCOR_ROWS = 1000  # distance correlation holds two n x n matrices: a seeded subsample
+
+
+def cramers_v(a, b) -> float:
+    """Cramér's V of two label columns (0: independent, 1: one determines the other)."""
+    _, ia = np.unique(np.asarray(a), return_inverse=True)
+    _, ib = np.unique(np.asarray(b), return_inverse=True)
+    ia, ib = ia.reshape(-1), ib.reshape(-1)
+    n = ia.size
+    r, c = int(ia.max(initial=0)) + 1, int(ib.max(initial=0)) + 1
+    if n == 0 or min(r, c) < 2:
+        return 0.0
+    table = np.zeros((r, c))
+    np.add.at(table, (ia, ib), 1.0)
+    expected = table.sum(1, keepdims=True) * table.sum(0, keepdims=True) / n
+    chi2 = float(((table - expected) ** 2 / expected).sum())
+    return float(np.sqrt(chi2 / n / (min(r, c) - 1)))
+
+
+def normalised_kept(release: float, original: float, majority: float) -> float | None:
+    """``(release - majority) / (original - majority)``; None when the original beats the
+    majority by less than :data:`MIN_SIGNAL` (nothing learnable to keep)."""
+    gain = original - majority
+    if gain < MIN_SIGNAL:
+        return None
+    return float((release - majority) / gain)
+
+
+def _best(x, y, families, folds, seed) -> dict[str, float]:
+    preds = attack_predictions(x, y, families=families, folds=folds, seed=seed)
+    return {f: float((p[1.0] == y).mean()) for f, p in preds.items()}
+
+
+def watch_report(
+    x_orig,
+    x_rel,
+    watch: Mapping[str, np.ndarray],
+    suppressed: Mapping[str, np.ndarray],
+    *,
+    seed: int = 0,
+    max_rows: int | None = 2000,
+    families: tuple[str, ...] | list[str] = ATTACKER_FAMILIES,
+    folds: int = 5,
+    extra=None,
+    original: Mapping[str, Mapping[str, float]] | None = None,
+) -> dict[str, dict]:
+    """Per watch attribute: attackers retrained on the original and on the release (best
+    family and each), majority, normalised information kept and dependence on S.
+
+    ``extra`` (float [N, m]): the other released columns, encoded; the release's attackers
+    see ``[x_rel, extra]`` as the audit's do. ``max_rows`` subsamples the rows once (seeded).
+    ``original``: attribute -> family -> accuracy on ``x_orig`` already measured on the same
+    rows (calibration measures it once, not per candidate).
+    """
+    x_orig, x_rel = np.asarray(x_orig, np.float32), np.asarray(x_rel, np.float32)
+    keep = seeded_rows(len(x_orig), max_rows, seed)
+    rows = np.arange(len(x_orig)) if keep is None else keep
+    feats = x_rel if extra is None or np.asarray(extra).shape[1] == 0 else np.hstack(
+        [x_rel, np.asarray(extra, np.float32)])  # fmt: skip
+    x_o, x_r = x_orig[rows], feats[rows]
+    s_cols = {s: np.asarray(v)[rows] for s, v in suppressed.items()}
+    out: dict[str, dict] = {}
+    for name, labels in watch.items():
+        y = np.asarray(labels)[rows]
+        known = (original or {}).get(name)
+        orig = dict(known) if known else _best(x_o, y, families, folds, seed)
+        rel = _best(x_r, y, families, folds, seed)
+        maj = majority_rate(y)
+        best_o, best_r = max(orig.values()), max(rel.values())
+        dep = {s: {"cramers_v": cramers_v(y, ys),
+                   "from_s": leakage_floor(y, {s: ys}, folds=folds, seed=seed)}
+               for s, ys in s_cols.items()}  # fmt: skip
+        from_all = leakage_floor(y, s_cols, folds=folds, seed=seed) if s_cols else maj
+        kept = normalised_kept(best_r, best_o, maj)
+        explained = normalised_kept(from_all, best_o, maj)
+        out[name] = {
+            "n": int(y.size), "majority": maj, "original": best_o, "release": best_r,
+            "original_by_family": orig, "release_by_family": rel,
+            "kept": kept, "learnable": kept is not None, "dependence": dep,
+            "from_all_s": from_all,
+            "explained_by_s": None if explained is None else float(np.clip(explained, 0, 1)),
+        }  # fmt: skip
+    return out
+
+
+def _neighbours(x: np.ndarray, k: int) -> np.ndarray:
+    """Indices of each row's ``k`` nearest rows by Euclidean distance (itself excluded): on
+    unit rows the cosine ranking, and blind to a shift of the whole group."""
+    sq = (x * x).sum(1)
+    dist = sq[:, None] + sq[None, :] - 2.0 * x @ x.T
+    np.fill_diagonal(dist, np.inf)
+    return np.argpartition(dist, k - 1, axis=1)[:, :k]
+
+
+def knn_overlap(x_orig, x_rel, groups, k: int = 10) -> float:
+    """Mean share of each row's ``k`` nearest neighbours in the original that are still among
+    its ``k`` nearest in the release, neighbours sought within the row's group."""
+    shared, total = 0, 0
+    for g in np.unique(groups):
+        idx = np.flatnonzero(groups == g)
+        kk = min(k, idx.size - 1)
+        if kk < 1:
+            continue
+        a, b = _neighbours(x_orig[idx], kk), _neighbours(x_rel[idx], kk)
+        shared += sum(np.intersect1d(ra, rb).size for ra, rb in zip(a, b, strict=True))
+        total += idx.size * kk
+    return float(shared / total) if total else 1.0
+
+
+def _within(x: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """``x`` less its group mean (float64): what is left once S's class means are gone."""
+    x = np.asarray(x, np.float64)
+    n_g = int(groups.max(initial=0)) + 1
+    sums = np.zeros((n_g, x.shape[1]))
+    np.add.at(sums, groups, x)
+    counts = np.maximum(np.bincount(groups, minlength=n_g), 1)[:, None]
+    return x - (sums / counts)[groups]
+
+
+def linear_cka(x, y) -> float:
+    """Linear centred kernel alignment of two row-aligned matrices (1: same up to rotation
+    and scale; 0: no linear relation; 0 when either is constant)."""
+    x = np.asarray(x, np.float64) - np.mean(x, 0)
+    y = np.asarray(y, np.float64) - np.mean(y, 0)
+    den = np.linalg.norm(x.T @ x) * np.linalg.norm(y.T @ y)
+    return float(np.linalg.norm(y.T @ x) ** 2 / den) if den > 1e-24 else 0.0
+
+
+def _centred_distances(x: np.ndarray) -> np.ndarray:
+    sq = (x * x).sum(1)
+    d = np.sqrt(np.maximum(sq[:, None] + sq[None, :] - 2.0 * x @ x.T, 0.0))
+    return d - d.mean(0) - d.mean(1)[:, None] + d.mean()
+
+
+def distance_correlation(x, y) -> float:
+    """Székely's (biased, V-statistic) distance correlation of two row-aligned matrices."""
+    a = _centred_distances(np.asarray(x, np.float64))
+    b = _centred_distances(np.asarray(y, np.float64))
+    vxy, vxx, vyy = (a * b).mean(), (a * a).mean(), (b * b).mean()
+    if vxx <= 1e-24 or vyy <= 1e-24:
+        return 0.0
+    return float(np.sqrt(max(vxy, 0.0) / np.sqrt(vxx * vyy)))
+
+
+def structure_kept(x_orig, x_rel, s_codes=None, *, k: int = 10, seed: int = 0,
+                   max_rows: int | None = 2000) -> dict:  # fmt: skip
+    """Label-free structure the release keeps, within the suppressed classes ``s_codes``
+    (one code per row, e.g. :func:`mass.rows.joint_codes` of S; None: one class)."""
+    x_orig, x_rel = np.asarray(x_orig, np.float64), np.asarray(x_rel, np.float64)
+    groups = np.zeros(len(x_orig), np.int64) if s_codes is None else np.unique(
+        np.asarray(s_codes), return_inverse=True)[1].reshape(-1)  # fmt: skip
+    keep = seeded_rows(len(x_orig), max_rows, seed)
+    if keep is not None:
+        x_orig, x_rel, groups = x_orig[keep], x_rel[keep], groups[keep]
+    wo, wr = _within(x_orig, groups), _within(x_rel, groups)
+    sub = seeded_rows(len(wo), DCOR_ROWS, seed + 1)
+    do, dr = (wo, wr) if sub is None else (wo[sub], wr[sub])
+    return {
+        "rows": int(len(x_orig)), "k": int(k), "within_s": s_codes is not None,
+        "knn_overlap": knn_overlap(x_orig, x_rel, groups, k),
+        "cka": linear_cka(wo, wr),
+        "dcor": distance_correlation(do, dr),
+    }  # fmt: skip
+
+
+def last_resort_release(x, suppressed: Mapping[str, np.ndarray],
+                        preserved: Mapping[str, np.ndarray], *, seed: int = 0) -> np.ndarray:  # fmt: skip
+    """``x`` through the last resort (``leace_project``: LEACE given R, then R's discriminant
+    span) fitted on these rows. Needs torch and at least one preserved attribute."""
+    import pyarrow as pa
+    import torch
+
+    from mass.io import EmbeddingDataset, LabelEncoding
+    from mass.methods import get_method
+
+    labels = {a: np.unique(np.asarray(v), return_inverse=True)[1].reshape(-1).astype(np.int64)
+              for a, v in {**suppressed, **preserved}.items()}  # fmt: skip
+    enc = {a: LabelEncoding(a, tuple(range(int(y.max()) + 1))) for a, y in labels.items()}
+    ds = EmbeddingDataset(ids=pa.array(np.arange(len(x), dtype=np.int64)),
+                          x=np.asarray(x, np.float32), labels=labels, encodings=enc)  # fmt: skip
+    res = get_method("leace_project").fit(ds, suppress=list(suppressed), preserve=list(preserved),
+                                          params={}, seed=seed, progress=False)  # fmt: skip
+    with torch.no_grad():
+        return res.modifier(torch.as_tensor(ds.x)).numpy()
+
+
+def structure_reference(x_orig, suppressed: Mapping[str, np.ndarray],
+                        preserved: Mapping[str, np.ndarray], *, k: int = 10, seed: int = 0,
+                        max_rows: int | None = 2000) -> dict[str, dict | None]:  # fmt: skip
+    """:func:`structure_kept` of an identity release and of the last resort on these rows
+    (``last_resort`` None without a preserved attribute: there is no last resort then)."""
+    x_orig = np.asarray(x_orig, np.float32)
+    keep = seeded_rows(len(x_orig), max_rows, seed)
+    if keep is not None:
+        x_orig = x_orig[keep]
+        suppressed = {a: np.asarray(v)[keep] for a, v in suppressed.items()}
+        preserved = {a: np.asarray(v)[keep] for a, v in preserved.items()}
+    codes = joint_codes(dict(suppressed)) if suppressed else None
+    kw = dict(k=k, seed=seed, max_rows=None)
+    last = None
+    if preserved:
+        x_last = last_resort_release(x_orig, suppressed, preserved, seed=seed)
+        last = structure_kept(x_orig, x_last, codes, **kw)
+    return {"identity": structure_kept(x_orig, x_orig, codes, **kw), "last_resort": last}
+
+
+STRUCTURE_MEASURES = ("knn_overlap", "cka", "dcor")
+
+
+def unnamed_utility(watch: Mapping[str, dict] | None = None,
+                    structure: Mapping | None = None) -> float | None:  # fmt: skip
+    """The one number calibration ranks by (docs/calibration.md): the smallest normalised
+    information kept over the learnable watch attributes when there are any, else the mean of
+    the label-free measures; None when neither was measured."""
+    kept = [w["kept"] for w in (watch or {}).values() if w.get("kept") is not None]
+    if kept:
+        return float(min(kept))
+    if structure:
+        return float(np.mean([structure[m] for m in STRUCTURE_MEASURES]))
+    return None

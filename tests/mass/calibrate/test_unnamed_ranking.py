@@ -1,0 +1,57 @@
+"""Calibration ranks the candidates that pass by the utility nobody named: at equal privacy
+and named utility, a candidate that keeps a watch attribute (or, unlabelled, the structure
+within S) is chosen over one that keeps only R's span, and audit.watch_min_kept fails one
+that loses it."""
+
+from __future__ import annotations
+
+import pytest
+
+from mass import calibrate as C
+from mass.audit.policy import AuditPolicy
+from mass.calibrate import search as S
+from mass.config import CalibrationConfig
+from mass.errors import CalibrationError
+from mass.methods._common import toy_dataset
+
+R_SPAN = C.Candidate("R-span", "leace_project")  # the last resort's method, tried first here
+LEACE = C.Candidate("leace", "leace_iterated", {"given_preserved": False, "rounds": 1})
+
+
+@pytest.fixture
+def equal_privacy(monkeypatch):
+    """Every candidate passes at noise 0 with the same privacy and named-utility numbers."""
+
+    def passing(parts, audit, deadline, comfortable=2.0, now=None):
+        pt = {"noise": 0.0, "privacy": {}, "privacy_ok": True, "utility_ok": True,
+              "passed": True, "excess": 0.0, "fraction": 0.97, "fidelity": 0.5,
+              "utility": {"u": {"logreg": 0.9}}}  # fmt: skip
+        return {"points": [pt], "chosen": pt, "reason": "passes at noise 0.0"}
+
+    monkeypatch.setattr(S, "bisect_noise", passing)
+    return toy_dataset(800, dim=16, classes={"s": 2, "u": 3, "w": 3}, seed=4)
+
+
+@pytest.mark.parametrize("watch", [["w"], []])
+def test_the_candidate_keeping_unnamed_utility_wins_at_equal_privacy(equal_privacy, watch):
+    res = C.calibrate(equal_privacy, suppress=["s"], preserve=["u"], watch=watch,
+                      policy=AuditPolicy(families=("logreg", "knn")),
+                      cfg=CalibrationConfig(budget_minutes=5), space=(R_SPAN, LEACE))  # fmt: skip
+    r_span, leace = res.report["candidates"]
+    assert res.candidate.name == "leace"
+    assert leace["unnamed"]["utility"] > 0.9
+    assert r_span["unnamed"]["utility"] < leace["unnamed"]["utility"] - 0.3
+    assert res.report["chosen"]["unnamed"]["by"] == ("watch" if watch else "structure")
+    assert not res.report["stopped"].startswith("early: R-span")  # it keeps too little
+
+
+def test_watch_min_kept_fails_a_candidate_that_loses_the_watch_attribute(equal_privacy):
+    policy = AuditPolicy(families=("logreg", "knn"), watch_min_kept=0.8)
+    with pytest.raises(CalibrationError):
+        C.calibrate(equal_privacy, suppress=["s"], preserve=["u"], watch=["w"], policy=policy,
+                    cfg=CalibrationConfig(budget_minutes=5), space=(R_SPAN,))  # fmt: skip
+    res = C.calibrate(equal_privacy, suppress=["s"], preserve=["u"], watch=["w"], policy=policy,
+                      cfg=CalibrationConfig(budget_minutes=5), space=(R_SPAN, LEACE))  # fmt: skip
+    r_span = res.report["candidates"][0]
+    assert r_span["status"] == "failed" and "watch_min_kept" in r_span["reason"]
+    assert res.candidate.name == "leace"
