@@ -8,7 +8,7 @@ import os
 
 from beam_pipelines.gate import _audit_plan, _check_allowed
 from mass.errors import ConfigError
-from mass.keys import NOISE_KEY_ENV
+from mass.keys import NOISE_KEY_ENV, looked_for
 from mass.noise import KeyedSeeds
 from transforms.parquet_write import IDS_DIR
 from transforms.release import resolve_allow_columns
@@ -29,7 +29,8 @@ def check_noise_key(args, info: dict) -> None:
         raise ConfigError(
             f"model '{args.model}' {why}: its release noise must be keyed by the owner's "
             f"secret, or anyone could recompute it from the released ids and subtract it; "
-            f"pass --noise-key-file PATH or set {NOISE_KEY_ENV} (create a key once with "
+            f"looked in {looked_for(NOISE_KEY_ENV)}: pass --noise-key-file PATH or set "
+            f"{NOISE_KEY_ENV} (create a key once with "
             "`mass keygen PATH`, kept outside git, DVC and the release); nothing was published"
         )
 

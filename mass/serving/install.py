@@ -124,15 +124,16 @@ def python_path_for_models() -> list[str]:
 def server_env(install: TritonInstall, signing_key_file: str | None = None) -> dict[str, str]:
     """The environment ``tritonserver`` and its python stubs need (see the module docstring).
 
-    ``MASS_SIGNING_KEY_FILE`` (``signing_key_file``, else inherited) is passed as an absolute
+    ``MASS_SIGNING_KEY_FILE`` (``signing_key_file``, else inherited, else the local config of
+    :func:`mass.keys.key_file`) is passed as an absolute
     path: the served adapters verify the export's signature with it before loading anything.
     """
-    from mass.keys import SIGNING_KEY_ENV
+    from mass import keys
 
     env = dict(os.environ)
-    key_file = signing_key_file or env.get(SIGNING_KEY_ENV)
+    key_file = keys.key_file(signing_key_file, keys.SIGNING_KEY_ENV)
     if key_file:
-        env[SIGNING_KEY_ENV] = os.path.abspath(key_file)
+        env[keys.SIGNING_KEY_ENV] = os.path.abspath(key_file)
     lib_dirs = [os.path.join(sys.base_prefix, "lib"), str(install.libs)]
     if env.get("LD_LIBRARY_PATH"):
         lib_dirs.append(env["LD_LIBRARY_PATH"])

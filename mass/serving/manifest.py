@@ -19,7 +19,7 @@ from pathlib import Path
 
 from mass.digest import sha256_file
 from mass.errors import ChecksumMismatchError
-from mass.keys import SIGNING_KEY_ENV, OwnerKey, resolve_key
+from mass.keys import SIGNING_KEY_ENV, OwnerKey, looked_for, resolve_key
 from mass.serving.contract import (
     EXPORT_JSON,
     MANIFEST_FORMAT,
@@ -70,7 +70,8 @@ def signing_key(key: OwnerKey | None = None, *, purpose: str = "verify") -> Owne
     found = key or resolve_key(None, SIGNING_KEY_ENV)
     if found is None:
         raise ConfigError(
-            f"no signing key to {purpose} exports with: pass --signing-key-file FILE or set "
+            f"no signing key to {purpose} exports with (looked in {looked_for(SIGNING_KEY_ENV)}): "
+            f"pass --signing-key-file FILE or set "
             f"{SIGNING_KEY_ENV} to the owner key file (create one with `mass keygen FILE`)"
         )
     return found
