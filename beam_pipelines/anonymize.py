@@ -36,13 +36,11 @@ import time
 import apache_beam as beam
 import pyarrow as pa
 
-from beam_pipelines.gate import (  # noqa: F401  (split out; these names stay importable here)
+from beam_pipelines.gate import (
     AuditPlan,
     _audit_plan,
     _audit_staged,
     _check_allowed,
-    _failures,
-    _valid_rows,
     report_path,
     resolve_policy,
 )
@@ -72,15 +70,13 @@ from transforms.inference.triton import TritonModelHandler
 from transforms.modify import ModifyRowGroupFn, pick
 from transforms.parquet_io import plan_row_groups
 from transforms.parquet_write import MergeShards, WriteShardedParquet
+from transforms.publish import check_outputs, recover_output, staging_dir
 from transforms.quarantine import publish_quarantine, quarantine_schema
 from transforms.release import (
-    check_outputs,
     discard_staging,
     publish_release,
-    recover_output,
     release_metadata,
     resolve_allow_columns,
-    staging_dir,
 )
 from transforms.validate import CheckedInput, release_schema
 

@@ -25,8 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 import apache_beam as beam
 
 from mass.progress import RateLog
-from transforms.parquet_io import RowGroupSpec, ShardSpiller, read_row_group
+from transforms.parquet_io import RowGroupSpec, read_row_group
 from transforms.quarantine import validate_batch
+from transforms.runs import ShardSpiller
 
 log = logging.getLogger("mass.anonymize")
 

@@ -24,10 +24,11 @@ from mass.calibrate.report import (
     why,
     write_report,
 )
-from mass.calibrate.sampling import fold_indices, joint_codes, stratified_split, subset
+from mass.calibrate.sampling import fold_indices, stratified_split, subset
 from mass.config import CalibrationConfig, MassConfig
 from mass.errors import CalibrationError, ConfigError, InputError
 from mass.io import EmbeddingDataset
+from mass.rows import joint_codes
 
 log = logging.getLogger(__name__)
 
