@@ -21,7 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".venv"
-SMALL = ["-S", "extractor.epochs=2", "-S", "train.budget_minutes=2"]
+SMALL = ["-S", "extractor.epochs=2", "-S", "calibration.budget_minutes=2"]
 SUMMARY = ("pass", "method", "noise", "privacy_excess", "utility_kept", "rows")
 
 
