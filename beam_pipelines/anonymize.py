@@ -61,8 +61,9 @@ from transforms.inference.triton import TritonModelHandler
 from transforms.modify import ModifyRowGroupFn, pick
 from transforms.parquet_io import plan_row_groups
 from transforms.parquet_write import MergeShards, WriteShardedParquet
+from transforms.publish import recover_output
 from transforms.quarantine import publish_quarantine, quarantine_schema
-from transforms.release import discard_staging, publish_release, recover_output, release_metadata
+from transforms.release import discard_staging, publish_release, release_metadata
 from transforms.validate import release_schema
 
 log = logging.getLogger("mass.anonymize")

@@ -35,7 +35,8 @@ from transforms.inference.tensors import ImageInputs, TextInputs
 from transforms.inference.triton import TritonModelHandler
 from transforms.parquet_io import ReadArrowBatches, input_schema
 from transforms.parquet_write import WriteShardedParquet
-from transforms.release import discard_staging, publish_release, staging_dir
+from transforms.publish import staging_dir
+from transforms.release import discard_staging, publish_release
 from transforms.validate import check_column_names, release_schema
 
 log = logging.getLogger("mass.extract")

@@ -15,7 +15,7 @@ from beam_pipelines.options import Serving, plan_serving, temp_location
 from mass import fs
 from mass.errors import ConfigError
 from mass.keys import NOISE_KEY_ENV, OwnerKey, resolve_key
-from transforms.release import check_outputs, staging_dir
+from transforms.publish import check_outputs, staging_dir
 
 
 @dataclass(frozen=True)

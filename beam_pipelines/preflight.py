@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from beam_pipelines.gate import AllowCheck, AuditPlan, audit_plan, check_allowed
 from beam_pipelines.plan import AnonymizeJob, Staging
 from mass.errors import ConfigError
-from mass.keys import NOISE_KEY_ENV
+from mass.keys import NOISE_KEY_ENV, looked_for
 from mass.noise import KeyedSeeds
 from transforms.parquet_write import IDS_DIR
 from transforms.release import resolve_allow_columns
@@ -44,7 +44,8 @@ def check_noise_key(job: AnonymizeJob, info: dict) -> None:
         raise ConfigError(
             f"model '{job.model}' {why}: its release noise must be keyed by the owner's "
             f"secret, or anyone could recompute it from the released ids and subtract it; "
-            f"pass --noise-key-file PATH or set {NOISE_KEY_ENV} (create a key once with "
+            f"looked in {looked_for(NOISE_KEY_ENV)}: pass --noise-key-file PATH or set "
+            f"{NOISE_KEY_ENV} (create a key once with "
             "`mass keygen PATH`, kept outside git, DVC and the release); nothing was published"
         )
 

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from bench import entry
-from bench.compare_raw import RAW_ROWS, image_op, raw_baselines  # noqa: F401 (re-exported)
+from bench.compare_raw import raw_baselines
 from bench.compare_report import write_json, write_markdown, write_plot
 from mass.errors import ConfigError
 from mass.io import EmbeddingDataset

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mass.io import embedding_array
+from mass.embeddings import embedding_array
 from mass.rows import normalize_rows
 
 META = {"mass.model": "bench", "mass.model_version": "1", "mass.sha256": "0" * 64,

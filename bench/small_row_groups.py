@@ -33,7 +33,7 @@ def main() -> None:
     ap.add_argument("--triton", action="store_true")
     ap.add_argument("--work", default=None)
     a = ap.parse_args()
-    from mass.io import embedding_array
+    from mass.embeddings import embedding_array
 
     work = Path(a.work or tempfile.mkdtemp(prefix="small-rg-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -18,11 +18,12 @@ def main(argv: list[str] | None = None) -> int:
     from mass.audit.policy import load_policy
     from mass.calibrate.judge import ValidationAudit
     from mass.calibrate.noise import apply, with_output_noise
-    from mass.calibrate.sampling import joint_codes, stratified_split, subset
+    from mass.calibrate.sampling import stratified_split, subset
     from mass.calibrate.search import SEARCH_SPACE, TRAINED_HOLDOUT
     from mass.config import CalibrationConfig
     from mass.io import load_embeddings
     from mass.methods import get_method
+    from mass.rows import joint_codes
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("data")

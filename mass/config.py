@@ -126,8 +126,8 @@ class MassConfig:
             if not isinstance(nested, dict):
                 raise ConfigError(f"{key}: expected a mapping, got {nested!r}")
             for k, v in nested.items():
-                k = {"suppress": "sim_s", "preserve": "sim_r"}.get(k, k) if key == "sim" else k
-                flat[k] = v
+                name = {"suppress": "sim_s", "preserve": "sim_r"}.get(k, k) if key == "sim" else k
+                flat[str(name)] = v
         flat.update({k: v for k, v in overrides.items() if v is not None})
         for wkey in ("w_s", "h_s", "w_r"):  # a scalar weight is the per-attribute default
             if wkey in flat and not isinstance(flat[wkey], dict):

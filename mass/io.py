@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mass import fs
-from mass.embeddings import embedding_array, embedding_matrix  # noqa: F401 (public here too)
+from mass.embeddings import embedding_matrix
 from mass.errors import (
     InvalidValueError,
     LabelError,

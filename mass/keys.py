@@ -10,8 +10,13 @@ its own subkey with BLAKE2b personalisation (``noise``, ``sign``, ...), so one f
 several purposes without one use revealing another. A fingerprint (a keyed hash of a fixed
 string, 16 hex digits) names a key in lineage metadata without revealing it.
 
-Key files are found from an explicit path or an environment variable:
-``MASS_NOISE_KEY_FILE`` (release-time noise) and ``MASS_SIGNING_KEY_FILE`` (export signatures).
+Key files are found, first match wins, from an explicit path (``--noise-key-file``,
+``--signing-key-file``), an environment variable (``MASS_NOISE_KEY_FILE`` for release-time
+noise, ``MASS_SIGNING_KEY_FILE`` for export signatures), or the local config ``.mass/local.yaml``
+in the working directory (``noise_key_file:`` / ``signing_key_file:``, relative paths against
+the directory holding ``.mass/``). ``make demo`` writes that file: it names the key's *path*,
+never the key, and is git-ignored, so ``dvc repro`` and ``dvc exp run`` find the key from a
+plain shell. ``MASS_LOCAL_CONFIG`` names another local config file ("" reads none).
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ PREFIX = "mass-key-v1:"
 KEY_BYTES = 32
 NOISE_KEY_ENV = "MASS_NOISE_KEY_FILE"
 SIGNING_KEY_ENV = "MASS_SIGNING_KEY_FILE"
+LOCAL_CONFIG = os.path.join(".mass", "local.yaml")
+LOCAL_CONFIG_ENV = "MASS_LOCAL_CONFIG"
+_LOCAL_FIELD = {NOISE_KEY_ENV: "noise_key_file", SIGNING_KEY_ENV: "signing_key_file"}
 
 
 @dataclass(frozen=True)
@@ -159,7 +167,55 @@ def weak_reason(secret: bytes) -> str | None:
     return None
 
 
+def local_config() -> str | None:
+    """The local config file consulted for key paths (absolute), or None when disabled."""
+    chosen = os.environ.get(LOCAL_CONFIG_ENV, LOCAL_CONFIG)
+    return os.path.abspath(chosen) if chosen else None
+
+
+def _from_local_config(env: str) -> str | None:
+    cfg = local_config()
+    if cfg is None or not os.path.exists(cfg):
+        return None
+    import yaml
+
+    try:
+        with open(cfg) as f:
+            doc = yaml.safe_load(f) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"{cfg}: unreadable local config ({e}); fix or delete it") from e
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{cfg}: expected a mapping such as 'noise_key_file: .mass/owner.key'")
+    value = doc.get(_LOCAL_FIELD[env])
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{cfg}: {_LOCAL_FIELD[env]} must be a key file's path, got {value!r}")
+    base = os.path.dirname(os.path.dirname(cfg))  # the directory holding .mass/
+    return os.path.join(base, os.path.expanduser(value))
+
+
+def key_file(path: str | None, env: str) -> str | None:
+    """The key file named by ``path``, else by ``$env``, else by the local config; or None."""
+    return path or os.environ.get(env) or _from_local_config(env) or None
+
+
+def looked_for(env: str) -> str:
+    """Where :func:`key_file` looks, for error messages."""
+    cfg = local_config()
+    local = f", {_LOCAL_FIELD[env]} in {cfg} (written by `make demo`)" if cfg else ""
+    return f"the flag, ${env}{local}"
+
+
 def resolve_key(path: str | None, env: str) -> OwnerKey | None:
-    """The key named by ``path``, else by the environment variable ``env``, else None."""
-    chosen = path or os.environ.get(env) or None
-    return read_key(chosen) if chosen else None
+    """The key named by ``path``, else ``$env``, else the local config (:func:`key_file`);
+    None when none names one. A named file that is missing is an error naming who named it."""
+    chosen = key_file(path, env)
+    if not chosen:
+        return None
+    if not path and not os.environ.get(env) and not os.path.exists(chosen):
+        raise ConfigError(
+            f"{chosen}: no such key file (named by {_LOCAL_FIELD[env]} in {local_config()}); "
+            f"create it with `mass keygen {chosen}` or fix that line"
+        )
+    return read_key(chosen)

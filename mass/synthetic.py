@@ -18,7 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mass.io import EmbeddingDataset, LabelEncoding, embedding_array
+from mass.embeddings import embedding_array
+from mass.io import EmbeddingDataset, LabelEncoding
 from mass.rows import normalize_rows
 
 

@@ -39,6 +39,9 @@ def _session_owner_key() -> None:
 
 
 _session_owner_key()
+# A checkout where `make demo` ran holds .mass/local.yaml naming its key: tests never read it
+# (tests of the no-key paths would find that key; tests of the local config set their own).
+os.environ["MASS_LOCAL_CONFIG"] = ""
 
 
 def _apply_mutant() -> None:

@@ -22,16 +22,9 @@ import pyarrow.compute as pc
 
 from mass import fs
 from mass.errors import InvalidValueError, ReleaseError, UnreadableInputError
-from transforms.parquet_io import (
-    RUNS_DIR,
-    ShardSpiller,
-    _chunk_rows,
-    _reduce_runs,
-    footer,
-    merge_sorted_runs,
-    open_parquet,
-)
+from transforms.parquet_io import footer, open_parquet
 from transforms.parquet_write import shard_path
+from transforms.runs import RUNS_DIR, ShardSpiller, _chunk_rows, _reduce_runs, merge_sorted_runs
 
 FILE, ROW = "__file", "__row"
 

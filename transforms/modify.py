@@ -25,9 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 import apache_beam as beam
 
 from mass.progress import RateLog
-from transforms.parquet_io import RowGroupSpec, ShardSpiller, read_row_group
+from transforms.parquet_io import RowGroupSpec, read_row_group
 from transforms.quarantine import validate_batch
-from transforms.runs import BYPASS_COSINE, row_flags
+from transforms.runs import BYPASS_COSINE, ShardSpiller, row_flags
 
 log = logging.getLogger("mass.anonymize")
 

@@ -27,27 +27,6 @@ import pyarrow.parquet as pq
 from mass import fs
 from mass.errors import UnreadableInputError
 from mass.io import expand_paths
-from transforms.runs import (  # noqa: F401  (re-exported: the writer's primitives)
-    BYPASS_COSINE,
-    DISK_FULL,
-    FAN_IN,
-    NONFINITE,
-    RUN_BYTES,
-    RUNS_DIR,
-    SPILL_BYTES,
-    UNMODIFIED,
-    ShardSpiller,
-    _chunk_rows,
-    _reduce_runs,
-    count_flags,
-    disk_full,
-    merge_sorted_runs,
-    row_flags,
-    shard_of,
-    write_run,
-)
-
-_row_flags = row_flags  # the name the writer-guard tests use
 
 
 def _restore_batch(buf) -> pa.RecordBatch:

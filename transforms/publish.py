@@ -37,12 +37,7 @@ from collections.abc import Callable
 from mass import fs
 from mass.digest import sha256_file
 from mass.errors import OutputPathError, ReleaseError
-from mass.io import (  # noqa: F401  (the pointer's names and reader live with the readers)
-    QUARANTINE_MARKER,
-    RELEASE_MARKER,
-    VERSIONS,
-    committed_parts,
-)
+from mass.io import QUARANTINE_MARKER, RELEASE_MARKER, VERSIONS
 from transforms.parquet_io import footer
 
 RELEASE_FORMAT = "mass-release/1"

@@ -35,24 +35,15 @@ from mass import fs
 from mass.errors import ReleaseError, SchemaError
 from transforms.parquet_io import footer, open_parquet
 from transforms.parquet_write import fill_empty_shards, read_sidecars, remove_sidecars
-from transforms.publish import (  # noqa: F401  (re-exported: the publication API)
-    KILL_AT_ENV,
-    MARKER_FORMATS,
+from transforms.publish import (
     QUARANTINE_FORMAT,
     QUARANTINE_MARKER,
     RELEASE_FORMAT,
     RELEASE_MARKER,
     _parts,
-    check_outputs,
-    check_replaceable,
     discard_staging,
-    holds_marker,
-    input_roots,
     kill_point,
     part_files,
-    pid_alive,
-    recover_output,
-    staging_dir,
     swap_into_place,
 )
 

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mass.io import embedding_array
+from mass.embeddings import embedding_array
 from mass.rows import normalize_rows as _unit
 from mass.serving.contract import EMBEDDING, ROW_SEED
 

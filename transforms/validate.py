@@ -38,7 +38,8 @@ import pyarrow.parquet as pq
 from mass.errors import MissingInputError, SchemaError
 from mass.io import expand_paths
 from transforms.id_index import FILE, ROW, IdIndex, build_id_index
-from transforms.parquet_io import disk_full, open_parquet
+from transforms.parquet_io import open_parquet
+from transforms.runs import disk_full
 
 # Columns the job adds next to the user's: the model input carried to the writer for the
 # bypass check (beam_pipelines.anonymize.INPUT_COPY, and any other "__mass" name), the id

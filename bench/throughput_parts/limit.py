@@ -15,7 +15,7 @@ from bench.throughput_parts.data import _tensor, matrix
 def run_limit(data: Path, weights: Path, out: Path, *, batch_rows: int, threads: int) -> dict:
     import torch
 
-    from mass.io import embedding_array
+    from mass.embeddings import embedding_array
     from mass.modifiers import load_modifier
     from mass.noise import row_seeds
     from transforms.parquet_io import WRITE_OPTIONS

@@ -21,7 +21,7 @@ from mass.audit.stream import PARTITION_ROWS
 from mass.audit.suite import JUDGE_COLUMNS, AuditOutcome, SuiteSpec, Validator
 from mass.audit.unnamed import check_watch, measure_unnamed, watch_frame
 from mass.errors import ConfigError, MissingInputError, VacuousPolicyError
-from mass.keys import NOISE_KEY_ENV, OwnerKey, resolve_key
+from mass.keys import LOCAL_CONFIG, NOISE_KEY_ENV, OwnerKey, resolve_key
 from mass.metrics import KEYED, AttributeReport, attribute_report, z_value
 
 log = logging.getLogger(__name__)
@@ -232,7 +232,8 @@ def _keyless(req: AuditRequest, s: Scan, extra: np.ndarray):
         return x, status, True
     key = req.noise_key or resolve_key(req.noise_key_file, NOISE_KEY_ENV)
     if key is None:
-        return None, f"no noise key (--noise-key-file or ${NOISE_KEY_ENV}): not computed", False
+        where = f"--noise-key-file, ${NOISE_KEY_ENV}, {LOCAL_CONFIG}"
+        return None, f"no noise key ({where}): not computed", False
     if released != key.fingerprint:
         log.warning("%s: release noise key %s is not the given key %s; no key-compromised "
                     "figure", req.release, released, key.fingerprint)  # fmt: skip

@@ -22,7 +22,6 @@ from mass.calibrate.noise import NOISE_LEVELS, apply, bisect_noise, with_output_
 from mass.calibrate.report import frontier, plot_frontier
 from mass.calibrate.sampling import (
     fold_indices,
-    joint_codes,
     load_training,
     sample_table,
     stratified_split,
@@ -41,6 +40,7 @@ from mass.calibrate.search import (
     infeasible_attributes,
     resolved_config,
 )
+from mass.rows import joint_codes
 
 __all__ = [
     "ADAPTIVE_BASE", "NOISE_LEVELS", "SEARCH_SPACE", "Baselines", "CalibrationResult",

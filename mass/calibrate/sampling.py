@@ -17,7 +17,6 @@ import numpy as np
 
 from mass.errors import InputError
 from mass.io import EmbeddingDataset
-from mass.rows import joint_codes  # noqa: F401  (re-exported for calibration callers)
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,6 @@ from mass.calibrate.report import (
 from mass.calibrate.sampling import (
     fold_indices,
     holdout_codes,
-    joint_codes,
     stratified_split,
     subset,
 )
@@ -56,6 +55,7 @@ from mass.config import CalibrationConfig
 from mass.errors import CalibrationError, ConfigError, InputError
 from mass.io import EmbeddingDataset
 from mass.metrics.strata import stratification_codes
+from mass.rows import joint_codes
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from mass.demo.extractor import (
     save_extractor,
     train_extractor,
 )
-from mass.io import embedding_array
+from mass.embeddings import embedding_array
 
 log = logging.getLogger(__name__)
 

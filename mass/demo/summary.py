@@ -1,13 +1,17 @@
-"""The demo's closing summary (`make demo`): a few lines read from the audit's audit.json.
+"""The demo's closing summary (`make demo`) and the pipeline's DVC metrics, from audit.json.
 
     python -m mass.demo.summary --audit reports/audit/audit.json --release release \
         [--report reports/audit/report.html] [--owner-key .mass/owner.key]
+        [--run-dir runs/modifier --metrics metrics/summary.json]
 
 Says where the release is and how many rows it has, the audit verdict, per suppressed
 attribute the worst retrained attacker and its 95% upper bound against the limit, per
 preserved attribute the fraction of its original accuracy that was kept against the policy's
 minimum, and what it keeps that no flag named (watch attributes, label-free structure;
 a last-resort release says it is data minimisation). Exit status 0 when the audit passed, 1 when it failed (the numbers still print).
+
+``--metrics FILE`` also writes :func:`metrics` there: the few numbers that compare runs
+(dvc.yaml's only metrics file, so `dvc exp show` fits a terminal; audit.json stays an output).
 """
 
 from __future__ import annotations
@@ -83,6 +87,91 @@ def unnamed_summary(audit: dict, width: int = 0) -> list[str]:
     return lines
 
 
+def _worst_bound(a: dict) -> float | None:
+    return max((v for v in (a.get("ci_high") or {}).values() if v is not None), default=None)
+
+
+def _kept_fields(a: dict) -> dict:
+    """An attribute's kept-utility figures: ``retention`` as ``kept``, and any ``*kept*`` number."""
+    out = {"kept": a.get("retention")} if "retention" in a else {}
+    out.update({k: v for k, v in a.items() if "kept" in k and isinstance(v, (int, float))})
+    return out
+
+
+def _rounded(v):
+    return round(v, 4) if isinstance(v, float) else v
+
+
+def metrics(audit: dict, run: dict | None = None) -> dict:
+    """One run's comparable numbers (the DVC metrics file; keys stable across runs).
+
+    ``privacy_excess``: over the suppressed attributes, the largest worst-judge 95 % bound minus
+    its limit (<= 0 passes); ``utility_kept``: the smallest kept fraction over the preserved
+    ones. Both mean the same whatever the attributes are called, so experiments that suppress
+    different attributes still sort on them. Then per attribute its bound and limit, or kept
+    fraction (and any other ``*kept*`` figure the audit records, e.g. for watched or unnamed
+    utility); the chosen method, calibration candidate and output noise (``run``: the training
+    run's metrics.json); released rows; audit and calibration seconds.
+    """
+    run = run or {}
+    cal = run.get("calibration") or {}
+    out: dict = {
+        "pass": bool(audit.get("pass")),
+        "method": (audit.get("release") or {}).get("method") or run.get("method"),
+        "candidate": cal.get("candidate"),
+        "noise": cal.get("output_noise"),
+        "rows": (audit.get("rows") or {}).get("release"),
+        "privacy_excess": None,
+        "utility_kept": None,
+    }
+    by_role: dict[str, dict] = {}
+    for name, a in (audit.get("attributes") or {}).items():
+        role = a.get("role") or "other"
+        if role == "suppressed":
+            bound, limit = _worst_bound(a), a.get("limit")
+            row = {"bound": bound, "limit": limit}
+            if bound is not None and limit is not None:
+                row["excess"] = bound - limit
+        else:
+            row = _kept_fields(a)
+        if row:
+            by_role.setdefault(role, {})[name] = row
+    excess = [r["excess"] for r in by_role.get("suppressed", {}).values() if "excess" in r]
+    kept = [r["kept"] for r in by_role.get("preserved", {}).values() if r.get("kept") is not None]
+    out["privacy_excess"] = max(excess, default=None)
+    out["utility_kept"] = min(kept, default=None)
+    out.update(by_role)
+    utility = {k: v for k, v in audit.items()
+               if "utility" in k and isinstance(v, (int, float, dict))}  # fmt: skip
+    if utility:
+        out["utility"] = utility
+    out["seconds"] = {"audit": audit.get("seconds"), "calibration": run.get("calibration_seconds")}
+    return _round_tree(out)
+
+
+def _round_tree(d):
+    if isinstance(d, dict):
+        return {k: _round_tree(v) for k, v in d.items()}
+    return _rounded(d)
+
+
+def write_metrics(path: str, audit: dict, run_dir: str | None) -> None:
+    run = None
+    if run_dir:
+        try:
+            with open(os.path.join(run_dir, "metrics.json")) as f:
+                run = json.load(f)
+        except (OSError, ValueError) as e:
+            print(f"{run_dir}/metrics.json: unreadable ({e}); method and noise from audit.json "
+                  "only", file=sys.stderr)  # fmt: skip
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(metrics(audit, run), f, indent=2)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m mass.demo.summary", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -90,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--release", required=True, help="the release directory")
     p.add_argument("--report", help="the audit's report.html (printed as is)")
     p.add_argument("--owner-key", help="the owner key file (printed with a warning)")
+    p.add_argument("--metrics", help="also write the comparable metrics (JSON) to this file")
+    p.add_argument("--run-dir", help="the training run (its metrics.json: method, noise, seconds)")
     args = p.parse_args(argv)
     try:
         with open(args.audit) as f:
@@ -98,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.audit}: no readable audit.json ({e}); did the pipeline reach the audit?",
               file=sys.stderr)  # fmt: skip
         return 2
+    if args.metrics:
+        write_metrics(args.metrics, audit, args.run_dir)
     lines = summarize(audit, args.release)
     if args.report:
         lines.append(f"Audit report: {os.path.abspath(args.report)}")

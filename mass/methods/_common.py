@@ -7,6 +7,7 @@ normalisation (eq. 1's n()), so one export / anonymize / audit pipeline handles 
 
 from __future__ import annotations
 
+import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -36,7 +37,12 @@ def n_classes(ds: EmbeddingDataset, attr: str) -> int:
 
 
 def unit_x(ds: EmbeddingDataset) -> torch.Tensor:
-    return l2_normalize(torch.as_tensor(np.ascontiguousarray(ds.x), dtype=torch.float32))
+    # ds.x may be a read-only view of Arrow memory: torch warns on wrapping it, but the view is
+    # only read here (l2_normalize returns a new tensor), so no copy is made for the warning
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning)
+        x = torch.as_tensor(np.ascontiguousarray(ds.x), dtype=torch.float32)
+    return l2_normalize(x)
 
 
 class FitInputs(NamedTuple):

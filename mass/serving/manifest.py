@@ -19,7 +19,7 @@ from pathlib import Path
 
 from mass.digest import sha256_file
 from mass.errors import ChecksumMismatchError
-from mass.keys import SIGNING_KEY_ENV, OwnerKey, resolve_key
+from mass.keys import SIGNING_KEY_ENV, OwnerKey, looked_for, resolve_key
 from mass.serving.contract import (
     EXPORT_JSON,
     MANIFEST_FORMAT,
@@ -76,8 +76,8 @@ def signing_key(
     if found is None:
         how = f"pass {flag} FILE or set {SIGNING_KEY_ENV}" if flag else f"set {SIGNING_KEY_ENV}"
         raise ConfigError(
-            f"no signing key to {purpose} exports with: {how} to the owner key file (create "
-            "one with `mass keygen FILE`)"
+            f"no signing key to {purpose} exports with (looked in {looked_for(SIGNING_KEY_ENV)}): "
+            f"{how} to the owner key file (create one with `mass keygen FILE`)"
         )
     return found
 

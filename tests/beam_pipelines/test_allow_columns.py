@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from beam_pipelines import anonymize
+from mass.embeddings import embedding_array
 from mass.errors import AuditFailedError, ProxyColumnError
-from mass.io import embedding_array
 from mass.report.html import REPORT_NAME
 from transforms.inference.function import FunctionModelHandler
 from transforms.release import RELEASE_MARKER

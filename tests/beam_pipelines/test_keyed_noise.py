@@ -57,7 +57,7 @@ def data(tmp_path_factory):
     table = to_table(ds)
     x = ds.x.copy()
     x[NAN_ROW, 0] = np.nan
-    from mass.io import embedding_array
+    from mass.embeddings import embedding_array
 
     table = table.set_column(1, "emb", embedding_array(x))
     pq.write_table(table, base / "in.parquet", row_group_size=500)

@@ -18,9 +18,9 @@ import pytest
 from beam_pipelines import anonymize
 from mass import fs
 from mass.errors import OutputPathError, ReleaseError
-from mass.io import expand_paths, read_table
+from mass.io import committed_parts, expand_paths, read_table
 from transforms.inference.function import FunctionModelHandler
-from transforms.publish import VERSIONS, committed_parts
+from transforms.publish import VERSIONS
 from transforms.services import BIN, REPO, dask_cluster, moto_s3
 from transforms.testing import Bypass, NumpyModifier, write_embeddings
 

@@ -17,8 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from beam_pipelines import anonymize
+from mass.embeddings import embedding_array
 from mass.errors import AuditFailedError, ConfigError, ReleaseError
-from mass.io import embedding_array
 from transforms.inference.function import FunctionModelHandler
 from transforms.release import RELEASE_MARKER
 
@@ -251,7 +251,7 @@ def test_the_gate_audits_a_staged_object_store_release_and_uploads_the_report(sr
     from mass import fs
     from mass.audit import AuditRequest, run_audit
     from mass.audit.policy import AuditPolicy
-    from transforms.publish import committed_parts
+    from mass.io import committed_parts
     from transforms.services import moto_s3
 
     with moto_s3(str(tmp_path), "gate"):

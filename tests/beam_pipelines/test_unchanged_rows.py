@@ -19,8 +19,9 @@ import pytest
 import torch
 
 from beam_pipelines import anonymize
+from mass.embeddings import embedding_array
 from mass.errors import ReleaseError
-from mass.io import LabelEncoding, embedding_array
+from mass.io import LabelEncoding
 from mass.methods import get_method
 from mass.methods._common import EmbeddingDataset
 from mass.rows import normalize_rows

@@ -78,7 +78,7 @@ def test_record_batches_pickle_only_their_slice():
     import transforms.parquet_io  # noqa: F401
 
     x = np.random.default_rng(0).random((10_000, 64), dtype=np.float32)
-    from mass.io import embedding_array
+    from mass.embeddings import embedding_array
 
     whole = pa.RecordBatch.from_arrays([embedding_array(x)], names=["emb"])
     part = whole.slice(1000, 1000)

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mass.io import embedding_array
+from mass.embeddings import embedding_array
 
 DIM = 16
 ROWS = 600

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 
 def write_input(path: Path, rows: int, dim: int, *, chunk: int = 65536) -> None:
-    from mass.io import embedding_array
+    from mass.embeddings import embedding_array
 
     schema = pa.schema([("id", pa.int64()), ("emb", pa.list_(pa.float32(), dim))])
     rng = np.random.default_rng(0)

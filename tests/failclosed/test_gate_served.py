@@ -11,8 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from mass.embeddings import embedding_array
 from mass.errors import AuditFailedError
-from mass.io import embedding_array
 
 pytestmark = pytest.mark.triton
 DIM, ROWS = 16, 600

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from beam_pipelines import anonymize
-from mass.io import embedding_array
+from mass.embeddings import embedding_array
 from transforms.inference.function import FunctionModelHandler
 from transforms.testing import NumpyModifier
 

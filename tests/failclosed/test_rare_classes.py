@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mass import errors as E
-from mass.io import embedding_array
+from mass.embeddings import embedding_array
 
 DIM = 8
 ROWS = 240

@@ -20,8 +20,8 @@ import pytest
 
 from beam_pipelines import anonymize
 from mass.audit.policy import policy_from_dict
+from mass.embeddings import embedding_array
 from mass.errors import AuditFailedError, ProxyColumnError
-from mass.io import embedding_array
 from transforms.inference.function import FunctionModelHandler
 
 DIM, ROWS = 16, 600

@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from beam_pipelines import anonymize
+from mass.embeddings import embedding_array
 from mass.errors import ConfigError, VacuousPolicyError
-from mass.io import embedding_array
 from transforms.inference.function import FunctionModelHandler
 
 DIM, ROWS = 16, 600

@@ -13,8 +13,8 @@ from mass.audit import AuditRequest, policy_from_dict, run_audit
 from mass.audit.policy import load_policy
 from mass.audit.suite import REQUIRED_METADATA
 from mass.cli import main
+from mass.embeddings import embedding_array
 from mass.errors import ConfigError
-from mass.io import embedding_array
 
 N, D = 1000, 24
 S_BLOCK, R_BLOCK = slice(0, 8), slice(8, 16)

@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import mass.audit.stream as stream
+from mass.embeddings import embedding_array
 from mass.errors import InvalidValueError
-from mass.io import embedding_array
 from mass.synthetic import block_attributes
 from tests.mass.test_audit import FAST, D, N, _audit, _drop_s, _failed, _write
 

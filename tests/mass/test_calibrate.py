@@ -17,8 +17,9 @@ from mass import calibrate as C
 from mass.audit.policy import AuditPolicy
 from mass.cli import main
 from mass.config import CalibrationConfig
+from mass.embeddings import embedding_array
 from mass.errors import CalibrationError, ConfigError
-from mass.io import embedding_array, load_embeddings
+from mass.io import load_embeddings
 from mass.methods._common import toy_dataset
 from mass.metrics import majority_rate, retrained_attackers
 from mass.modifiers import ChainModifier, DataModifier, ModifierSpec, load_modifier

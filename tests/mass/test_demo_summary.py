@@ -14,7 +14,7 @@ import pytest
 from mass.audit.suite import REQUIRED_METADATA
 from mass.cli import main
 from mass.demo.summary import summarize
-from mass.io import embedding_array
+from mass.embeddings import embedding_array
 from mass.synthetic import block_attributes
 
 N, D = 1000, 24

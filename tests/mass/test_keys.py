@@ -165,3 +165,42 @@ def test_a_key_file_owned_by_another_user_is_refused(tmp_path):
         read_key(str(path))
     os.chown(path, os.geteuid(), -1)
     read_key(str(path))
+
+
+def test_local_config_names_the_key_path_after_flag_and_env(tmp_path, monkeypatch):
+    # `make demo` writes .mass/local.yaml so `dvc repro` from a plain shell finds the key
+    from mass.keys import NOISE_KEY_ENV, SIGNING_KEY_ENV, key_file
+
+    (tmp_path / ".mass").mkdir()
+    key = write_key(str(tmp_path / ".mass" / "owner.key"))
+    (tmp_path / ".mass" / "local.yaml").write_text(
+        "noise_key_file: .mass/owner.key\nsigning_key_file: .mass/owner.key\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MASS_LOCAL_CONFIG")
+    monkeypatch.delenv(NOISE_KEY_ENV)
+    monkeypatch.delenv(SIGNING_KEY_ENV)
+    for env in (NOISE_KEY_ENV, SIGNING_KEY_ENV):
+        assert resolve_key(None, env).fingerprint == key.fingerprint
+    other = write_key(str(tmp_path / "other.key"))
+    monkeypatch.setenv(NOISE_KEY_ENV, str(tmp_path / "other.key"))  # the environment wins
+    assert resolve_key(None, NOISE_KEY_ENV).fingerprint == other.fingerprint
+    assert key_file("given.key", NOISE_KEY_ENV) == "given.key"  # and the flag wins over both
+    monkeypatch.setenv("MASS_LOCAL_CONFIG", "")  # "" reads no local config
+    assert resolve_key(None, SIGNING_KEY_ENV) is None
+
+
+def test_local_config_naming_a_missing_key_is_refused_naming_both(tmp_path, monkeypatch):
+    from mass.keys import NOISE_KEY_ENV
+
+    (tmp_path / ".mass").mkdir()
+    (tmp_path / ".mass" / "local.yaml").write_text("noise_key_file: gone.key\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MASS_LOCAL_CONFIG")
+    monkeypatch.delenv(NOISE_KEY_ENV)
+    named = r"gone.key: no such key file \(named by noise_key_file in .*local.yaml\)"
+    with pytest.raises(ConfigError, match=named):
+        resolve_key(None, NOISE_KEY_ENV)
+    (tmp_path / ".mass" / "local.yaml").write_text("- a list\n")
+    with pytest.raises(ConfigError, match="local.yaml: expected a mapping"):
+        resolve_key(None, NOISE_KEY_ENV)

@@ -160,7 +160,6 @@ import sys, types
 pb = types.ModuleType("triton_python_backend_utils")  # exists only inside Triton's python backend
 sys.modules["triton_python_backend_utils"] = pb
 import mass.serving.adapters.modifier  # the served model's module, as model.py loads it
-import mass.triton_adapters.modifier  # the shim that exports made before the move load
 from mass.modifiers import load_modifier
 for path in sys.argv[1:]:
     load_modifier(path)
@@ -172,7 +171,7 @@ print("TRAINING:" + ",".join(training))
 
 
 def test_the_served_model_imports_nothing_from_training(tmp_path):
-    """A fresh interpreter importing the Triton modifier adapter (and its pre-move shim) and
+    """A fresh interpreter importing the Triton modifier adapter and
     loading every kind never imports the training stack (methods, trainer, losses, branches)."""
     import os
     import subprocess

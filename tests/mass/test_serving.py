@@ -59,8 +59,6 @@ def served(tmp_path_factory, triton_server_factory):
         "sto": _run(tmp, "sto", noise_dim=16, seed=1),
     }
     results = {n: export_modifier(r, repo, n, max_batch_size=512) for n, r in runs.items()}
-    runs["legacy"] = runs["det"]
-    results["legacy"] = _export_as_before_the_move(runs["det"], repo, "legacy")
     torch.manual_seed(2)
     save_extractor(ImageEncoder(EncoderConfig(widths=(8, 8, 16), dim=DIM)), str(tmp / "ext.pt"))
     export_extractor(tmp / "ext.pt", repo, "cnn", max_batch_size=256)
@@ -73,24 +71,10 @@ def served(tmp_path_factory, triton_server_factory):
         repo,
         model_control="explicit",
         startup_timeout=600,
-        load_models=("det", "sto", "cnn", "raw", "legacy"),
+        load_models=("det", "sto", "cnn", "raw"),
     )
     yield {"server": server, "repo": repo, "runs": runs, "results": results, "tmp": tmp}
     server.stop()
-
-
-def _export_as_before_the_move(run: Path, repo: Path, name: str):
-    """An export as the code before mass.serving wrote it: model.py imports
-    ``mass.triton_adapters.modifier`` and the signed manifest lists that model.py."""
-    from mass.serving.manifest import sign_version_dir, signing_key
-    from mass.serving.repository import MODEL_PY
-
-    result = export_modifier(run, repo, name, max_batch_size=512)
-    old = MODEL_PY.format(module="mass.triton_adapters.modifier")
-    (result.version_dir / "model.py").write_text(old)
-    sign_version_dir(result.version_dir, signing_key(purpose="sign"))
-    assert "mass.serving" not in (result.version_dir / "model.py").read_text()
-    return result
 
 
 def _client(server):
@@ -117,10 +101,8 @@ def _rows(n: int, seed: int = 0):
     return x, row_seeds(np.arange(1000, 1000 + n)).reshape(-1, 1)
 
 
-@pytest.mark.parametrize("name", ["det", "sto", "legacy"])
+@pytest.mark.parametrize("name", ["det", "sto"])
 def test_served_modifier_matches_in_process(served, name):
-    """``legacy``: an export whose signed model.py imports the adapters' old path
-    (mass.triton_adapters, a shim now) still loads, verifies and serves."""
     x, seeds = _rows(300)
     got = _infer(served["server"], name, {"EMBEDDING": x, "ROW_SEED": seeds}, "PRIVATIZED")
     with torch.inference_mode():

@@ -9,8 +9,8 @@ import pytest
 from apache_beam.ml.inference.base import RunInference
 from apache_beam.testing.util import assert_that, equal_to
 
+from mass.embeddings import embedding_array
 from mass.errors import ResponseShapeError, ServingError
-from mass.io import embedding_array
 from mass.serving import free_port
 from mass.serving.contract import EMBEDDING, PRIVATIZED, ROW_SEED
 from transforms.inference.function import FunctionModelHandler

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from mass.embeddings import embedding_array
 from mass.errors import AuditFailedError
-from mass.io import embedding_array
 from transforms import release as R
 from transforms.parquet_write import shard_path
 

@@ -6,8 +6,8 @@ import pyarrow as pa
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
+from mass.embeddings import embedding_array
 from mass.errors import SchemaError
-from mass.io import embedding_array
 from transforms.quarantine import validate_batch
 
 

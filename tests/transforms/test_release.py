@@ -6,8 +6,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from mass.embeddings import embedding_array
 from mass.errors import ReleaseError
-from mass.io import embedding_array
 from transforms.parquet_write import shard_path
 from transforms.release import (
     publish_release,

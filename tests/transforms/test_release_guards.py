@@ -12,12 +12,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from mass.embeddings import embedding_array
 from mass.errors import ReleaseError
-from mass.io import embedding_array
 from transforms import publish as P
 from transforms import release as R
-from transforms.parquet_io import NONFINITE, UNMODIFIED, _row_flags
 from transforms.parquet_write import shard_path
+from transforms.runs import NONFINITE, UNMODIFIED, row_flags
 
 INFO = {"name": "m", "version": 1, "sha256": "s", "method": "mass", "suppress": ["colour"],
         "preserve": ["digit"], "config_hash": "h"}  # fmt: skip
@@ -114,4 +114,4 @@ def test_row_flags_mark_unmodified_and_non_finite_outputs():
     out = np.array([[1, 0], [np.nan, 1], [0.8, 0.6]], np.float32)
     batch = pa.RecordBatch.from_pydict({"emb": embedding_array(out),
                                         "__src": embedding_array(src)})  # fmt: skip
-    assert _row_flags(batch, "emb", "__src").tolist() == [UNMODIFIED, NONFINITE, 0]
+    assert row_flags(batch, "emb", "__src").tolist() == [UNMODIFIED, NONFINITE, 0]

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from mass.io import embedding_array
+from mass.embeddings import embedding_array
 from transforms.runs import BYPASS_COSINE, NONFINITE, UNMODIFIED, near_parallel, row_flags
 
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from mass.io import embedding_array
-from transforms.parquet_io import BYPASS_COSINE, UNMODIFIED, _row_flags
+from mass.embeddings import embedding_array
+from transforms.runs import BYPASS_COSINE, UNMODIFIED, row_flags
 
 
 def _flags(src, out) -> list[int]:
     batch = pa.RecordBatch.from_pydict({"emb": embedding_array(np.asarray(out, np.float32)),
                                         "__src": embedding_array(np.asarray(src, np.float32))})
-    return _row_flags(batch, "emb", "__src").tolist()  # fmt: skip
+    return row_flags(batch, "emb", "__src").tolist()  # fmt: skip
 
 
 def test_outputs_parallel_to_their_input_are_flagged_at_any_scale():

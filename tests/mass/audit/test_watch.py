@@ -14,8 +14,8 @@ from mass.audit import AuditRequest, policy_from_dict, run_audit
 from mass.audit.report import format_table, write_all
 from mass.audit.suite import REQUIRED_METADATA
 from mass.demo.summary import summarize
+from mass.embeddings import embedding_array
 from mass.errors import ConfigError
-from mass.io import embedding_array
 from mass.methods import get_method
 from mass.methods._common import toy_dataset
 from mass.metrics.unnamed import last_resort_release

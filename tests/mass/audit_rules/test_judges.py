@@ -18,7 +18,7 @@ import pytest
 from mass.audit import AuditRequest, policy_from_dict, run_audit
 from mass.audit.report import audit_metrics
 from mass.audit.suite import REQUIRED_METADATA
-from mass.io import embedding_array
+from mass.embeddings import embedding_array
 
 N, D = 2000, 24  # 2,000 rows: a chance-level judge's 95 % upper bound stays ~0.02 above it
 FAST = {"families": ["logreg", "knn"], "folds": 3}

@@ -15,7 +15,7 @@ from mass.audit.keyed import keyless_view, modifier_parts
 from mass.audit.report import audit_metrics
 from mass.audit.suite import REQUIRED_METADATA
 from mass.cli import main
-from mass.io import embedding_array
+from mass.embeddings import embedding_array
 from mass.keys import NOISE_KEY_ENV, OwnerKey, write_key
 from mass.metrics import majority_rate, retrained_attackers
 from mass.modifiers import (

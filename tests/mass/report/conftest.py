@@ -277,7 +277,7 @@ def write_synthetic(root, *, suppress_leaks: bool = False):
     import pyarrow.parquet as pq
 
     from mass.audit.suite import REQUIRED_METADATA
-    from mass.io import embedding_array
+    from mass.embeddings import embedding_array
 
     rng = np.random.default_rng(0)
     s, r = rng.integers(0, 3, N), rng.integers(0, 2, N)

@@ -1,4 +1,0 @@
-"""Shim for exports made before the move (see :mod:`mass.triton_adapters`): their signed
-``model.py`` imports this path. The adapter is :mod:`mass.serving.adapters.modifier`."""
-
-from mass.serving.adapters.modifier import TritonPythonModel  # noqa: F401

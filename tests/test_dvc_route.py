@@ -1,0 +1,90 @@
+"""DVC as its users drive it (issue 27): after the demo's set-up, `dvc exp run -S ...` from a
+plain shell - no `.venv/bin` on PATH, no MASS_*_KEY_FILE exported - runs the whole pipeline,
+and `dvc exp show --csv` lists the summary metrics of both experiments.
+
+The pipeline runs in a git repository made in a temporary directory from this checkout's
+working tree (tracked and untracked, not ignored, files), with `.venv` linked; the checkout
+is never touched. It is as small as the pipeline allows: 2 extractor epochs and a 2-minute
+calibration budget (`-S`), so the test checks the route, not the demo's numbers.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV = ROOT / ".venv"
+SMALL = ["-S", "extractor.epochs=2", "-S", "calibration.budget_minutes=2"]
+SUMMARY = ("pass", "method", "noise", "privacy_excess", "utility_kept", "rows")
+
+
+def _copy_working_tree(dst: Path) -> None:
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT,
+                           check=True, capture_output=True).stdout.decode().split("\0")  # fmt: skip
+    for name in filter(None, files):
+        src = ROOT / name
+        if src.is_file() and not src.is_symlink():
+            (dst / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst / name)
+
+
+def _plain_env(repo: Path) -> dict[str, str]:
+    """A user's shell: system PATH only, no key variables; the copy's code first."""
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep)
+                           if ".venv" not in p and not p.startswith(str(ROOT)))  # fmt: skip
+    env = {"HOME": os.environ.get("HOME", str(repo)), "PATH": path, "PYTHONPATH": str(repo),
+           "GX_ANALYTICS_ENABLED": "False", "DVC_NO_ANALYTICS": "1", "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}  # fmt: skip
+    assert not any(k.startswith("MASS_") for k in env)
+    return env
+
+
+def _run(cmd: list[str], repo: Path, env: dict[str, str]) -> str:
+    p = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, f"`{' '.join(cmd)}` exited {p.returncode}:\n{out[-6000:]}"
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_dvc_exp_run_from_a_plain_shell_and_exp_show_compares(tmp_path):
+    if not (VENV / "bin" / "dvc").exists():
+        pytest.skip(".venv/ with dvc not made (make venv)")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _copy_working_tree(repo)
+    (repo / ".venv").symlink_to(VENV.resolve())
+    env = _plain_env(repo)
+    _run(["git", "init", "-q"], repo, env)
+    _run(["git", "add", "-A"], repo, env)
+    _run(["git", "commit", "-qm", "copy"], repo, env)
+    # the demo's set-up (key + .mass/local.yaml), without reinstalling the linked venv
+    _run(["make", "-o", ".venv/bin/.installed", "demo-keys"], repo, env)
+    assert "owner.key" in (repo / ".mass" / "local.yaml").read_text()
+
+    dvc = ".venv/bin/dvc"  # not on PATH: the README's route
+    outs = [_run([dvc, "exp", "run", "-n", "base", *SMALL], repo, env)]
+    outs.append(_run([dvc, "exp", "run", "-n", "swapped", *SMALL, "-S", "train.suppress=colour",
+                      "-S", "train.preserve=digit"], repo, env))  # fmt: skip
+    for out in outs:
+        assert "is empty" not in out and "command not found" not in out, out[-3000:]
+
+    table = _run([dvc, "exp", "show", "--csv"], repo, env)
+    rows = list(csv.DictReader(io.StringIO(table)))
+    by_name = {r["Experiment"]: r for r in rows if r.get("Experiment") in ("base", "swapped")}
+    assert set(by_name) == {"base", "swapped"}, table
+    for name, row in by_name.items():
+        for col in SUMMARY:
+            assert row.get(col) not in (None, ""), f"{name}: no {col} column/value in\n{table}"
+    assert "suppressed.digit.bound" in rows[0] and "suppressed.colour.bound" in rows[0], table
+    assert not any("ci_high" in c or "learning_curve" in c for c in rows[0]), table
+    _run([dvc, "push"], repo, env)
