@@ -19,7 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     from mass.calibrate.judge import ValidationAudit
     from mass.calibrate.noise import apply, with_output_noise
     from mass.calibrate.sampling import stratified_split, subset
-    from mass.calibrate.search import SEARCH_SPACE, TRAINED_HOLDOUT
+    from mass.calibrate.search import TRAINED_HOLDOUT
+    from mass.calibrate.space import SEARCH_SPACE
     from mass.config import CalibrationConfig
     from mass.io import load_embeddings
     from mass.methods import get_method

@@ -30,14 +30,16 @@ from mass.calibrate.sampling import (
     total_rows,
 )
 from mass.calibrate.search import (
-    ADAPTIVE_BASE,
-    SEARCH_SPACE,
     CalibrationResult,
-    Candidate,
-    _adaptive,
     budget_clock,
     calibrate,
     infeasible_attributes,
+)
+from mass.calibrate.space import (
+    ADAPTIVE_BASE,
+    SEARCH_SPACE,
+    Candidate,
+    _adaptive,
     resolved_config,
 )
 from mass.rows import joint_codes

@@ -42,11 +42,9 @@ from mass.calibrate.sampling import (
     stratified_split,
     subset,
 )
-from mass.calibrate.space import (  # noqa: F401  (the space's names, re-exported)
-    ADAPTIVE_BASE,
+from mass.calibrate.space import (
     SEARCH_SPACE,
     Candidate,
-    _adaptive,
     ordered,
     params_for,
     resolved_config,
