@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import logging
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import apache_beam as beam
 import tritonclient.grpc as grpcclient
@@ -20,14 +22,15 @@ from apache_beam.ml.inference.base import RunInference
 
 from beam_pipelines.options import (
     LogProgress,
+    Serving,
     add_serving_arguments,
     csv_list,
     parse_job_argv,
     pipeline_for,
+    plan_serving,
     run_to_completion,
     triton_endpoint,
 )
-from beam_pipelines.plan import ExtractJob, plan_extract
 from mass import fs
 from mass.errors import MissingInputError, SchemaError, ServingError
 from mass.io import check_ids, read_table
@@ -40,6 +43,35 @@ from transforms.release import discard_staging, publish_release
 from transforms.validate import check_column_names, release_schema
 
 log = logging.getLogger("mass.extract")
+
+
+@dataclass(frozen=True)
+class ExtractJob:
+    """Every setting of `mass extract`, built once from the parsed flags (:func:`plan_extract`)."""
+
+    input: str
+    output: str
+    model: str
+    raw_col: str
+    keep_columns: tuple[str, ...]
+    id_col: str
+    emb_col: str
+    serving: Serving
+    beam_args: tuple[str, ...]
+
+
+def plan_extract(args: argparse.Namespace, beam_args: Sequence[str] = ()) -> ExtractJob:
+    return ExtractJob(
+        input=args.input,
+        output=args.output,
+        model=args.model,
+        raw_col=args.raw_col,
+        keep_columns=tuple(args.keep_columns),
+        id_col=args.id_col,
+        emb_col=args.emb_col,
+        serving=plan_serving(args),
+        beam_args=tuple(beam_args),
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -9,7 +9,6 @@ itself with its report (:func:`audit_staged`; local or object-store report direc
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -45,17 +44,6 @@ class AllowCheck:
 
     forced: tuple[str, ...] = ()
     verdicts: tuple = ()  # transforms.allow_check verdicts
-
-
-def resolve_policy(path: str | None) -> tuple[object, str]:
-    """(policy, where it came from): --policy, else ./params.yaml if present, else defaults."""
-    from mass.audit.policy import AuditPolicy, load_policy
-
-    if path is None and os.path.isfile("params.yaml"):
-        path = "params.yaml"
-    if path is None:
-        return AuditPolicy(), "built-in defaults (no --policy, no ./params.yaml)"
-    return load_policy(path), f"{path} (audit:)"
 
 
 def check_allowed(job: AnonymizeJob, plan: AuditPlan | None, checked: CheckedInput) -> AllowCheck:

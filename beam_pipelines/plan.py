@@ -1,21 +1,32 @@
-"""One frozen plan per Beam job, built and checked once at the entry point from the parsed
-flags and Beam options; the pipelines, the gate and the preflight read it, nothing writes to
-the parsed flags. A new flag: add it to the command's ``add_arguments``, one field here and
+"""The frozen plan of the anonymize job, built and checked once at the entry point from the
+parsed flags and Beam options; the pipeline, the gate and the preflight read it, nothing
+writes to the parsed flags (`mass extract`'s plan: :class:`beam_pipelines.extract.ExtractJob`). A new flag: add it to the command's ``add_arguments``, one field here and
 its line in ``plan_*`` (checks included), then read ``job.<field>`` where it is used.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from beam_pipelines.gate import resolve_policy
 from beam_pipelines.options import Serving, plan_serving, temp_location
 from mass import fs
 from mass.errors import ConfigError
 from mass.keys import NOISE_KEY_ENV, OwnerKey, resolve_key
 from transforms.publish import check_outputs, staging_dir
+
+
+def resolve_policy(path: str | None) -> tuple[object, str]:
+    """(policy, where it came from): --policy, else ./params.yaml if present, else defaults."""
+    from mass.audit.policy import AuditPolicy, load_policy
+
+    if path is None and os.path.isfile("params.yaml"):
+        path = "params.yaml"
+    if path is None:
+        return AuditPolicy(), "built-in defaults (no --policy, no ./params.yaml)"
+    return load_policy(path), f"{path} (audit:)"
 
 
 @dataclass(frozen=True)
@@ -103,33 +114,4 @@ def plan_anonymize(args: argparse.Namespace, beam_args: Sequence[str] = ()) -> A
         serving=serving,
         beam_args=tuple(beam_args),
         temp_location=temp_location(beam_args),
-    )
-
-
-@dataclass(frozen=True)
-class ExtractJob:
-    """Every setting of `mass extract` (see :mod:`beam_pipelines.extract`)."""
-
-    input: str
-    output: str
-    model: str
-    raw_col: str
-    keep_columns: tuple[str, ...]
-    id_col: str
-    emb_col: str
-    serving: Serving
-    beam_args: tuple[str, ...]
-
-
-def plan_extract(args: argparse.Namespace, beam_args: Sequence[str] = ()) -> ExtractJob:
-    return ExtractJob(
-        input=args.input,
-        output=args.output,
-        model=args.model,
-        raw_col=args.raw_col,
-        keep_columns=tuple(args.keep_columns),
-        id_col=args.id_col,
-        emb_col=args.emb_col,
-        serving=plan_serving(args),
-        beam_args=tuple(beam_args),
     )

@@ -14,9 +14,12 @@ import json
 import logging
 import os
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
-from mass.config import check_attribute_names, read_section
+from mass.config import CalibrationConfig, check_attribute_names, read_section
 from mass.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -29,6 +32,71 @@ def names(v: Any) -> list[str]:
     if isinstance(v, str):
         return [s.strip() for s in v.split(",") if s.strip()]
     return list(v)
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """Every setting of `mass train`, resolved and checked once (:func:`plan_train`). A new
+    flag: ``add_arguments`` in :mod:`mass.commands.train`, one field here, its line in
+    :func:`plan_train`, then ``job.<field>`` where it is used."""
+
+    data: str
+    val: str | None
+    id_col: str
+    emb_col: str
+    out: str
+    method: str  # --method, else the config's, else "mass"
+    suppress: tuple[str, ...]
+    preserve: tuple[str, ...]
+    params: Mapping[str, Any]  # the config's train: section with --mode/--epochs/--seed over it
+    calibrate: bool  # none of --config, --mode, --method given
+    watch: tuple[str, ...]  # --watch, else the policy's audit.watch (ranks calibration)
+    epochs: int | None
+    seed: int | None
+    resume: bool
+    attackers: tuple[str, ...]
+    progress: bool
+    policy: str | None  # --policy (calibration reads it: mass.calibrate.flow.read_policy)
+    calibration: CalibrationConfig  # --budget-minutes/--budget-clock/--release-rows/--max-rows
+
+
+def plan_train(args: argparse.Namespace) -> TrainJob:
+    """The plan of `mass train` from its parsed flags and --config; every check that needs
+    no data runs here (and the suppress/preserve names against the data's schema)."""
+    method, suppress, preserve, params = resolve(args)
+    check_out(args.out)
+    if not suppress:
+        raise ConfigError("suppress: empty; pass --suppress or set train.suppress in --config")
+    calibrate = not (args.config or args.mode or args.method)
+    watch: list[str] = []
+    if calibrate:  # watch attributes rank calibration's candidates
+        from mass.calibrate.flow import resolve_watch
+
+        watch = resolve_watch(args, suppress, preserve)
+    check_columns(args.data, suppress, preserve, watch)
+    cfg = CalibrationConfig(budget_minutes=args.budget_minutes, max_rows=args.max_rows,
+                            budget_clock=args.budget_clock, release_rows=args.release_rows,
+                            seed=args.seed or 0)  # fmt: skip
+    return TrainJob(
+        data=args.data,
+        val=args.val,
+        id_col=args.id_col,
+        emb_col=args.emb_col,
+        out=args.out,
+        method=method,
+        suppress=tuple(suppress),
+        preserve=tuple(preserve),
+        params=MappingProxyType(params),
+        calibrate=calibrate,
+        watch=tuple(watch),
+        epochs=args.epochs,
+        seed=args.seed,
+        resume=args.resume,
+        attackers=tuple(names(args.attackers)),
+        progress=not args.no_progress,
+        policy=args.policy,
+        calibration=cfg,
+    )
 
 
 def resolve(args: argparse.Namespace) -> tuple[str, list[str], list[str], dict]:
@@ -83,62 +151,53 @@ def check_out(out: str) -> None:
         raise ConfigError(f"--out {out}: {parent} is a file, not a directory; pass another --out")
 
 
-def calibrating(args: argparse.Namespace) -> bool:
-    """Calibrate unless the user said what to train (--config, --mode or --method)."""
-    return not (args.config or args.mode or args.method)
+def train(job: TrainJob) -> int:
+    """The whole of `mass train` on its plan (see :mod:`mass.commands.train` for the flags)."""
+    from mass.config import validate_attributes
 
-
-def train(args: argparse.Namespace) -> int:
-    """The whole of `mass train` (see :mod:`mass.commands.train` for the flags)."""
-    from mass.config import config_hash, validate_attributes
-    from mass.methods import get_method
-
-    method_name, suppress, preserve, params = resolve(args)
-    check_out(args.out)
-    if not suppress:
-        raise ConfigError("suppress: empty; pass --suppress or set train.suppress in --config")
-    watch: list[str] = []
-    if calibrating(args):  # watch attributes rank calibration's candidates
-        from mass.calibrate.flow import resolve_watch
-
-        watch = resolve_watch(args, suppress, preserve)
-    check_columns(args.data, suppress, preserve, watch)
-    train_ds, sample_note = _load_training(args, suppress, preserve, watch)
-    validate_attributes(suppress, preserve, train_ds.labels, source=args.data)
-    if calibrating(args):
+    suppress, preserve = list(job.suppress), list(job.preserve)
+    train_ds, sample_note = _load_training(job)
+    validate_attributes(suppress, preserve, train_ds.labels, source=job.data)
+    if job.calibrate:
         from mass.calibrate.flow import run_calibration
 
-        run = run_calibration(args, train_ds, suppress, preserve, sample_note,
-                              _load_val(args, train_ds), watch=watch)  # fmt: skip
-        write_run(args.out, run.modifier, run.branches, train_ds, method=run.method,
+        run = run_calibration(job, train_ds, sample_note, _load_val(job, train_ds))
+        write_run(job.out, run.modifier, run.branches, train_ds, method=run.method,
                   suppress=suppress, preserve=preserve, resolved=run.resolved, chash=run.chash,
                   metrics=run.metrics, calibration=run.calibration)  # fmt: skip
         return 0
-    val = _load_val(args, train_ds)
-    method = get_method(method_name)
-    hp = method.parse(params, suppress=suppress, preserve=preserve)
+    return _train_explicit(job, train_ds, sample_note)
+
+
+def _train_explicit(job: TrainJob, train_ds, sample_note) -> int:
+    """The method and configuration the user named, fitted as they say."""
+    from mass.config import config_hash
+    from mass.methods import get_method
+
+    suppress, preserve = list(job.suppress), list(job.preserve)
+    val = _load_val(job, train_ds)
+    method = get_method(job.method)
+    hp = method.parse(dict(job.params), suppress=suppress, preserve=preserve)
     resolved = method.resolve(hp, suppress=suppress, preserve=preserve)
     chash = config_hash(resolved)
-    os.makedirs(args.out, exist_ok=True)
+    os.makedirs(job.out, exist_ok=True)
     t0 = time.perf_counter()
     res = method.fit(train_ds, suppress=suppress, preserve=preserve, params=hp, val=val,
-                     progress=not args.no_progress, run_dir=args.out,
-                     resume=args.resume)  # fmt: skip
+                     progress=job.progress, run_dir=job.out, resume=job.resume)  # fmt: skip
     seconds = time.perf_counter() - t0
     metrics = {
-        "method": method_name, "config_hash": chash, "train_seconds": seconds,
+        "method": job.method, "config_hash": chash, "train_seconds": seconds,
         "epoch_seconds": [h.get("seconds") for h in res.history],
         "history": res.history, "rows": len(train_ds),
     }  # fmt: skip
     if sample_note:
         metrics["sample"] = sample_note
     if val is not None:
-        families = tuple(names(args.attackers))
-        metrics["val"] = audit(res, train_ds, val, suppress + preserve, families=families)
-    write_run(args.out, res.modifier, res.extra.get("branches_obj"), train_ds,
-              method=method_name, suppress=suppress,
+        metrics["val"] = audit(res, train_ds, val, suppress + preserve, families=job.attackers)
+    write_run(job.out, res.modifier, res.extra.get("branches_obj"), train_ds,
+              method=job.method, suppress=suppress,
               preserve=preserve, resolved=resolved, chash=chash, metrics=metrics)  # fmt: skip
-    log.info("wrote %s (train %.1fs)", args.out, seconds)
+    log.info("wrote %s (train %.1fs)", job.out, seconds)
     return 0
 
 
@@ -160,8 +219,11 @@ def write_run(out: str, modifier, branches, train_ds, *, method: str, suppress: 
         # Methods that train no judges of their own (the erasers, the baselines) still get the
         # paper's frozen judges: one classifier per named attribute on the original rows, so
         # the audit reports frozen numbers beside the retrained attackers for every release.
-        save_branches(os.path.join(out, "branches.pt"),
-                      frozen_judges(train_ds, list(dict.fromkeys(suppress + preserve))), None)
+        save_branches(
+            os.path.join(out, "branches.pt"),
+            frozen_judges(train_ds, list(dict.fromkeys(suppress + preserve))),
+            None,
+        )
     _write_yaml(os.path.join(out, "config.yaml"), resolved)
     with open(os.path.join(out, "encodings.json"), "w") as f:
         json.dump(encodings, f, indent=2, default=str)
@@ -190,26 +252,26 @@ def frozen_judges(train_ds, attributes: list[str], *, epochs: int = 10, seed: in
     keep = seeded_rows(len(x), ATTACKER_ROWS, seed)
     if keep is not None:
         x, labels = x[keep], {a: labels[a][keep] for a in attributes}
-    return pretrain_branches(normalize_rows(x), labels, num_classes, cfg,
-                             attributes=tuple(attributes), agnostic=False).classifiers
+    return pretrain_branches(
+        normalize_rows(x), labels, num_classes, cfg, attributes=tuple(attributes), agnostic=False
+    ).classifiers
 
 
-def _load_training(args, suppress: list[str], preserve: list[str], watch: list[str] = ()):
+def _load_training(job: TrainJob):
     from mass.calibrate.sampling import load_training
-    from mass.config import CalibrationConfig
 
-    cfg = CalibrationConfig(max_rows=args.max_rows, seed=args.seed or 0)
-    return load_training(args.data, id_col=args.id_col, emb_col=args.emb_col,
-                         label_cols=list(dict.fromkeys([*suppress, *preserve, *watch])),
-                         max_rows=cfg.max_rows, seed=cfg.seed)  # fmt: skip
+    return load_training(job.data, id_col=job.id_col, emb_col=job.emb_col,
+                         label_cols=list(dict.fromkeys(job.suppress + job.preserve + job.watch)),
+                         max_rows=job.calibration.max_rows,
+                         seed=job.calibration.seed)  # fmt: skip
 
 
-def _load_val(args, train_ds):
+def _load_val(job: TrainJob, train_ds):
     from mass.io import load_embeddings
 
-    if not args.val:
+    if not job.val:
         return None
-    return load_embeddings(args.val, id_col=args.id_col, emb_col=args.emb_col,
+    return load_embeddings(job.val, id_col=job.id_col, emb_col=job.emb_col,
                            label_cols=list(train_ds.labels), encodings=train_ds.encodings,
                            expected_dim=train_ds.x.shape[1])  # fmt: skip
 
@@ -249,5 +311,3 @@ def _write_yaml(path: str, d: dict) -> None:
 
     with open(path, "w") as f:
         yaml.safe_dump({"train": json.loads(json.dumps(d, default=str))}, f, sort_keys=True)
-
-

@@ -67,32 +67,28 @@ class CalibratedRun:
     calibration: dict  # the modifier.pt metadata block `mass export` carries
 
 
-def run_calibration(args, train_ds, suppress: list[str], preserve: list[str], sample_note,
-                    val, watch: list[str] = ()) -> CalibratedRun:  # fmt: skip
-    """`mass train` without an explicit config: search a configuration that meets the policy
-    on validation data (writes calibration.json / .png into ``args.out``; raises
-    CalibrationError with the frontier when nothing passes)."""
+def run_calibration(job, train_ds, sample_note, val) -> CalibratedRun:
+    """`mass train` without an explicit config (``job``: :class:`mass.training.TrainJob`):
+    search a configuration that meets the policy on validation data (writes calibration.json
+    / .png into ``job.out``; raises CalibrationError with the frontier when nothing passes)."""
     from mass.calibrate.search import calibrate
-    from mass.config import CalibrationConfig, config_hash
+    from mass.config import config_hash
 
-    if args.epochs is not None or args.resume:
+    if job.epochs is not None or job.resume:
         log.warning("--epochs/--resume apply to an explicit --config/--mode/--method run; "
                     "calibration chooses its own and ignores them")  # fmt: skip
-    policy, source = read_policy(args.policy)
-    cfg = CalibrationConfig(budget_minutes=args.budget_minutes, max_rows=args.max_rows,
-                            budget_clock=getattr(args, "budget_clock", "cpu"),
-                            release_rows=getattr(args, "release_rows", None),
-                            seed=args.seed or 0)  # fmt: skip
-    os.makedirs(args.out, exist_ok=True)
+    policy, source = read_policy(job.policy)
+    os.makedirs(job.out, exist_ok=True)
     t0 = time.perf_counter()
-    res = calibrate(train_ds, suppress=suppress, preserve=preserve, policy=policy, cfg=cfg,
-                    val=val, out_dir=args.out, sample_note=sample_note,
-                    policy_source=source, watch=list(watch))  # fmt: skip
+    res = calibrate(train_ds, suppress=list(job.suppress), preserve=list(job.preserve),
+                    policy=policy, cfg=job.calibration, val=val, out_dir=job.out,
+                    sample_note=sample_note, policy_source=source,
+                    watch=list(job.watch))  # fmt: skip
     seconds = time.perf_counter() - t0
     chosen = {
         "candidate": res.candidate.name, "method": res.candidate.method,
         "output_noise": res.noise, "report": "calibration.json", "policy": policy.to_dict(),
-        "policy_source": source, "seconds": round(seconds, 1), "watch": list(watch),
+        "policy_source": source, "seconds": round(seconds, 1), "watch": list(job.watch),
         "unnamed": unnamed_summary(res.report["chosen"].get("unnamed")),
     }  # fmt: skip
     if res.report["chosen"].get("last_resort"):  # the release keeps R and nothing else
@@ -108,6 +104,6 @@ def run_calibration(args, train_ds, suppress: list[str], preserve: list[str], sa
     if sample_note:
         metrics["sample"] = sample_note
     log.info("calibrated %s: %s, output noise %s (%.0fs); report %s/calibration.json",
-             args.out, res.candidate.name, res.noise, seconds, args.out)  # fmt: skip
+             job.out, res.candidate.name, res.noise, seconds, job.out)  # fmt: skip
     return CalibratedRun(res.modifier, res.fit.extra.get("branches_obj"), res.candidate.method,
                          resolved, chash, metrics, chosen)  # fmt: skip

@@ -68,6 +68,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mass.training import train
+    from mass.training import plan_train, train
 
-    return train(args)
+    return train(plan_train(args))
