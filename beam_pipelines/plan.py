@@ -44,6 +44,7 @@ class AnonymizeJob:
     max_quarantined: int
     audit: bool  # False: --no-audit (the release records audited: false)
     labels: str | None  # None: the input's own label columns
+    watch: tuple[str, ...]  # --watch (else the policy's audit.watch, read by the gate)
     report: str | None  # --report, else OUT_report; None without the audit
     run_dir: str | None
     policy: object | None  # mass.audit.AuditPolicy; None without the audit
