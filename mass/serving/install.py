@@ -158,9 +158,11 @@ def python_path_for_models() -> list[str]:
 def server_env(install: TritonInstall) -> dict[str, str]:
     """The environment ``tritonserver`` and its python stubs need (see the module docstring).
 
-    No key reaches them: ``MASS_NOISE_KEY_FILE``, ``MASS_SIGNING_KEY_FILE`` and every other
-    variable naming a key file or an access token are dropped (the job verifies the staged
-    models with the key, the adapters check the digests it wrote; noise seeds arrive keyed).
+    No key reaches them: every ``MASS_*`` variable (``MASS_NOISE_KEY_FILE``,
+    ``MASS_SIGNING_KEY_FILE``, the access file, ...) and every variable named like a secret
+    (``*KEY*``, ``*SECRET*``, ``*TOKEN*``, ``*PASSWORD*``, ``*CREDENTIAL*``) is dropped (the job
+    verifies the staged models with the key, the adapters check the digests it wrote; noise
+    seeds arrive keyed).
     """
     env = {k: v for k, v in os.environ.items() if not _secret_variable(k)}
     lib_dirs = [os.path.join(sys.base_prefix, "lib"), str(install.libs)]
@@ -176,14 +178,15 @@ def server_env(install: TritonInstall) -> dict[str, str]:
     return env
 
 
-def _secret_variable(name: str) -> bool:
-    from mass.keys import NOISE_KEY_ENV, SIGNING_KEY_ENV
-    from mass.serving.contract import ACCESS_FILE_ENV
+_SECRET_WORDS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "CREDENTIAL")
 
+
+def _secret_variable(name: str) -> bool:
+    """Every ``MASS_*`` variable (key files, the local config naming them, the access file)
+    and anything named like a secret (``AWS_SECRET_ACCESS_KEY``, ``*_TOKEN``, ...): the stubs
+    need none of them."""
     upper = name.upper()
-    return name in (NOISE_KEY_ENV, SIGNING_KEY_ENV, ACCESS_FILE_ENV) or (
-        upper.startswith("MASS_") and ("KEY" in upper or "TOKEN" in upper or "SECRET" in upper)
-    )
+    return upper.startswith("MASS_") or any(w in upper for w in _SECRET_WORDS)
 
 
 def prepare_backends(workdir: Path, install: TritonInstall) -> Path:

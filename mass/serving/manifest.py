@@ -5,7 +5,9 @@ model's ``../config.pbtxt`` (and ``../configs/*``); ``<version>/SHA256SUMS.sig``
 HMAC-SHA256 of the model name, the version and those exact bytes under the owner key's
 ``sign`` subkey. :func:`verify_version_dir` refuses a bad or missing signature, a listed file
 whose content differs, and any file in the version folder that the manifest does not list;
-:func:`verify_repository` checks every exported model of a repository before a server starts.
+:func:`verify_repository` checks every exported model of a repository; a server verifies the
+copies it stages (:mod:`mass.serving.staging`) and the adapters check them with
+:func:`verify_staged_version`, with no key.
 It imports nothing heavy (no torch) so the served model checks before anything is unpickled;
 :mod:`mass.serving.export` signs, :mod:`mass.serving.adapters` and the jobs verify.
 """

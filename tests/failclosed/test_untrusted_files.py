@@ -8,8 +8,8 @@ the local server to the job that started it (issue 11, items 2, 3 and 6).
   loaded with the full unpickler, so the file is live).
 * A tampered version folder (weights re-hashed into SHA256SUMS, an unlisted file, a shim picked
   through config.pbtxt, an edited config, another key's signature, no signature, a moved
-  version) is refused by the job before any work, by :class:`TritonServer` before launching,
-  and by the served model itself when those checks are bypassed.
+  version) is refused by the job before any work and by :class:`TritonServer` before launching
+  (staging); the served model refuses a staged copy changed after staging (no key in the stub).
 * The server's shared-memory and model-control APIs refuse a client without the job's header;
   every shared-memory region is 0600 with an unpredictable name; the work directory is gone
   after a failed start and after SIGTERM.
