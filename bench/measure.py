@@ -109,12 +109,33 @@ def _label(p, me) -> str:
     return "other"
 
 
+def max_load() -> float:
+    """The highest 1-min load average at which a speed figure counts: 0.75 per CPU (1.5 on
+    the project's 2-core box). Above it other work shares the cores: the figure is recorded
+    but marked invalid (``load_ok`` false), not comparable with quiet-machine figures."""
+    import os
+
+    return 0.75 * (os.cpu_count() or 1)
+
+
+def load_record(before: float, after: float) -> dict:
+    """``load_before``/``load_after`` (1-min load averages) and whether both are quiet."""
+    limit = max_load()
+    return {"load_before": round(before, 2), "load_after": round(after, 2),
+            "load_limit": round(limit, 2), "load_ok": max(before, after) <= limit}  # fmt: skip
+
+
 @contextmanager
 def measured(record: dict, rows: int):
-    """Time the block and sample RSS; fill ``record`` with seconds, rows/s and peaks."""
+    """Time the block and sample RSS; fill ``record`` with seconds, rows/s, rows per CPU-second,
+    peaks and the 1-min load before and after (:func:`load_record`)."""
+    import os
+
+    load0 = os.getloadavg()[0]
     with TreeRss() as rss:
         t0 = time.perf_counter()
         yield
         secs = time.perf_counter() - t0
     record.update(rows=rows, seconds=round(secs, 3), rows_per_s=round(rows / secs, 1))
     record.update(rss.as_dict(), rows_per_cpu_s=round(rows / max(rss.cpu_seconds, 1e-9), 1))
+    record.update(load_record(load0, os.getloadavg()[0]))

@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench import entry
+from bench.measure import max_load
 from bench.throughput_parts.data import MODEL, make_run, owner_key, reference, write_dataset
 from bench.throughput_parts.job import RUNNERS, run_job
 from bench.throughput_parts.limit import run_limit
@@ -249,7 +250,20 @@ def ratios(res: dict) -> dict:
         best = max(res["job"], key=lambda r: r["rows_per_s"])
         out["job_over_limit"] = round(best["rows_per_s"] / limit, 3)
         out["job_best_runner"] = best["runner"]
+        lim = res["limit"]
+        if lim.get("rows_per_cpu_s"):
+            cpu = max(res["job"], key=lambda r: r.get("rows_per_cpu_s") or 0)
+            out["job_over_limit_cpu"] = round(cpu["rows_per_cpu_s"] / lim["rows_per_cpu_s"], 3)
+    # a ratio counts only when every figure it divides was taken on a quiet machine
+    figures = [res.get("limit", {}), *res.get("job", []), *res.get("triton", [])]
+    out["load_ok"] = all(r.get("load_ok", False) for r in figures if r)
     return out
+
+
+def load_note(rec: dict) -> str:
+    """``load 0.4 -> 0.6`` or ``INVALID: load 3.1 -> 4.2 > 1.5`` for a printed figure."""
+    text = f"load {rec.get('load_before')} -> {rec.get('load_after')}"
+    return text if rec.get("load_ok") else f"INVALID: {text} > {rec.get('load_limit')}"
 
 
 def _say(line: str) -> None:
@@ -266,6 +280,7 @@ def environment(args) -> dict:
         "cpus": os.cpu_count(),
         "machine": platform.machine(),
         "loadavg_start": [round(v, 2) for v in os.getloadavg()],
+        "load_limit": max_load(),  # figures taken above it carry load_ok: false
         "gpu": False,
         "train_threads": args.train_threads,
         "instances": args.instances,
@@ -337,19 +352,26 @@ def scaling(datasets: list[dict]) -> list[dict]:
 
 
 def print_summary(report: dict) -> None:
-    _say("\nsummary (ratios are rows/s over the in-process limit of the same run)")
+    _say(
+        "\nsummary (ratios over the in-process limit of the same run: rows/s and rows per "
+        f"CPU-second; a figure taken at a 1-min load above {max_load():g} is INVALID)"
+    )
     for d in report["datasets"]:
         lim = d.get("limit", {})
         _say(
-            f"  rows={d['rows']} d={d['dim']}: limit {lim.get('rows_per_s', '-')} rows/s "
-            f"(RSS {lim.get('peak_rss_mb', '-')} MB); {json.dumps(d.get('ratios', {}))}"
+            f"  rows={d['rows']} d={d['dim']}: limit {lim.get('rows_per_s', '-')} rows/s, "
+            f"{lim.get('rows_per_cpu_s', '-')} rows/CPU-s (RSS {lim.get('peak_rss_mb', '-')} MB"
+            f"{', ' + load_note(lim) if lim else ''}); {json.dumps(d.get('ratios', {}))}"
         )
         for j in d.get("job", []):
             _say(
-                f"    job {j['runner']}: {j['rows_per_s']} rows/s, job/limit "
-                f"{j['rows_per_s'] / lim['rows_per_s']:.2f}, tree RSS {j['peak_tree_rss_mb']} MB"
+                f"    job {j['runner']}: {j['rows_per_s']} rows/s, {j['rows_per_cpu_s']} "
+                f"rows/CPU-s, job/limit {j['rows_per_s'] / lim['rows_per_s']:.3f} (rows/s) "
+                f"{j['rows_per_cpu_s'] / lim['rows_per_cpu_s']:.3f} (rows/CPU-s), CPU-s "
+                f"{json.dumps(j.get('cpu_s_by_process', {}))}, tree RSS "
+                f"{j['peak_tree_rss_mb']} MB, {load_note(j)}"
                 if lim
-                else f"    job {j['runner']}: {j['rows_per_s']} rows/s"
+                else f"    job {j['runner']}: {j['rows_per_s']} rows/s, {load_note(j)}"
             )
     for t in report.get("training", []):
         _say(

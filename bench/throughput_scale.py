@@ -145,7 +145,8 @@ def run_jobs(args, work: Path, data: Path, warm: Path, repo: Path, url: str) -> 
                 fs.rmtree(d)
             records.append(rec)
             _say(f"{name}: {rec['rows_per_s']:.0f} rows/s, {rec['rows_per_cpu_s']:.0f} rows/CPU-s,"
-                 f" load {rec['load_1m']}")  # fmt: skip
+                 f" load {rec['load_1m']}" + ("" if rec.get("load_ok") else
+                 f" INVALID (load above {rec['load_limit']})"))  # fmt: skip
     ref = digests.get("fnapi_local") or next(iter(digests.values()), None)
     for rec in records:
         rec["release_identical"] = digests[rec["name"]] == ref
@@ -166,7 +167,8 @@ def add_ratios(report: dict) -> None:
              "dask2_s3 / fnapi_s3": ("dask2_s3", "fnapi_s3")}  # fmt: skip
     report["comparisons"] = {
         k: {"rows_per_s": round(by[a]["rows_per_s"] / by[b]["rows_per_s"], 3),
-            "rows_per_cpu_s": round(by[a]["rows_per_cpu_s"] / by[b]["rows_per_cpu_s"], 3)}
+            "rows_per_cpu_s": round(by[a]["rows_per_cpu_s"] / by[b]["rows_per_cpu_s"], 3),
+            "load_ok": bool(by[a].get("load_ok") and by[b].get("load_ok"))}
         for k, (a, b) in pairs.items() if a in by and b in by
     }  # fmt: skip
 
@@ -200,7 +202,10 @@ def markdown(report: dict) -> str:
 
 
 def _row(label: str, storage: str, r: dict) -> str:
-    load = " -> ".join(f"{v:.1f}" for v in r["load_1m"])
+    load = " -> ".join(f"{v:.1f}" for v in r.get("load_1m") or
+                       (r["load_before"], r["load_after"]))  # fmt: skip
+    if r.get("load_ok") is False:
+        load += f" INVALID (> {r.get('load_limit')})"
     return (f"| {label} | {storage} | {r['rows_per_s']:,.0f} | {r['rows_per_cpu_s']:,.0f} | "
             f"{r['over_limit']:.2f} | {r['cpu_over_limit']:.2f} | {load} | "
             f"{r['peak_rss_mb']:.0f} / {r['peak_tree_rss_mb']:.0f} |")  # fmt: skip

@@ -40,30 +40,46 @@ def sample_rows(ids: pa.Array) -> np.ndarray:
 
 
 class ReferenceCheck:
-    """A picklable loader of the signed modifier at ``path`` (its sha256 checked on load)."""
+    """The signed modifier's weights at ``path``, read and sha256-checked once on the driver
+    (where the export was verified) and carried inside the pickled job, so a worker that cannot
+    see the repository (a remote Dask cluster) recomputes with the very bytes that were checked.
+    """
 
     def __init__(self, path: str, sha256: str, *, threads: int = 1) -> None:
+        with open(path, "rb") as f:
+            self._blob = f.read()
         self.path, self.sha256, self.threads = path, sha256, threads
+        self._check()
         self._model = None
 
     def __getstate__(self):
         return {**self.__dict__, "_model": None}
 
+    def _check(self) -> None:
+        import hashlib
+
+        got = hashlib.sha256(self._blob).hexdigest()
+        if got != self.sha256:
+            raise ChecksumMismatchError(
+                f"{self.path}: sha256 {got} differs from export.json's {self.sha256}; the "
+                "export changed after it was verified; re-export it (`mass export`) and re-run"
+            )
+
     def _load(self):
         if self._model is None:
+            import tempfile
+
             import torch
 
-            from mass.digest import sha256_file
             from mass.modifiers import load_modifier
 
-            got = sha256_file(self.path)
-            if got != self.sha256:
-                raise ChecksumMismatchError(
-                    f"{self.path}: sha256 {got} differs from export.json's {self.sha256}; the "
-                    "export changed during the job; re-export it (`mass export`) and re-run"
-                )
+            self._check()  # the bytes this worker received are the ones checked
             torch.set_num_threads(self.threads)
-            self._model = load_modifier(self.path)
+            with tempfile.TemporaryDirectory(prefix="mass-reference-") as tmp:
+                local = f"{tmp}/modifier.pt"
+                with open(local, "wb") as f:
+                    f.write(self._blob)
+                self._model = load_modifier(local)  # weights only, no pickle
         return self._model
 
     def outputs(self, x: np.ndarray, seeds: np.ndarray) -> np.ndarray:

@@ -59,7 +59,27 @@ SPILL_BYTES = 64 << 20  # rows a writer buffers per worker before it spills sort
 
 
 def _sorted(table: pa.Table, id_col: str) -> pa.Table:
+    """``table`` in id order; returned as it is when it already is (a worker reading its row
+    groups in id order: the usual case, where the sort's take would copy every row)."""
+    if _ascending(table.column(id_col)):
+        return table
     return table.take(pc.sort_indices(table, sort_keys=[(id_col, "ascending")]))
+
+
+def _ascending(ids: pa.ChunkedArray | pa.Array) -> bool:
+    """Whether ``ids`` never decrease (integer ids; anything else is sorted to be sure)."""
+    if not pa.types.is_integer(ids.type) or ids.null_count:
+        return False
+    chunks = ids.chunks if isinstance(ids, pa.ChunkedArray) else [ids]
+    last = None
+    for chunk in chunks:
+        if not len(chunk):
+            continue
+        a = chunk.to_numpy(zero_copy_only=False)
+        if (last is not None and a[0] < last) or bool((a[1:] < a[:-1]).any()):
+            return False
+        last = a[-1]
+    return True
 
 
 def _chunk_rows(table: pa.Table) -> int:
@@ -70,7 +90,7 @@ def _chunk_rows(table: pa.Table) -> int:
 def write_run(directory: str, table: pa.Table, id_col: str) -> str:
     """Sort ``table`` by id and write it as one Arrow IPC run file; return its path (a run is
     referenced only once complete: :func:`mass.fs.atomic_output`)."""
-    table = _sorted(table.combine_chunks(), id_col)
+    table = _sorted(table, id_col)  # chunks are kept: the IPC writer slices them anyway
     path = fs.join(directory, f"run-{uuid.uuid4().hex}.arrow")
     with disk_full(directory, "a sorted spill run"):
         with fs.atomic_output(path) as sink, pa.ipc.new_file(sink, table.schema) as w:

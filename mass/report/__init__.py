@@ -9,7 +9,18 @@
 - :mod:`mass.report.datasheet`: ``_RELEASE.md`` + ``_release.json`` beside a release's parts.
 """
 
-from mass.report.datasheet import write_datasheet
-from mass.report.html import REPORT_NAME, render_html, write_html_report
-
 __all__ = ["REPORT_NAME", "render_html", "write_datasheet", "write_html_report"]
+
+
+def __getattr__(name: str):
+    """The public names, imported on first use (the html page pulls in matplotlib; the
+    anonymize job imports only :mod:`mass.report.datasheet`)."""
+    if name == "write_datasheet":
+        from mass.report.datasheet import write_datasheet
+
+        return write_datasheet
+    if name in ("REPORT_NAME", "render_html", "write_html_report"):
+        from mass.report import html
+
+        return getattr(html, name)
+    raise AttributeError(f"module 'mass.report' has no attribute {name!r}")

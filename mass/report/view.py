@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from mass.errors import InputError, MissingInputError
-from mass.metrics import ATTACKER_FAMILIES, FROZEN
 
 AUDIT_NAME = "audit.json"
 
@@ -68,6 +67,10 @@ def _mapping(row: Mapping, key: str) -> dict[str, Any]:
 
 def judges(row: Mapping) -> dict[str, float | None]:
     """Judge -> accuracy on the release: the frozen branch model (if any), then each family."""
+    # imported here: mass.metrics loads scikit-learn and torch (~1 CPU-s), which the anonymize
+    # job's datasheet (written from this module) never needs unless an audit is rendered
+    from mass.metrics import ATTACKER_FAMILIES, FROZEN
+
     out: dict[str, float | None] = {}
     if num(row.get("frozen_xprime")) is not None:
         out[FROZEN] = num(row["frozen_xprime"])

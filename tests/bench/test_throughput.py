@@ -71,6 +71,25 @@ def test_cli_limit_only_writes_json_with_ratios_and_environment(tmp_path):
     assert (ds["rows"], ds["dim"]) == (1500, 8)
     assert ds["limit"]["rows"] == 1500 and ds["limit"]["threads"] == 1
     assert report["environment"]["gpu"] is False
+    lim = ds["limit"]  # every figure records the load and whether it was quiet enough
+    assert {"load_before", "load_after", "load_limit", "load_ok"} <= set(lim)
+    assert lim["load_ok"] == (max(lim["load_before"], lim["load_after"]) <= lim["load_limit"])
+
+
+def test_ratios_give_rows_per_s_and_rows_per_cpu_s_and_are_invalid_on_a_loaded_machine():
+    from bench.measure import load_record
+
+    quiet, busy = load_record(0.4, 0.6), load_record(0.4, 9.0)
+    assert quiet["load_ok"] and not busy["load_ok"]
+    res = {
+        "limit": {"rows_per_s": 100.0, "rows_per_cpu_s": 50.0, **quiet},
+        "job": [{"runner": "fnapi", "rows_per_s": 60.0, "rows_per_cpu_s": 40.0, **quiet}],
+    }
+    r = tp.ratios(res)
+    assert (r["job_over_limit"], r["job_over_limit_cpu"], r["load_ok"]) == (0.6, 0.8, True)
+    res["job"][0].update(busy)
+    assert tp.ratios(res)["load_ok"] is False
+    assert "INVALID" in tp.load_note(res["job"][0]) and "INVALID" not in tp.load_note(quiet)
 
 
 def test_record_batches_pickle_only_their_slice():

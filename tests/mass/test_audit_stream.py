@@ -136,3 +136,24 @@ def test_state_kept_across_partitions_is_bounded(tmp_path, data, monkeypatch):
     assert len(held) == s.n_parts + 1 and max(held) <= 2 * cap  # partitions hold 97 rows
     assert len(s.x) == cap
     assert caches == [(0, 0)] * s.n_parts
+
+
+@pytest.mark.parametrize("partition_rows", [TINY, 100_000])
+def test_rows_the_job_verified_as_the_modifiers_own_pass_up_to_their_count(
+    tmp_path, data, partition_rows
+):
+    """``verified_near`` (the anonymize job recomputed those rows with the signed modifier) lets
+    exactly that many rows at or above max_cosine through, streamed or whole; one more fails."""
+    x = _drop_s(data["x"])
+    late = np.arange(N - 5, N)
+    x[late] = data["x"][late]
+    release, labels = _write(tmp_path, data, x=x)
+
+    def cosine_failed(verified: int) -> bool:
+        result = _audit(tmp_path, release, labels, partition_rows=partition_rows,
+                        verified_near=verified)  # fmt: skip
+        assert result.counts["verified_near"] == verified
+        return any(e.suite == "release_rows" for e in result.outcome.failed)
+
+    assert not cosine_failed(5)
+    assert cosine_failed(4)

@@ -112,8 +112,8 @@ MUTANTS = [
            "quarantined rows vanish: not counted, not inspectable"),
     # --- the job's writer: per-row flags the release gate reads -------------------------------
     Mutant("modify-unmodified-flag-off", "transforms.runs:row_flags",
-           "flags = np.where(same, UNMODIFIED, 0).astype(np.uint8)",
-           "flags = np.zeros(n, np.uint8)", GUARDS,
+           "flags = np.where(same, UNMODIFIED, np.where(close, NEAR, 0)).astype(np.uint8)",
+           "flags = np.where(close, NEAR, 0).astype(np.uint8)", GUARDS,
            "rows equal to their input (a bypassed model) are released"),
     Mutant("modify-nonfinite-flag-off", "transforms.runs:row_flags",
            "flags[~finite] |= NONFINITE", "pass", GUARDS, "NaN/Inf model outputs are released"),
@@ -125,6 +125,10 @@ MUTANTS = [
            "same = (cos > BYPASS_COSINE) | (out == src).all(axis=1)",
            "same = cos > BYPASS_COSINE", GUARDS,
            "an exact copy whose cosine is not computed (a zero-norm row) is released"),
+    Mutant("reference-agreement-ignored", "transforms.reference:ReferenceCheck.verify",
+           "own = agree & ((sub & UNMODIFIED) > 0)", "own = (sub & UNMODIFIED) > 0",
+           ("tests/transforms/test_reference.py",),
+           "a server returning its input passes as the modifier's own unchanged rows"),
     # --- release invariants and publication --------------------------------------------------
     Mutant("release-unmodified-allowed", "transforms.release:verify_release",
            'if s.get("unmodified"):', "if False:", RELEASE,
