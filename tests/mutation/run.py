@@ -135,9 +135,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 NOTES = [
-    "- Command: `make mutation` (all mutants, one after another), or subsets with a shared "
-    "log, then one report: `PYTHONPATH=$PWD python tests/mutation/run.py --log L NAME...` "
-    "and `python tests/mutation/run.py --report-from L`.",
+    "- Command: `make mutation` (all mutants, one after another; rewrites this file), or "
+    "`make mutation MUTANTS=\"NAME ...\"` (prints the results, leaves this file alone), or "
+    "subsets with a shared log, then one report: `PYTHONPATH=$PWD python "
+    "tests/mutation/run.py --log L NAME...` and `python tests/mutation/run.py --report-from L`.",
+    "- Issue 24 (2026-11-25): 12 mutants added (key-*, ownership-remote-marker-exists, "
+    "ownership-symlinked-marker, calibrate-*, signature-gpu-config-unlisted, "
+    "job-noise-key-on-worker-ignored, ids-duplicate-across-chunks, merge-multipass-drops-runs, "
+    "rare-*) and the two stale ones re-aimed (audit-cosine-not-measured -> "
+    "mass.audit.scan:scan, audit-run-ignores-failures -> mass.audit.suite:Validator.finish). "
+    "Those 14 alone: `make mutation MUTANTS=\"...\"`, 2026-11-25 05:11-05:24 UTC, load "
+    "average 13-16 on 2 shared cores: 14 killed.",
     "- Last full run: `PYTHONPATH=$PWD python tests/mutation/run.py --log full.jsonl` (every "
     "mutant in one process, 2026-11-23 12:12-12:27 UTC, 15 min on 2 shared cores), this report "
     "written from its log.",
