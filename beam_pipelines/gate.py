@@ -93,11 +93,8 @@ def _audit_plan(args, info: dict, schema: pa.Schema) -> AuditPlan | None:
             "its release cannot be audited; pass --no-audit to publish it unaudited (recorded)"
         )
     policy, source = args._policy
-    watch = tuple(getattr(args, "watch", None) or ()) or tuple(policy.watch)
-    from mass.audit.unnamed import check_watch
+    from mass.audit.unnamed import check_watch, effective_watch
 
-    check_watch(watch, suppress, preserve)
-    wanted = list(dict.fromkeys([*suppress, *preserve, *watch]))
     if args.labels:
         first = expand_paths(args.labels)[0]
         try:
@@ -109,6 +106,9 @@ def _audit_plan(args, info: dict, schema: pa.Schema) -> AuditPlan | None:
         where = f"--labels {args.labels}"
     else:
         names, where = schema.names, f"--input {args.input}"
+    watch = effective_watch(getattr(args, "watch", None), policy.watch, names, where=where)
+    check_watch(watch, suppress, preserve)
+    wanted = list(dict.fromkeys([*suppress, *preserve, *watch]))
     missing = [a for a in wanted if a not in names] + (
         [args.id_col] if args.id_col not in names else []
     )

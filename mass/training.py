@@ -47,9 +47,9 @@ def resolve(args: argparse.Namespace) -> tuple[str, list[str], list[str], dict]:
     return method, suppress, preserve, params
 
 
-def check_columns(spec: str, suppress: list[str], preserve: list[str],
-                  watch: list[str] = ()) -> None:  # fmt: skip
-    """ConfigError naming suppress/preserve/watch before any data is read in full."""
+def data_columns(spec: str) -> list[str] | None:
+    """The columns of the first file of ``spec`` (None when unreadable: load_embeddings
+    then names the problem)."""
     import pyarrow.parquet as pq
 
     from mass import fs
@@ -58,9 +58,20 @@ def check_columns(spec: str, suppress: list[str], preserve: list[str],
     path = expand_paths(spec)[0]
     try:
         with fs.open_input(path) as f:  # local or object store
-            cols = set(pq.read_schema(f).names)
-    except Exception:  # unreadable files get their own error from load_embeddings
+            return list(pq.read_schema(f).names)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def check_columns(spec: str, suppress: list[str], preserve: list[str],
+                  watch: list[str] = ()) -> None:  # fmt: skip
+    """ConfigError naming suppress/preserve/watch before any data is read in full."""
+    from mass.io import expand_paths
+
+    names = data_columns(spec)
+    if names is None:
         return
+    path, cols = expand_paths(spec)[0], set(names)
     check_attribute_names(suppress, preserve, cols, source=path, what="columns")
     for w in watch:
         if w not in cols:
@@ -101,7 +112,7 @@ def train(args: argparse.Namespace) -> int:
     if calibrating(args):  # watch attributes rank calibration's candidates
         from mass.calibrate.flow import resolve_watch
 
-        watch = resolve_watch(args, suppress, preserve)
+        watch = resolve_watch(args, suppress, preserve, data_columns(args.data))
     check_columns(args.data, suppress, preserve, watch)
     train_ds, sample_note = _load_training(args, suppress, preserve, watch)
     validate_attributes(suppress, preserve, train_ds.labels, source=args.data)
