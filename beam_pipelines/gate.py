@@ -83,11 +83,8 @@ def audit_plan(job: AnonymizeJob, info: dict, schema: pa.Schema) -> AuditPlan | 
             f"model '{model}' names no suppressed attribute (export.json 'suppress'), so "
             "its release cannot be audited; pass --no-audit to publish it unaudited (recorded)"
         )
-    watch = tuple(job.watch) or tuple(job.policy.watch)
-    from mass.audit.unnamed import check_watch
+    from mass.audit.unnamed import check_watch, effective_watch
 
-    check_watch(watch, suppress, preserve)
-    wanted = list(dict.fromkeys([*suppress, *preserve, *watch]))
     if job.labels:
         first = expand_paths(job.labels)[0]
         try:
@@ -99,6 +96,9 @@ def audit_plan(job: AnonymizeJob, info: dict, schema: pa.Schema) -> AuditPlan | 
         where = f"--labels {job.labels}"
     else:
         names, where = schema.names, f"--input {job.input}"
+    watch = effective_watch(job.watch, job.policy.watch, names, where=where)
+    check_watch(watch, suppress, preserve)
+    wanted = list(dict.fromkeys([*suppress, *preserve, *watch]))
     missing = [a for a in wanted if a not in names] + (
         [job.id_col] if job.id_col not in names else []
     )

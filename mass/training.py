@@ -72,7 +72,7 @@ def plan_train(args: argparse.Namespace) -> TrainJob:
     if calibrate:  # watch attributes rank calibration's candidates
         from mass.calibrate.flow import resolve_watch
 
-        watch = resolve_watch(args, suppress, preserve)
+        watch = resolve_watch(args, suppress, preserve, data_columns(args.data))
     check_columns(args.data, suppress, preserve, watch)
     cfg = CalibrationConfig(budget_minutes=args.budget_minutes, max_rows=args.max_rows,
                             budget_clock=args.budget_clock, release_rows=args.release_rows,
@@ -115,9 +115,9 @@ def resolve(args: argparse.Namespace) -> tuple[str, list[str], list[str], dict]:
     return method, suppress, preserve, params
 
 
-def check_columns(spec: str, suppress: list[str], preserve: list[str],
-                  watch: list[str] = ()) -> None:  # fmt: skip
-    """ConfigError naming suppress/preserve/watch before any data is read in full."""
+def data_columns(spec: str) -> list[str] | None:
+    """The columns of the first file of ``spec`` (None when unreadable: load_embeddings
+    then names the problem)."""
     import pyarrow.parquet as pq
 
     from mass import fs
@@ -126,9 +126,20 @@ def check_columns(spec: str, suppress: list[str], preserve: list[str],
     path = expand_paths(spec)[0]
     try:
         with fs.open_input(path) as f:  # local or object store
-            cols = set(pq.read_schema(f).names)
-    except Exception:  # unreadable files get their own error from load_embeddings
+            return list(pq.read_schema(f).names)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def check_columns(spec: str, suppress: list[str], preserve: list[str],
+                  watch: list[str] = ()) -> None:  # fmt: skip
+    """ConfigError naming suppress/preserve/watch before any data is read in full."""
+    from mass.io import expand_paths
+
+    names = data_columns(spec)
+    if names is None:
         return
+    path, cols = expand_paths(spec)[0], set(names)
     check_attribute_names(suppress, preserve, cols, source=path, what="columns")
     for w in watch:
         if w not in cols:

@@ -19,7 +19,7 @@ from mass.audit.policy import AuditPolicy
 from mass.audit.scan import Scan, scan
 from mass.audit.stream import PARTITION_ROWS
 from mass.audit.suite import JUDGE_COLUMNS, AuditOutcome, SuiteSpec, Validator
-from mass.audit.unnamed import check_watch, measure_unnamed, watch_frame
+from mass.audit.unnamed import check_watch, effective_watch, measure_unnamed, watch_frame
 from mass.errors import ConfigError, MissingInputError, VacuousPolicyError
 from mass.keys import LOCAL_CONFIG, NOISE_KEY_ENV, OwnerKey, resolve_key
 from mass.metrics import KEYED, AttributeReport, attribute_report, z_value
@@ -104,7 +104,8 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
     """One streaming pass (the row checks validated into ``validator``, partition by
     partition), then the attackers on the seeded sample; the other suites' frames + spec,
     the reports and the unnamed-utility section."""
-    watch = tuple(req.watch) or tuple(req.policy.watch)
+    watch = effective_watch(req.watch, req.policy.watch, _label_columns(req.labels),
+                            where=f"--labels {req.labels}")  # fmt: skip
     attrs = list(dict.fromkeys([*req.suppress, *req.preserve, *watch]))
     overlap = set(req.suppress) & set(req.preserve)
     if overlap:
@@ -157,9 +158,8 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
                                             **kw))  # fmt: skip
         unnamed = measure_unnamed(x, xp, y, suppress=req.suppress, preserve=req.preserve,
                                   watch=watch, policy=pol, extra=extra)  # fmt: skip
-    spec = _spec(
-        req, s.n_labels, s.n_input, reports, gate_key=gate_key, label_columns=s.label_columns
-    )
+    spec = _spec(req, s.n_labels, s.n_input, reports, gate_key=gate_key, watch=watch,
+                 label_columns=s.label_columns)  # fmt: skip
     validator.spec = spec
     if whole:
         validator.validate("release_rows", whole[0])
@@ -176,8 +176,19 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
     return s, frames, spec, reports, unnamed
 
 
+def _label_columns(spec: str) -> list[str]:
+    from mass.audit.stream import schema_of
+    from mass.io import expand_paths
+
+    try:
+        return list(schema_of(expand_paths(spec)[0]).names)
+    except Exception:  # noqa: BLE001  (the scan names an unreadable labels file properly)
+        return []
+
+
 def _spec(req: AuditRequest, n_labels: int, n_input: int | None, reports, *,
-          gate_key: bool = False, label_columns: list[str] | None = None) -> SuiteSpec:  # fmt: skip
+          gate_key: bool = False, label_columns: list[str] | None = None,
+          watch: tuple[str, ...] = ()) -> SuiteSpec:  # fmt: skip
     pol = req.policy
     allowed = tuple(dict.fromkeys([*pol.allow_columns, *req.allow]))
     forbidden = tuple(req.suppress) + tuple(
@@ -193,7 +204,7 @@ def _spec(req: AuditRequest, n_labels: int, n_input: int | None, reports, *,
         n_labels=n_labels, n_input=n_input, norm_tol=pol.norm_tol,
         suppressed=suppressed, preserved={a: pol.fraction(a) for a in req.preserve},
         max_cosine=pol.max_cosine, verified_near=int(req.verified_near),
-        watch_min_kept=pol.watch_min_kept if req.watch or pol.watch else None,
+        watch_min_kept=pol.watch_min_kept if watch else None,
     )  # fmt: skip
 
 

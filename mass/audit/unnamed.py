@@ -4,6 +4,7 @@ attributes and label-free structure measured on the audited sample, the frame th
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -12,6 +13,8 @@ import pandas as pd
 
 from mass.errors import ConfigError
 from mass.rows import joint_codes
+
+log = logging.getLogger(__name__)
 
 STRUCTURE_ROWS = 2000  # k-NN within S classes and the last resort's fit: a seeded subsample
 WATCH_COLUMNS = ("attribute", "kept", "original", "release", "majority", "explained_by_s")
@@ -24,6 +27,18 @@ def check_watch(watch, suppress, preserve) -> None:
         if both:
             raise ConfigError(f"--watch: {both} also in {role}; a watch attribute is neither "
                               "suppressed nor preserved (drop it from one)")  # fmt: skip
+
+
+def effective_watch(flag, policy_watch, columns, *, where: str) -> tuple[str, ...]:
+    """The watch attributes of one run: ``flag`` (--watch) as given, else those of the
+    policy's ``audit.watch`` that ``columns`` hold (the policy is shared by every dataset
+    the owner audits: one it does not label is skipped with a warning, not an error)."""
+    if flag:
+        return tuple(flag)
+    missing = [w for w in policy_watch if w not in columns]
+    if missing:
+        log.warning("audit.watch %s: no such column in %s; not watched here", missing, where)
+    return tuple(w for w in policy_watch if w in columns)
 
 
 def measure_unnamed(x, xp, y: dict[str, np.ndarray], *, suppress, preserve, watch, policy,

@@ -32,14 +32,15 @@ def read_policy(path: str | None):
     return load_policy(path), f"{path} (audit:)"
 
 
-def resolve_watch(args, suppress, preserve) -> list[str]:
-    """The watch attributes that rank calibration's candidates: ``--watch``, else the
-    policy's ``audit.watch`` (ConfigError for one that is also suppressed or preserved)."""
-    from mass.audit.unnamed import check_watch
+def resolve_watch(args, suppress, preserve, columns) -> list[str]:
+    """The watch attributes that rank calibration's candidates: ``--watch`` (each must be a
+    column), else those of the policy's ``audit.watch`` among ``columns`` (ConfigError for
+    one that is also suppressed or preserved)."""
+    from mass.audit.unnamed import check_watch, effective_watch
 
-    flag = getattr(args, "watch", None)
-    watch = ([w.strip() for w in flag.split(",") if w.strip()] if flag
-             else list(read_policy(args.policy)[0].watch))  # fmt: skip
+    flag = [w.strip() for w in (getattr(args, "watch", None) or "").split(",") if w.strip()]
+    watch = list(effective_watch(flag, read_policy(args.policy)[0].watch, columns or [],
+                                 where=args.data))  # fmt: skip
     check_watch(watch, suppress, preserve)
     return watch
 

@@ -274,3 +274,43 @@ def test_the_gate_audits_a_staged_object_store_release_and_uploads_the_report(sr
                            preserve=("colour",), policy=AuditPolicy(folds=3, curve=False),
                            report_dir=str(tmp_path / "rep"))  # fmt: skip
         assert run_audit(req).counts["release"] == ROWS
+
+
+class EraseWatch:
+    """Erase, and also drops the watch attribute's dimensions (8-10): loses 'thick'."""
+
+    def __call__(self):
+        def infer(t):
+            x = np.array(t["EMBEDDING"], np.float32)
+            x[:, :5] = 0.0
+            x[:, 8:11] = 0.0
+            return _unit(x)
+
+        return infer
+
+
+def test_the_gate_reports_and_can_gate_a_watch_attribute(tmp_path):
+    """--watch (or the policy's audit.watch): audit.json and _RELEASE.md say how much of an
+    attribute no flag named the release keeps; audit.watch_min_kept fails a release that
+    drops it, which then publishes nothing."""
+    src = _write(tmp_path / "in.parquet")
+    table = pq.read_table(src)
+    thick = np.random.default_rng(3).integers(0, 3, ROWS)
+    x = np.stack(table.column("emb").to_numpy(zero_copy_only=False)).astype(np.float32)
+    x[np.arange(ROWS), 8 + thick] += 2.0
+    table = table.set_column(1, "emb", embedding_array(x)).append_column("thick", pa.array(thick))
+    pq.write_table(table, str(tmp_path / "watched.parquet"))
+    src = str(tmp_path / "watched.parquet")
+    gated = tmp_path / "gated.yaml"
+    gated.write_text("audit:\n  folds: 3\n  curve: false\n  watch_min_kept: 0.8\n")
+    out, report = tmp_path / "rel", tmp_path / "rep"
+    _run(src, out, Erase(), "--watch", "thick", "--report", str(report), "--policy", str(gated))
+    kept = json.loads((report / "audit.json").read_text())["unnamed"]["watch"]["thick"]["kept"]
+    assert kept > 0.9
+    assert f"thick (watch, named by no flag): kept {kept:.2f}" in (out / "_RELEASE.md").read_text()
+    with pytest.raises(AuditFailedError):
+        _run(src, tmp_path / "rel2", EraseWatch(), "--watch", "thick", "--report",
+             str(tmp_path / "rep2"), "--policy", str(gated))  # fmt: skip
+    assert not (tmp_path / "rel2").exists()
+    failed = json.loads((tmp_path / "rep2" / "audit.json").read_text())["failed_expectations"]
+    assert failed and all(f.startswith("watch_utility:") for f in failed)

@@ -54,7 +54,8 @@ def test_summary_states_the_verdict_and_each_attribute_against_its_limit(tmp_pat
     assert r.returncode == (0 if drop_s else 1) and r.stderr == ""
     assert r.stdout.splitlines() == summarize(audit, release)
     lines = r.stdout.splitlines()
-    assert len(lines) == 4  # release, verdict, one line per attribute: not a metrics table
+    # release, verdict, one line per attribute, the structure kept: not a metrics table
+    assert len(lines) == 5 and lines[4].startswith("Structure:    kNN overlap")
     s, kept = audit["attributes"]["s"], audit["attributes"]["r"]
     sup = next(line for line in lines if line.startswith("Suppressed:"))
     bound = max(s["ci_high"].values())

@@ -90,3 +90,7 @@ def test_watch_min_kept_gates_and_overlap_is_refused(tmp_path, data):
     assert not lost.success
     with pytest.raises(ConfigError, match="--watch"):
         _audit(tmp_path / "c", ds, rel["leace"], "leace", watch=("r",))
+    # the policy's audit.watch is shared by every dataset: a column these labels lack is
+    # skipped (a --watch naming it is not: the scan refuses it)
+    shared = _audit(tmp_path / "d", ds, rel["leace"], "leace", {**pol, "watch": ["zz", "w"]}, ())
+    assert list(shared.unnamed["watch"]) == ["w"]

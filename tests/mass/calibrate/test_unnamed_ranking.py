@@ -55,3 +55,20 @@ def test_watch_min_kept_fails_a_candidate_that_loses_the_watch_attribute(equal_p
     r_span = res.report["candidates"][0]
     assert r_span["status"] == "failed" and "watch_min_kept" in r_span["reason"]
     assert res.candidate.name == "leace"
+
+
+def test_mass_train_refuses_a_watch_attribute_that_is_suppressed_or_missing(tmp_path, capsys):
+    """`mass train --watch` names the attribute before any data is read in full."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mass.cli import main
+    from mass.io import embedding_array
+
+    ds = toy_dataset(200, classes={"s": 2, "u": 3}, seed=1)
+    data = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"id": ds.ids, "emb": embedding_array(ds.x), **ds.labels}), data)
+    for watch, says in (("s", "also in --suppress"), ("zz", "'zz' is not a label column")):
+        rc = main(["train", "--data", str(data), "--suppress", "s", "--preserve", "u",
+                   "--watch", watch, "--out", str(tmp_path / watch)])  # fmt: skip
+        assert rc == 2 and says in capsys.readouterr().err
