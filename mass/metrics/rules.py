@@ -19,6 +19,7 @@ from mass.metrics.scores import (
     ATTACKER_FAMILIES,
     FROZEN,
     Score,
+    balanced_accuracy,
     chance_level,
     leakage_floor,
     majority_rate,
@@ -121,6 +122,7 @@ class AttributeReport:
     climbing: tuple[str, ...] = ()  # families whose curve is still climbing
     key_compromised: dict[str, float] | None = None  # family -> accuracy, noise removed
     confidence: float = 0.95
+    original_balanced: float | None = None  # best balanced accuracy on the original x
 
     @property
     def baseline(self) -> float:
@@ -233,9 +235,11 @@ def attribute_report(
     z = z_value(confidence)
     sup = role == "suppressed"
     kw: dict[str, Any] = dict(families=families, folds=folds, seed=seed)
+    original_balanced = None
     if original is None:
-        original = {f: float((p[1.0] == y).mean())
-                    for f, p in attack_predictions(x, y, **kw).items()}  # fmt: skip
+        op = attack_predictions(x, y, **kw)
+        original = {f: float((p[1.0] == y).mean()) for f, p in op.items()}
+        original_balanced = max(balanced_accuracy(y, p[1.0]) for p in op.values())
     feats = x_prime if extra is None or extra.shape[1] == 0 else np.hstack([x_prime, extra])
     fractions = CURVE_FRACTIONS if sup and curve else (1.0,)
     preds = attack_predictions(feats, y, fractions=fractions, stats=stats, **kw)
@@ -299,4 +303,5 @@ def attribute_report(
         climbing=climbing,
         key_compromised=key_compromised,
         confidence=confidence,
+        original_balanced=original_balanced,
     )
