@@ -65,6 +65,7 @@ from mass.errors import (
 )
 from mass.io import read_table
 from mass.keys import NOISE_KEY_ENV, resolve_key
+from mass.pseudonym import DESCRIPTION as PSEUDONYMOUS
 from mass.serving.contract import export_info, server_info
 from mass.serving.manifest import verify_version_dir
 from transforms.inference.tensors import ModifierInputs
@@ -145,6 +146,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "required for a stochastic modifier (docs/threat-model.md)",
     )
     parser.add_argument(
+        "--pseudonymize-ids",
+        action="store_true",
+        help="release keyed pseudonyms instead of the ids: HMAC-SHA256 of each id under a "
+        "sub-key of the owner key (--noise-key-file / $MASS_NOISE_KEY_FILE), 32 hex digits; "
+        "only the key holder can map them back (by pseudonymizing their own ids); recorded "
+        "in the release metadata (mass.ids), never the key",
+    )
+    parser.add_argument(
         "--noise-key-on-worker",
         action="store_true",
         help="workers read --noise-key-file themselves (same path on every worker) instead of "
@@ -204,6 +213,12 @@ def run_job(args, extra, *, test_pipeline=None, model_handler=None, model_info=N
                           "--no-audit to audit before publishing")  # fmt: skip
     args._policy = None if args.no_audit else resolve_policy(args.policy)
     args._noise_key = resolve_key(getattr(args, "noise_key_file", None), NOISE_KEY_ENV)
+    if getattr(args, "pseudonymize_ids", False) and args._noise_key is None:
+        raise ConfigError(
+            "--pseudonymize-ids: the pseudonyms are keyed by the owner key: pass "
+            f"--noise-key-file PATH or set {NOISE_KEY_ENV} (create one with `mass keygen "
+            "PATH`); nothing was read or published"
+        )
     removed = recover_output(args.output) + recover_output(q_out)
     if removed:
         log.warning("cleared leftovers of a killed run: %s", removed)
@@ -211,10 +226,24 @@ def run_job(args, extra, *, test_pipeline=None, model_handler=None, model_info=N
     args._aux = staging_dir(args.output)  # the audit's filtered labels, when rows were dropped
     args._runs = runs_root(args, extra)
     try:
+        if getattr(args, "pseudonymize_ids", False):  # the whole job runs on a pseudonymized private copy
+            _pseudonymize_inputs(args)
         return _run_checked(args, extra, test_pipeline, model_handler, model_info)
     finally:
         for d in dict.fromkeys((args._stage, args._q_stage, args._aux, args._runs)):
             discard_staging(d)  # never a version this run committed (object stores)
+
+
+def _pseudonymize_inputs(args) -> None:
+    """Point --input (and --labels) at copies in the job's private staging whose ids are the
+    owner-keyed pseudonyms (:mod:`transforms.pseudonymize`); removed with the staging."""
+    from transforms.pseudonymize import pseudonymized_copy
+
+    kw = dict(id_col=args.id_col, key=args._noise_key)
+    args.input = pseudonymized_copy(args.input, fs.join(args._aux, "ids"), tag="input", **kw)
+    if args.labels:
+        args.labels = pseudonymized_copy(args.labels, fs.join(args._aux, "ids"), tag="labels",
+                                         **kw)  # fmt: skip
 
 
 def _run_checked(args, extra, test_pipeline, model_handler, model_info) -> dict:
@@ -271,8 +300,9 @@ def _run(args, extra, test_pipeline, handler, info: dict, url, checked: CheckedI
     plan: AuditPlan | None = args._plan
     fingerprint = args._seeds.fingerprint if args._seeds else ""
     meta = release_metadata(
-        info, forced_columns=forced, audited=plan is not None, noise_key_fingerprint=fingerprint
-    )
+        info, forced_columns=forced, audited=plan is not None, noise_key_fingerprint=fingerprint,
+        ids=PSEUDONYMOUS if getattr(args, "pseudonymize_ids", False) else "",
+    )  # fmt: skip
     out_schema = release_schema(schema, id_col=args.id_col, emb_col=args.emb_col, dim=dim,
                                 columns=args.allow_columns, metadata=meta)  # fmt: skip
     q_out = quarantine_path(args)
