@@ -60,6 +60,7 @@ from beam_pipelines.preflight import check_job_input, check_noise_key, keyed_see
 from mass import fs
 from mass.errors import (
     ConfigError,
+    InputError,
     QuarantineThresholdError,
     SchemaError,
 )
@@ -225,25 +226,34 @@ def run_job(args, extra, *, test_pipeline=None, model_handler=None, model_info=N
     args._stage, args._q_stage = staging_dir(args.output), staging_dir(q_out)
     args._aux = staging_dir(args.output)  # the audit's filtered labels, when rows were dropped
     args._runs = runs_root(args, extra)
+    names: dict[str, str] = {}
     try:
-        if getattr(args, "pseudonymize_ids", False):  # the whole job runs on a pseudonymized private copy
-            _pseudonymize_inputs(args)
+        if getattr(args, "pseudonymize_ids", False):  # the whole job runs on a private copy
+            names = _pseudonymize_inputs(args)
         return _run_checked(args, extra, test_pipeline, model_handler, model_info)
+    except InputError as e:
+        if not names:
+            raise
+        from transforms.pseudonymize import unmask
+
+        raise type(e)(unmask(str(e), names)) from e
     finally:
         for d in dict.fromkeys((args._stage, args._q_stage, args._aux, args._runs)):
             discard_staging(d)  # never a version this run committed (object stores)
 
 
-def _pseudonymize_inputs(args) -> None:
+def _pseudonymize_inputs(args) -> dict[str, str]:
     """Point --input (and --labels) at copies in the job's private staging whose ids are the
     owner-keyed pseudonyms (:mod:`transforms.pseudonymize`); removed with the staging."""
     from transforms.pseudonymize import pseudonymized_copy
 
     kw = dict(id_col=args.id_col, key=args._noise_key)
-    args.input = pseudonymized_copy(args.input, fs.join(args._aux, "ids"), tag="input", **kw)
+    where = fs.join(args._aux, "ids")
+    args.input, names = pseudonymized_copy(args.input, where, tag="input", **kw)
     if args.labels:
-        args.labels = pseudonymized_copy(args.labels, fs.join(args._aux, "ids"), tag="labels",
-                                         **kw)  # fmt: skip
+        args.labels, more = pseudonymized_copy(args.labels, where, tag="labels", **kw)
+        names.update(more)
+    return names
 
 
 def _run_checked(args, extra, test_pipeline, model_handler, model_info) -> dict:

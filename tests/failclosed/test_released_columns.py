@@ -162,3 +162,22 @@ def test_pseudonymized_block_ids_pass_and_only_the_key_maps_them_back(tmp_path, 
     assert "pseudonymous" in (out / "_RELEASE.md").read_text()
     # the leftover private copy with the pseudonymized input is gone
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("release.")) == []
+
+
+def test_a_duplicate_id_is_refused_on_pseudonyms_naming_the_users_file(tmp_path):
+    """The job's unique-id check runs on the pseudonyms (a duplicate id is a duplicate
+    pseudonym) and the error names the user's file and row, not the private copy."""
+    from mass.errors import InvalidValueError
+    from mass.keys import write_key
+
+    src, out = tmp_path / "in.parquet", tmp_path / "release"
+    _write(src, lambda g: pa.array(np.r_[np.arange(g.size - 1), 7], pa.int64()))
+    write_key(str(tmp_path / "owner.key"))
+    with pytest.raises(InvalidValueError) as info:
+        _run(tmp_path, src, out, "--pseudonymize-ids", "--noise-key-file",
+             str(tmp_path / "owner.key"))  # fmt: skip
+    msg = str(info.value)
+    assert "id column 'id': duplicate id '" in msg
+    assert f"{src} (id pseudonymized) row 7, {src} (id pseudonymized) row 599" in msg
+    assert ".tmp-" not in msg and not os.path.exists(out)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("release")] == []
