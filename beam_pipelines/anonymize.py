@@ -28,6 +28,7 @@ the job refuses unless ``--no-audit``, which publishes the release recorded as u
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -49,9 +50,11 @@ from beam_pipelines.options import (
 )
 from beam_pipelines.plan import AnonymizeJob, Staging, plan_anonymize
 from beam_pipelines.preflight import Decided, check_job_input, check_noise_key, decide
-from mass.errors import QuarantineThresholdError, SchemaError
+from mass import fs
+from mass.errors import InputError, QuarantineThresholdError, SchemaError
 from mass.io import read_table
 from mass.keys import NOISE_KEY_ENV
+from mass.pseudonym import DESCRIPTION as PSEUDONYMOUS
 from mass.serving.contract import export_info, server_info
 from mass.serving.manifest import signing_key, verify_version_dir
 from mass.serving.newest import check_not_rolled_back
@@ -141,6 +144,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "required for a stochastic modifier (docs/threat-model.md)",
     )
     parser.add_argument(
+        "--pseudonymize-ids",
+        action="store_true",
+        help="release keyed pseudonyms instead of the ids: HMAC-SHA256 of each id under a "
+        "sub-key of the owner key (--noise-key-file / $MASS_NOISE_KEY_FILE), 32 hex digits; "
+        "only the key holder can map them back (by pseudonymizing their own ids); recorded "
+        "in the release metadata (mass.ids), never the key",
+    )
+    parser.add_argument(
         "--noise-key-on-worker",
         action="store_true",
         help="workers read --noise-key-file themselves (same path on every worker) instead of "
@@ -177,13 +188,37 @@ def run_job(job: AnonymizeJob, *, test_pipeline=None, model_handler=None, model_
     if removed:
         log.warning("cleared leftovers of a killed run: %s", removed)
     staging = Staging.of(job)
+    names: dict[str, str] = {}
     try:
+        if job.pseudonymize_ids:  # the whole job runs on a private copy
+            job, names = _pseudonymize_inputs(job, staging)
         if model_handler is not None:
             return _run_in_process(job, staging, test_pipeline, model_handler, model_info or {})
         return _run_served(job, staging, test_pipeline)
+    except InputError as e:
+        if not names:
+            raise
+        from transforms.pseudonymize import unmask
+
+        raise type(e)(unmask(str(e), names)) from e
     finally:
         for d in staging.dirs():
             discard_staging(d)  # never a version this run committed (object stores)
+
+
+def _pseudonymize_inputs(job: AnonymizeJob, staging: Staging) -> tuple[AnonymizeJob, dict]:
+    """The job on copies (in its private staging) of --input and --labels whose ids are the
+    owner-keyed pseudonyms (:mod:`transforms.pseudonymize`); removed with the staging."""
+    from transforms.pseudonymize import pseudonymized_copy
+
+    kw = dict(id_col=job.id_col, key=job.noise_key)
+    where = fs.join(staging.aux, "ids")
+    inp, names = pseudonymized_copy(job.input, where, tag="input", **kw)
+    labels = job.labels
+    if labels:
+        labels, more = pseudonymized_copy(labels, where, tag="labels", **kw)
+        names.update(more)
+    return dataclasses.replace(job, input=inp, labels=labels), names
 
 
 def _run_in_process(job, staging, test_pipeline, model_handler, info: dict) -> dict:
@@ -243,8 +278,8 @@ def _run(job: AnonymizeJob, staging: Staging, test_pipeline, handler, decided: D
     dim = int(info.get("dim") or handler.output_dim or _dim_of(checked.schema, job.emb_col))
     fingerprint = decided.seeds.fingerprint if decided.seeds else ""
     meta = release_metadata(info, forced_columns=list(decided.forced_columns),
-                            audited=decided.audit is not None,
-                            noise_key_fingerprint=fingerprint)  # fmt: skip
+                            audited=decided.audit is not None, noise_key_fingerprint=fingerprint,
+                            ids=PSEUDONYMOUS if job.pseudonymize_ids else "")  # fmt: skip
     out_schema = release_schema(checked.schema, id_col=job.id_col, emb_col=job.emb_col, dim=dim,
                                 columns=list(job.allow_columns), metadata=meta)  # fmt: skip
     q_schema = quarantine_schema(checked.schema.field(job.id_col).type, job.id_col)

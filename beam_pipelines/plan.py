@@ -45,6 +45,7 @@ class AnonymizeJob:
     audit: bool  # False: --no-audit (the release records audited: false)
     labels: str | None  # None: the input's own label columns
     watch: tuple[str, ...]  # --watch (else the policy's audit.watch, read by the gate)
+    pseudonymize_ids: bool  # --pseudonymize-ids: ids released as keyed pseudonyms
     report: str | None  # --report, else OUT_report; None without the audit
     run_dir: str | None
     policy: object | None  # mass.audit.AuditPolicy; None without the audit
@@ -93,6 +94,13 @@ def plan_anonymize(args: argparse.Namespace, beam_args: Sequence[str] = ()) -> A
         raise ConfigError("--no-audit: drop --labels/--policy/--report/--run-dir/--watch, or drop "
                           "--no-audit to audit before publishing")  # fmt: skip
     policy, source = (None, "") if args.no_audit else resolve_policy(args.policy)
+    noise_key = resolve_key(args.noise_key_file, NOISE_KEY_ENV)
+    if args.pseudonymize_ids and noise_key is None:
+        raise ConfigError(
+            "--pseudonymize-ids: the pseudonyms are keyed by the owner key: pass "
+            f"--noise-key-file PATH or set {NOISE_KEY_ENV} (create one with `mass keygen "
+            "PATH`); nothing was read or published"
+        )
     return AnonymizeJob(
         input=args.input,
         output=args.output,
@@ -106,11 +114,12 @@ def plan_anonymize(args: argparse.Namespace, beam_args: Sequence[str] = ()) -> A
         audit=not args.no_audit,
         labels=args.labels,
         watch=tuple(args.watch or ()),
+        pseudonymize_ids=args.pseudonymize_ids,
         report=report,
         run_dir=args.run_dir,
         policy=policy,
         policy_source=source,
-        noise_key=resolve_key(args.noise_key_file, NOISE_KEY_ENV),
+        noise_key=noise_key,
         noise_key_on_worker=args.noise_key_on_worker,
         serving=serving,
         beam_args=tuple(beam_args),

@@ -125,11 +125,13 @@ def release_metadata(
     forced_columns: list[str] | tuple[str, ...] = (),
     audited: bool = True,
     noise_key_fingerprint: str = "",
+    ids: str = "",
 ) -> dict[bytes, bytes]:
     """``mass.*`` schema metadata of every part. ``mass.audited`` is "false" only for a release
     published with ``--no-audit`` (an audited one is published only if it passed);
     ``noise_key_fingerprint`` names the owner key that seeded the noise ("" if none was used)
-    and never reveals it."""
+    and never reveals it. ``ids``: how the released ids were made, recorded as ``mass.ids``
+    when not verbatim (:data:`mass.pseudonym.DESCRIPTION`)."""
     values = {
         "mass.model": str(info.get("name") or ""),
         "mass.model_version": str(info.get("version") or ""),
@@ -143,6 +145,8 @@ def release_metadata(
         "mass.noise_key_fingerprint": str(noise_key_fingerprint or ""),
         "mass.modifier": json.dumps(info.get("modifier") or {}, sort_keys=True),
     }
+    if ids:
+        values["mass.ids"] = ids
     return {k.encode(): v.encode() for k, v in values.items()}
 
 

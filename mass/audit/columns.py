@@ -120,7 +120,9 @@ def column_codes(arr: pa.Array, *, max_levels: int = 32) -> ColumnCodes:
         arr = arr.dictionary_decode()
     n, typ = len(arr), arr.type
     base = encode_columns({"c": arr}, n, max_levels=max_levels).astype(np.float64)
-    blocks, keys, order = [base], {"value": _codes(arr)}, None
+    nested = pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(
+        typ) or pa.types.is_struct(typ) or pa.types.is_map(typ)  # fmt: skip
+    blocks, keys, order = [base], ({} if nested else {"value": _codes(arr)}), None
     if pa.types.is_integer(typ) or pa.types.is_boolean(typ):
         missing = arr.is_null().to_numpy(zero_copy_only=False)
         v = pc.fill_null(arr.cast(pa.int64()), 0).to_numpy(zero_copy_only=False)

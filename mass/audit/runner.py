@@ -138,10 +138,12 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
     unnamed: dict = {}
     if s.counts["audited"] >= MIN_AUDIT_ROWS:
         x, xp, y = s.x, s.xp, s.y
-        # every released column besides the embedding, the ids included, judged alone and
-        # with the embedding (structure + per-value label statistics, mass.audit.columns)
+        # every released column besides the embedding, the ids included, judged alone; the
+        # allowed columns also with the embedding (structure + per-value label statistics,
+        # mass.audit.columns). Ids are judged alone only: their ~20 features beside the
+        # embedding reshuffle the combined judges' chance on small audits (docs/audit.md).
         released = encode_released({req.id_col: s.ids, **s.extra}, max_levels=pol.max_levels)
-        together = combine(list(released.values()), n_audit)
+        together = combine([released[c] for c in s.extra], n_audit)
         for a in req.suppress:
             if req.run_dir and a not in frozen:
                 log.warning("%s: no frozen branch model for '%s'", req.run_dir, a)
@@ -276,11 +278,23 @@ def judge_frame(reports: list[AttributeReport]) -> pd.DataFrame:
 CONTRADICTION = 0.9  # preserved labels that predict a suppressed one this well contradict it
 
 
+def _informative(r: AttributeReport) -> bool:
+    """The original embeddings predict the attribute (best attacker 2 standard errors above
+    the baseline on either scale): only then does a limit above them come from the policy."""
+    se = 2.0 * np.sqrt(r.baseline * (1 - r.baseline) / max(r.n, 1))
+    se_b = 2.0 * np.sqrt(r.balanced_baseline * (1 - r.balanced_baseline) / max(r.n, 1))
+    bal = r.original_balanced if r.original_balanced is not None else 0.0
+    return r.original > r.baseline + se or bal > r.balanced_baseline + se_b
+
+
 def vacuous(reports: list[AttributeReport]) -> list[str]:
     """Why the policy cannot fail on these measurements (empty: it can). Per suppressed
     attribute: a preserved attribute that nearly determines it (the leakage floor, the
-    preserved labels' own agreement with it, at or above 90 % and above the majority), a
-    limit at or above 1, or a limit at or above the original embeddings' own best attacker."""
+    preserved labels' own agreement with it, at or above 90 % and above the majority), limits
+    at or above 1, or limits at or above the original embeddings' own best attacker when the
+    original predicts the attribute at all - on both scales (accuracy and balanced accuracy),
+    since a judge fails on either. (An attribute the original does not predict is left to the
+    judges: a release can still leak it through ids, columns or a leaky modifier.)"""
     out = []
     for r in reports:
         if r.role != "suppressed" or not r.margins:
@@ -292,12 +306,16 @@ def vacuous(reports: list[AttributeReport]) -> list[str]:
                        f"{r.floor:.0%} of the time (leakage floor {r.floor:.3f}, majority "
                        f"{r.majority:.3f}): preserving them contradicts suppressing it (limit "
                        f"{limit:.3f})")  # fmt: skip
-        elif limit >= 1 or bal_limit >= 1:
-            out.append(f"'{r.name}': limit {max(limit, bal_limit):.3f} >= 1 (baseline "
-                       f"{r.baseline:.3f} + margin {m:.3f}): no attacker can exceed it")  # fmt: skip
-        elif limit >= r.original:
-            out.append(f"'{r.name}': limit {limit:.3f} is at or above the original embeddings' "
-                       f"own best attacker {r.original:.3f}: nothing can fail")  # fmt: skip
+        elif limit >= 1 and bal_limit >= 1:  # a judge fails on either scale: both must be
+            out.append(f"'{r.name}': limit {limit:.3f} >= 1 (baseline {r.baseline:.3f} + "
+                       f"margin {m:.3f}) and balanced limit {bal_limit:.3f} >= 1: no attacker "
+                       "can exceed them")  # fmt: skip
+        elif _informative(r) and limit >= r.original and bal_limit >= (
+                r.original_balanced or 1.0):  # fmt: skip
+            out.append(f"'{r.name}': limit {limit:.3f} (balanced {bal_limit:.3f}) is at or "
+                       "above the original embeddings' own best attacker "
+                       f"{r.original:.3f} (balanced {r.original_balanced:.3f}): nothing can "
+                       "fail")  # fmt: skip
     return out
 
 

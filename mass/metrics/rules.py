@@ -19,6 +19,7 @@ from mass.metrics.scores import (
     ATTACKER_FAMILIES,
     FROZEN,
     Score,
+    balanced_accuracy,
     chance_level,
     leakage_floor,
     majority_rate,
@@ -129,6 +130,7 @@ class AttributeReport:
     confidence: float = 0.95
     # class name -> rows, for each class with fewer rows than folds (mass.metrics.strata)
     rare_classes: dict[str, int] = field(default_factory=dict)
+    original_balanced: float | None = None  # best balanced accuracy on the original x
 
     @property
     def baseline(self) -> float:
@@ -245,9 +247,11 @@ def attribute_report(
     z = z_value(confidence)
     sup = role == "suppressed"
     kw: dict[str, Any] = dict(families=families, folds=folds, seed=seed)
+    original_balanced = None
     if original is None:
-        original = {f: float((p[1.0] == y).mean())
-                    for f, p in attack_predictions(x, y, **kw).items()}  # fmt: skip
+        op = attack_predictions(x, y, **kw)
+        original = {f: float((p[1.0] == y).mean()) for f, p in op.items()}
+        original_balanced = max(balanced_accuracy(y, p[1.0]) for p in op.values())
     feats = x_prime if extra is None or extra.shape[1] == 0 else np.hstack([x_prime, extra])
     fractions = CURVE_FRACTIONS if sup and curve else (1.0,)
     preds = attack_predictions(feats, y, fractions=fractions, stats=stats, **kw)
@@ -312,4 +316,5 @@ def attribute_report(
         key_compromised=key_compromised,
         confidence=confidence,
         rare_classes=rare_named(y, folds, class_names),
+        original_balanced=original_balanced,
     )

@@ -128,7 +128,7 @@ def datasheet(release_dir: str, *, metadata: Mapping, audit: Mapping | None,
         # directory named by pid) differ per run: they stay in the report's audit.json
         lineage = {k: v for k, v in lineage.items() if k not in VOLATILE}
     fields = ("model", "model_version", "method", "sha256", "config_hash",
-              "noise_key_fingerprint", "modifier", "forced_columns")  # fmt: skip
+              "noise_key_fingerprint", "modifier", "forced_columns", "ids")  # fmt: skip
     provenance = {k: v for k in fields if (v := _meta(metadata, k)) not in (None, "")}
     if isinstance(provenance.get("modifier"), str):
         try:

@@ -32,11 +32,11 @@ def _rotate():
     return infer
 
 
-def _run(tmp_path, policy: str, *, encoded=True, twin=None):
+def _run(tmp_path, policy: str, *, signal=3.0, twin=None):
     rng = np.random.default_rng(2)
     gender = rng.integers(0, 2, ROWS)
     x = 0.3 * rng.normal(size=(ROWS, DIM))
-    x[:, 0] += 3.0 * gender if encoded else 0.0
+    x[:, 0] += signal * gender
     cols = {"id": pa.array(rng.permutation(ROWS)), "gender": pa.array(gender),
             "emb": embedding_array(x.astype(np.float32))}  # fmt: skip
     preserve = []
@@ -69,7 +69,8 @@ def test_limits_of_one_or_more_are_refused_and_nothing_published(tmp_path):
 
 def test_a_limit_above_the_originals_own_best_attacker_is_refused(tmp_path):
     with pytest.raises(VacuousPolicyError) as info:
-        _run(tmp_path, "", encoded=False)
+        # gender weakly in the embedding (best attacker ~0.7), margins of 0.3 above ~0.5
+        _run(tmp_path, "  attacker_margin: 0.3\n  frozen_margin: 0.3\n", signal=0.3)
     assert "is at or above the original embeddings' own best attacker" in str(info.value)
     assert not os.path.exists(tmp_path / "release")
 

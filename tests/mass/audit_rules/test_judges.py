@@ -99,7 +99,9 @@ def test_the_s_dropped_release_passes_every_check(tmp_path, data):
     result = _audit(release, labels)
     assert result.success, [e.observed for e in result.outcome.failed]
     s = _report(result, "s")
-    assert set(s.margins) == {"logreg", "knn", "logreg_remap", "knn_remap"}
+    # the families on the release, and on its id column alone (issue 23: ids are released)
+    assert set(s.margins) == {"logreg", "knn", "logreg_remap", "knn_remap", "logreg@id",
+                              "knn@id", "logreg@id_remap", "knn@id_remap"}  # fmt: skip
     assert all(s.judge_ok(j) for j in s.margins) and not s.curve_climbing
 
 
@@ -237,7 +239,9 @@ def test_audit_json_carries_the_contract_keys(tmp_path, data):
         assert key in s, key
     assert s["chance"] == pytest.approx(1 / 3) and r["chance"] == 0.5
     assert s["limit"] == pytest.approx(s["baseline"] + 0.05)
-    assert set(s["ci_high"]) == {"logreg", "knn", "logreg_remap", "knn_remap"}
+    assert set(s["ci_high"]) == {"logreg", "knn", "logreg_remap", "knn_remap", "logreg@id",
+                                 "knn@id", "logreg@id_remap", "knn@id_remap"}  # fmt: skip
+    assert s["leaking_columns"] == []
     assert all(s["ci_high"][j] > s[j] for j in ("logreg", "knn"))
     assert [p[0] for p in s["learning_curve"]["logreg"]] == [0.25, 0.5, 1.0]
     assert s["learning_curve"]["logreg"][-1][1] == pytest.approx(s["logreg"], abs=1e-6)
