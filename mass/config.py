@@ -23,7 +23,7 @@ MODES = ("faithful", "adaptive")
 # every method `mass train --method` accepts (mass.methods registers them; a test checks the
 # two agree). Here, torch-free, so that `mass --help` lists them without importing torch.
 METHOD_NAMES = ("mass", "leace", "leace_iterated", "leace_project", "leace_quadratic", "inlp",
-                "gaussian", "gaussian_budget", "genfilter", "unlearning", "end")  # fmt: skip
+                "gaussian", "gaussian_budget", "genfilter", "unlearning", "end", "ot_repair")  # fmt: skip
 SIM_TYPES = ("cos", "kl", "ce")  # the similarity measures of eq. 2 (mass.losses.similarity)
 ADVERSARY_FAMILIES = ("linear", "mlp")
 PRE_ERASERS = ("none", "leace", "quadratic")

@@ -232,7 +232,12 @@ def _keyless(req: AuditRequest, s: Scan, extra: np.ndarray):
     if stochastic is None:
         return None, f"unknown modifier kind in {[k for k, _ in parts]}: not computed", False
     if not stochastic:
-        return None, "deterministic modifier: no noise, nothing rests on the key", False
+        status = "deterministic modifier: no noise, nothing rests on the key"
+        if not req.policy.gate_key_compromised:
+            return None, status, False
+        # the gate requires the key judges: an attacker holding the key sees the release itself
+        x = np.hstack([s.xp, extra]) if extra.shape[1] else s.xp
+        return x, status + " (the key-compromised view is the release)", False
     released = s.metadata.get("mass.noise_key_fingerprint", "")
     ids = s.ids
     if not released:

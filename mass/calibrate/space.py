@@ -54,6 +54,7 @@ SEARCH_SPACE: tuple[Candidate, ...] = (
     Candidate("leace x3", "leace_iterated", {"given_preserved": False, "rounds": 3}),
     Candidate("leace|R x3", "leace_iterated", {"given_preserved": True, "rounds": 3}),
     Candidate("quadratic", "leace_quadratic"),
+    Candidate("ot-repair", "ot_repair"),
     Candidate("mass+quadratic", "mass", _adaptive("quadratic")),
     Candidate("mass+leace", "mass", _adaptive("leace")),
     Candidate("mass", "mass", _adaptive("none")),

@@ -3,7 +3,8 @@
 One module per kind (the kind names are stored in modifier.pt and export.json and never
 change): ``mass`` (:mod:`.mass`, MaSS's G), ``affine`` (:mod:`.affine`, LEACE / INLP),
 ``quadratic_erasure`` (:mod:`.quadratic`), ``gaussian_noise`` (:mod:`.gaussian_noise`),
-``genfilter`` (:mod:`.genfilter`) and ``chain`` (:mod:`.chain`). :mod:`.base` holds n() of
+``genfilter`` (:mod:`.genfilter`), ``sliced_repair`` (:mod:`.sliced_repair`, OT total
+repair) and ``chain`` (:mod:`.chain`). :mod:`.base` holds n() of
 eq. 1, the MLP builder and the kind registry; :mod:`.store` saves and loads RUN_DIR/modifier.pt.
 
 Importing this package registers every kind. It imports nothing from training
@@ -25,6 +26,7 @@ from mass.modifiers.gaussian_noise import GaussianNoiseModifier, NoiseSpec
 from mass.modifiers.genfilter import GenFilterModifier, GenFilterSpec
 from mass.modifiers.mass import DataModifier, ModifierSpec
 from mass.modifiers.quadratic import QuadraticErasureModifier, QuadraticSpec
+from mass.modifiers.sliced_repair import SlicedRepairModifier, SlicedRepairSpec
 from mass.modifiers.store import load_modifier, modifier_meta, save_modifier
 
 __all__ = [
@@ -41,6 +43,8 @@ __all__ = [
     "NoiseSpec",
     "QuadraticErasureModifier",
     "QuadraticSpec",
+    "SlicedRepairModifier",
+    "SlicedRepairSpec",
     "l2_normalize",
     "load_modifier",
     "mlp",

@@ -219,6 +219,8 @@ def test_export_json_records_the_modifier_and_whether_it_draws_noise(tmp_path):
         GenFilterModifier,
         GenFilterSpec,
         NoiseSpec,
+        SlicedRepairModifier,
+        SlicedRepairSpec,
     )
 
     cases = {
@@ -228,6 +230,7 @@ def test_export_json_records_the_modifier_and_whether_it_draws_noise(tmp_path):
         "gaussian": (GaussianNoiseModifier(NoiseSpec(8, 0.5)), True),
         "genfilter": (GenFilterModifier(GenFilterSpec(8, latent=4, hidden=8, noise_dim=4)), True),
         "affine": (AffineModifier(AffineSpec(8)), False),
+        "sliced_repair": (SlicedRepairModifier(SlicedRepairSpec(8, 2, steps=2, knots=5)), False),
         "chain": (ChainModifier.of(AffineModifier(AffineSpec(8)),
                                    GaussianNoiseModifier(NoiseSpec(8, 0.5))), True),  # fmt: skip
     }

@@ -105,6 +105,8 @@ def _one_of_each_kind(dim: int = 6) -> dict:
         NoiseSpec,
         QuadraticErasureModifier,
         QuadraticSpec,
+        SlicedRepairModifier,
+        SlicedRepairSpec,
     )
 
     torch.manual_seed(0)
@@ -117,6 +119,11 @@ def _one_of_each_kind(dim: int = 6) -> dict:
         "genfilter": GenFilterModifier(GenFilterSpec(dim, latent=3, hidden=8, noise_dim=2,
                                                      label_classes=(2,))),  # fmt: skip
     }
+    repair = SlicedRepairModifier(SlicedRepairSpec(dim, classes=2, steps=2, knots=5, hidden=4))
+    repair.class_knots.copy_(torch.randn(2, 2, dim, 5).sort(dim=-1).values)
+    repair.center_knots.copy_(torch.randn(2, dim, 5).sort(dim=-1).values)
+    repair.rotations.copy_(torch.linalg.qr(torch.randn(2, dim, dim)).Q)
+    kinds["sliced_repair"] = repair
     kinds["chain"] = ChainModifier.of(kinds["affine"], kinds["mass"])
     return kinds
 

@@ -48,6 +48,20 @@ def _run(tmp: Path, name: str, *, noise_dim: int, seed: int) -> Path:
     return run
 
 
+def _repair_run(tmp: Path) -> Path:
+    """An ot_repair fit (kind sliced_repair: searchsorted and gathers in the python backend)."""
+    from mass.methods import get_method
+    from mass.methods._common import toy_dataset
+
+    ds = toy_dataset(400, dim=DIM, classes={"s": 3, "u": 2}, seed=3)
+    fit = get_method("ot_repair").fit(ds, suppress=["s"], preserve=["u"], params={"steps": 4},
+                                      progress=False)  # fmt: skip
+    run = tmp / "repair"
+    run.mkdir()
+    save_modifier(fit.modifier, str(run / "modifier.pt"), method="ot_repair", suppress=["s"])
+    return run
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, triton_server_factory):
     from mass.demo.extractor import EncoderConfig, ImageEncoder, save_extractor
@@ -57,6 +71,7 @@ def served(tmp_path_factory, triton_server_factory):
     runs = {
         "det": _run(tmp, "det", noise_dim=0, seed=0),
         "sto": _run(tmp, "sto", noise_dim=16, seed=1),
+        "repair": _repair_run(tmp),
     }
     results = {n: export_modifier(r, repo, n, max_batch_size=512) for n, r in runs.items()}
     torch.manual_seed(2)
@@ -71,7 +86,7 @@ def served(tmp_path_factory, triton_server_factory):
         repo,
         model_control="explicit",
         startup_timeout=600,
-        load_models=("det", "sto", "cnn", "raw"),
+        load_models=("det", "sto", "cnn", "raw", "repair"),
     )
     yield {"server": server, "repo": repo, "runs": runs, "results": results, "tmp": tmp}
     server.stop()
@@ -101,7 +116,7 @@ def _rows(n: int, seed: int = 0):
     return x, row_seeds(np.arange(1000, 1000 + n)).reshape(-1, 1)
 
 
-@pytest.mark.parametrize("name", ["det", "sto"])
+@pytest.mark.parametrize("name", ["det", "sto", "repair"])
 def test_served_modifier_matches_in_process(served, name):
     x, seeds = _rows(300)
     got = _infer(served["server"], name, {"EMBEDDING": x, "ROW_SEED": seeds}, "PRIVATIZED")

@@ -1,0 +1,99 @@
+"""Kind ``sliced_repair``: label-free "total repair" by iterated sliced optimal transport.
+
+A stored class predictor gives each row a class c = argmax p(s | x) (the served model never
+sees a label), then K steps move the row: rotate by a fixed orthonormal R_j, map every
+coordinate through class c's quantile function onto the barycentric quantile function (the
+class-weighted mean of the class quantile functions; piecewise linear between Q knots, shifted
+beyond the outer knots), rotate back. Fitted so that on the fit rows every class of the
+predicted label ends with one common distribution (:mod:`mass.methods.ot_repair`). Tensors
+only (``torch.searchsorted``, gathers), so Triton's python backend serves it as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+from mass.modifiers.base import l2_normalize, register_modifier
+
+
+@dataclass(frozen=True)
+class SlicedRepairSpec:
+    dim: int
+    classes: int  # classes of the repaired (joint) label
+    steps: int  # K rotations
+    knots: int  # Q quantile levels, 0 and 1 included
+    hidden: int = 0  # class predictor: 0 = linear, else one hidden ReLU layer this wide
+    renormalize: bool = True  # L2-normalise the output (the release contract's unit norm)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def quantile_map(v: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    """Map ``v`` [d, n] coordinate-wise from the knots ``src`` [d, Q] (increasing) to ``dst``
+    [d, Q], linearly between knots; beyond the outer knots shifted by the end offset."""
+    q = src.shape[1]
+    inside = torch.minimum(torch.maximum(v, src[:, :1]), src[:, -1:])
+    hi = torch.searchsorted(src, inside).clamp(1, q - 1)
+    lo = hi - 1
+    s_lo, s_hi = src.gather(1, lo), src.gather(1, hi)
+    d_lo, d_hi = dst.gather(1, lo), dst.gather(1, hi)
+    gap = s_hi - s_lo
+    t = torch.where(gap > 0, (inside - s_lo) / torch.where(gap > 0, gap, 1.0), 0.5)
+    return d_lo + t * (d_hi - d_lo) + (v - inside)
+
+
+@register_modifier("sliced_repair")
+class SlicedRepairModifier(nn.Module):
+    """c = argmax predictor(n(x)); K times: y = x R_j, y_k <- B_jk(F_jck^-1 ... ), x = y R_j^T."""
+
+    @classmethod
+    def spec_from_dict(cls, d: dict) -> SlicedRepairSpec:
+        return SlicedRepairSpec(
+            dim=int(d["dim"]), classes=int(d["classes"]), steps=int(d["steps"]),
+            knots=int(d["knots"]), hidden=int(d.get("hidden", 0)),
+            renormalize=bool(d.get("renormalize", True)),
+        )  # fmt: skip
+
+    stochastic = False  # draws no noise; export.json records it, so no key is required
+
+    def __init__(self, spec: SlicedRepairSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        d, k, steps, q = spec.dim, spec.classes, spec.steps, spec.knots
+        self.register_buffer("rotations", torch.eye(d).repeat(steps, 1, 1))
+        self.register_buffer("class_knots", torch.zeros(steps, k, d, q))
+        self.register_buffer("center_knots", torch.zeros(steps, d, q))
+        width = spec.hidden or k
+        self.pred_in = nn.Linear(d, width)
+        self.pred_out = nn.Linear(spec.hidden, k) if spec.hidden else None
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.pred_in(x)
+        return h if self.pred_out is None else self.pred_out(torch.relu(h))
+
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        return self.logits(x).argmax(dim=1)
+
+    def step(self, j: int, x: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
+        """Step j of the transport for rows ``x`` of classes ``cls``."""
+        rot = self.rotations[j]
+        y = (x @ rot).T.contiguous()  # [d, N]: searchsorted runs along the last axis
+        out = torch.empty_like(y)
+        for c in range(self.spec.classes):  # k small; avoids an [N, d, Q] gather
+            rows = cls == c
+            if bool(rows.any()):
+                out[:, rows] = quantile_map(
+                    y[:, rows].contiguous(), self.class_knots[j, c], self.center_knots[j]
+                )
+        return out.T @ rot.T
+
+    def forward(self, x: torch.Tensor, seeds: torch.Tensor | None = None) -> torch.Tensor:
+        x = l2_normalize(x)
+        cls = self.predict(x)
+        for j in range(self.spec.steps):
+            x = self.step(j, x, cls)
+        return l2_normalize(x) if self.spec.renormalize else x
