@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mass.errors import InvalidValueError, ReleaseError
-from transforms import parquet_io as P
+from transforms import runs as tr
 from transforms.id_index import build_id_index, verify_against_index
 from transforms.parquet_write import shard_path
 
@@ -20,8 +20,8 @@ def _write(path, ids, row_group=50):
 
 @pytest.fixture
 def small_runs(monkeypatch):
-    monkeypatch.setattr(P, "FAN_IN", 2)  # many runs, merged in several passes
-    monkeypatch.setattr(P, "RUN_BYTES", 64)
+    monkeypatch.setattr(tr, "FAN_IN", 2)  # many runs, merged in several passes
+    monkeypatch.setattr(tr, "RUN_BYTES", 64)
 
 
 def test_index_holds_every_id_sorted_per_shard(tmp_path, small_runs):
@@ -34,7 +34,7 @@ def test_index_holds_every_id_sorted_per_shard(tmp_path, small_runs):
     for s in range(3):
         got = np.concatenate([a.to_numpy() for a in index.sorted_ids(s)] or [np.array([], int)])
         assert np.all(np.diff(got) > 0)
-        assert np.all(P.shard_of(pa.array(got), 3) == s)
+        assert np.all(tr.shard_of(pa.array(got), 3) == s)
         seen += got.tolist()
     assert sorted(seen) == list(range(1000))
 
@@ -62,7 +62,7 @@ def _stage(tmp_path, ids, shards):
     stage.mkdir(parents=True)
     ids = pa.array(ids)
     for s in range(shards):
-        part = ids.filter(pa.array(P.shard_of(ids, shards) == s))
+        part = ids.filter(pa.array(tr.shard_of(ids, shards) == s))
         pq.write_table(pa.table({"id": pa.array(sorted(part.to_pylist()), ids.type)}),
                        shard_path(str(stage), s, shards), row_group_size=7)  # fmt: skip
     return str(stage)

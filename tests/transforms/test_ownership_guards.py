@@ -8,6 +8,7 @@ import json
 import pytest
 
 from mass.errors import OutputPathError
+from transforms import publish
 from transforms import release as R
 
 
@@ -18,9 +19,9 @@ def test_a_release_marker_without_our_format_does_not_make_a_directory_ours(tmp_
     out.mkdir()
     (out / R.RELEASE_MARKER).write_text(json.dumps(doc))
     (out / "notes.txt").write_text("the user's")
-    assert not R.holds_marker(str(out), R.RELEASE_MARKER)
+    assert not publish.holds_marker(str(out), R.RELEASE_MARKER)
     with pytest.raises(OutputPathError, match="without the _release.json marker"):
-        R.check_replaceable("--output", str(out), R.RELEASE_MARKER)
+        publish.check_replaceable("--output", str(out), R.RELEASE_MARKER)
     (out / R.RELEASE_MARKER).write_text(json.dumps({"format": R.RELEASE_FORMAT}))
-    assert R.holds_marker(str(out), R.RELEASE_MARKER)
-    R.check_replaceable("--output", str(out), R.RELEASE_MARKER)  # ours: may be replaced
+    assert publish.holds_marker(str(out), R.RELEASE_MARKER)
+    publish.check_replaceable("--output", str(out), R.RELEASE_MARKER)  # ours: may be replaced
