@@ -7,11 +7,15 @@ Per-attribute classifiers (App. B.2) and the agnostic model (B.1), frozen after 
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import torch
 from torch import nn
 
 from mass.errors import UnreadableInputError
 from mass.safe_load import load_checkpoint
+
+_M = TypeVar("_M", bound=nn.Module)
 
 
 class AttributeClassifier(nn.Module):
@@ -48,7 +52,7 @@ class AgnosticModel(nn.Module):
         return h, self.projector(h)
 
 
-def freeze(model: nn.Module) -> nn.Module:
+def freeze(model: _M) -> _M:
     """Eval mode (BatchNorm uses running stats) and no parameter takes gradients."""
     model.eval()
     for p in model.parameters():
