@@ -72,7 +72,7 @@ mutation: venv
 # on the public API (docs/contracts.md: readers, keys, noise, errors, config)
 LINT_PATHS := mass transforms beam_pipelines tests bench
 MYPY_API := mass/io.py mass/embeddings.py mass/noise.py mass/keys.py mass/errors.py \
-	mass/config.py mass/digest.py mass/rows.py mass/fs.py
+	mass/config.py mass/digest.py mass/rows.py mass/fs.py mass/rundir.py mass/branch_models.py
 lint: venv
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)

@@ -66,7 +66,7 @@ def subset(ds, n: int, seed: int):
 def evaluate(modifier, branches, train, test, suppress, preserve, *, families, attrs=None):
     """One row of the tables: per attribute the accuracies described in the module doc."""
     from mass import metrics as M
-    from mass.branches import LogitsOnly
+    from mass.branch_models import LogitsOnly
     from mass.modifiers import modify, normalize_rows
     from mass.noise import row_seeds
 

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mass import losses
-from mass.branches import AgnosticModel, AttributeClassifier
+from mass.branch_models import AgnosticModel, AttributeClassifier
 from mass.config import MassConfig
 from mass.modifiers import DataModifier, ModifierSpec, mlp
 from mass.progress import progress as progress_bar

@@ -10,7 +10,6 @@ configuration, ``fit`` the modifier); only calibration (:mod:`mass.calibrate`) d
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import time
@@ -215,31 +214,22 @@ def _train_explicit(job: TrainJob, train_ds, sample_note) -> int:
 def write_run(out: str, modifier, branches, train_ds, *, method: str, suppress: list[str],
               preserve: list[str], resolved: dict, chash: str, metrics: dict,
               **meta: Any) -> None:  # fmt: skip
-    """RUN_DIR/modifier.pt, branches.pt (MaSS's frozen judges ``branches``; empty for methods
-    without), config.yaml, encodings.json and metrics.json."""
-    from mass.branches import save_branches
-    from mass.modifiers import save_modifier
+    """The run directory (:mod:`mass.rundir`): ``branches`` are MaSS's frozen judges; methods
+    without get the paper's frozen judges trained here."""
+    from mass import rundir
 
-    encodings = {a: list(e.classes) for a, e in train_ds.encodings.items()}
-    save_modifier(modifier, os.path.join(out, "modifier.pt"), method=method,
-                  suppress=suppress, preserve=preserve, config_hash=chash,
-                  dim=int(train_ds.x.shape[1]), encodings=encodings, **meta)  # fmt: skip
     if branches is not None:
-        save_branches(os.path.join(out, "branches.pt"), branches.classifiers, branches.agnostic)
+        classifiers, agnostic = branches.classifiers, branches.agnostic
     else:
         # Methods that train no judges of their own (the erasers, the baselines) still get the
         # paper's frozen judges: one classifier per named attribute on the original rows, so
         # the audit reports frozen numbers beside the retrained attackers for every release.
-        save_branches(
-            os.path.join(out, "branches.pt"),
-            frozen_judges(train_ds, list(dict.fromkeys(suppress + preserve))),
-            None,
-        )
-    _write_yaml(os.path.join(out, "config.yaml"), resolved)
-    with open(os.path.join(out, "encodings.json"), "w") as f:
-        json.dump(encodings, f, indent=2, default=str)
-    with open(os.path.join(out, "metrics.json"), "w") as f:
-        json.dump(metrics, f, indent=2, default=float)
+        classifiers = frozen_judges(train_ds, list(dict.fromkeys(suppress + preserve)))
+        agnostic = None
+    encodings = {a: list(e.classes) for a, e in train_ds.encodings.items()}
+    rundir.write(out, modifier, classifiers, agnostic, encodings=encodings, resolved=resolved,
+                 metrics=metrics, method=method, suppress=suppress, preserve=preserve,
+                 config_hash=chash, dim=int(train_ds.x.shape[1]), **meta)  # fmt: skip
 
 
 # Rows the frozen judges and metrics.json's retrained attackers train on at most (seeded
@@ -290,7 +280,7 @@ def _load_val(job: TrainJob, train_ds):
 def audit(res, train_ds, val, attrs: list[str], *, families: tuple[str, ...]) -> dict:
     """Per attribute: majority rate, frozen accuracy on x and x', retrained attackers."""
     from mass import metrics as M
-    from mass.branches import LogitsOnly
+    from mass.branch_models import LogitsOnly
     from mass.modifiers import modify, normalize_rows
     from mass.noise import row_seeds
 
@@ -317,8 +307,4 @@ def audit(res, train_ds, val, attrs: list[str], *, families: tuple[str, ...]) ->
     return out
 
 
-def _write_yaml(path: str, d: dict) -> None:
-    import yaml
 
-    with open(path, "w") as f:
-        yaml.safe_dump({"train": json.loads(json.dumps(d, default=str))}, f, sort_keys=True)

@@ -10,7 +10,7 @@ from bench.measure import TreeRss
 def _train_setup(rows: int, dim: int, seed: int):
     import torch
 
-    from mass.branches import AgnosticModel, AttributeClassifier, freeze
+    from mass.branch_models import AgnosticModel, AttributeClassifier, freeze
     from mass.synthetic import make_synthetic
     from mass.trainer import Branches
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -20,9 +19,10 @@ from mass.audit.scan import Scan, scan
 from mass.audit.stream import PARTITION_ROWS
 from mass.audit.suite import JUDGE_COLUMNS, AuditOutcome, SuiteSpec, Validator
 from mass.audit.unnamed import check_watch, effective_watch, measure_unnamed, watch_frame
-from mass.errors import ConfigError, MissingInputError, VacuousPolicyError
+from mass.errors import ConfigError, VacuousPolicyError
 from mass.keys import LOCAL_CONFIG, NOISE_KEY_ENV, OwnerKey, resolve_key
 from mass.metrics import KEYED, AttributeReport, attribute_report, z_value
+from mass.rundir import load_judges
 
 log = logging.getLogger(__name__)
 MIN_AUDIT_ROWS = 10  # fewer joined rows cannot support k-fold attackers; the suite then fails
@@ -75,25 +75,6 @@ class AuditResult:
         return self.outcome.success
 
 
-def load_run(run_dir: str) -> tuple[dict, dict]:
-    """(frozen branch classifiers by attribute, class encodings) of a training run.
-
-    Loading goes through :func:`mass.branches.load_branches`, the owner of branches.pt.
-    """
-    path = os.path.join(run_dir, "branches.pt")
-    if not os.path.exists(path):
-        raise MissingInputError(f"{path}: no branches.pt in the run directory; check --run-dir")
-    from mass.branches import load_branches
-
-    classifiers, _agnostic = load_branches(path)
-    enc_path = os.path.join(run_dir, "encodings.json")
-    encodings = {}
-    if os.path.exists(enc_path):
-        with open(enc_path) as f:
-            encodings = json.load(f)
-    return classifiers, encodings
-
-
 def _names(s: Scan, attr: str):
     enc = s.encodings.get(attr)
     return None if enc is None else enc.classes
@@ -111,7 +92,7 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
     if overlap:
         raise ConfigError(f"{sorted(overlap)}: both preserved and suppressed; pick one role")
     check_watch(watch, req.suppress, req.preserve)
-    frozen, encodings = load_run(req.run_dir) if req.run_dir else ({}, {})
+    frozen, encodings = load_judges(req.run_dir) if req.run_dir else ({}, {})
     pol = req.policy
     # the column expectations of release_rows do not depend on the counts known after the scan
     validator.spec = _spec(req, 0, 0 if req.input else None, [])

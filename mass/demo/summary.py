@@ -156,14 +156,15 @@ def _round_tree(d):
 
 
 def write_metrics(path: str, audit: dict, run_dir: str | None) -> None:
+    from mass.errors import MassError
+    from mass.rundir import read_metrics
+
     run = None
     if run_dir:
         try:
-            with open(os.path.join(run_dir, "metrics.json")) as f:
-                run = json.load(f)
-        except (OSError, ValueError) as e:
-            print(f"{run_dir}/metrics.json: unreadable ({e}); method and noise from audit.json "
-                  "only", file=sys.stderr)  # fmt: skip
+            run = read_metrics(run_dir)
+        except MassError as e:
+            print(f"{e}; method and noise from audit.json only", file=sys.stderr)
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:

@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from mass.branches import load_branches, save_branches, train_agnostic, train_classifier
+from mass.branch_models import load_branches, save_branches
+from mass.branches import train_agnostic, train_classifier
 from mass.config import MassConfig
 from mass.io import EmbeddingDataset
 from mass.methods import FitResult, Method, register_method

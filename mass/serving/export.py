@@ -6,7 +6,8 @@ Layout written for a model ``NAME`` (standard Triton, see docs/contracts.md)::
     DIR/NAME/configs/gpu.pbtxt     KIND_GPU variant (``--gpu-variant``; ``--model-config-name=gpu``)
     DIR/NAME/<version>/model.py    bootstrap + import of a :mod:`mass.serving.adapters` class
     DIR/NAME/<version>/<weights>   a copy of the checkpoint, loaded with mass's own loader
-    DIR/NAME/<version>/export.json name, version, sha256, method, suppress, preserve, ...
+    DIR/NAME/<version>/export.json name, version, sha256, code_sha256 (the served code's digest,
+                                   mass.digest.code_sha256), method, suppress, preserve, ...
     DIR/NAME/<version>/SHA256SUMS  ``sha256sum -c`` listing of EVERY file of the version and
                                    of ``../config.pbtxt`` (and ``../configs/*``)
     DIR/NAME/<version>/SHA256SUMS.sig  HMAC-SHA256 of that manifest under the owner key
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from mass.digest import sha256_file
+from mass.digest import code_sha256, sha256_file
 from mass.errors import ChecksumMismatchError, ConfigError, MissingInputError
 from mass.keys import OwnerKey
 from mass.safe_load import plain
@@ -376,6 +377,8 @@ def _export(
             "sha256": sha,
             "weights": weights,
             **record,
+            # the served code: model.py imports the adapter from this mass package
+            "code_sha256": code_sha256(),
             "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
             FLAG: NEWEST,  # signed with the version: the record must exist (mass.serving.newest)
         }

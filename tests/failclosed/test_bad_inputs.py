@@ -155,7 +155,7 @@ def _train(c: Ctx, src: str, *flags: str) -> list[str]:
 def _audit_unseen(c: Ctx) -> list[str]:
     import torch
 
-    from mass.branches import AttributeClassifier, save_branches
+    from mass.branch_models import AttributeClassifier, save_branches
 
     run = c.tmp / "run"
     run.mkdir()

@@ -168,7 +168,7 @@ def test_input_with_other_ids_fails_id_set(tmp_path, data):
 def test_frozen_branch_models_from_run_dir_are_judges(tmp_path, data):
     import torch
 
-    from mass.branches import AttributeClassifier, freeze, save_branches
+    from mass.branch_models import AttributeClassifier, freeze, save_branches
 
     run = tmp_path / "run"
     run.mkdir()

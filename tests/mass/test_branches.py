@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from mass import branches
+from mass import branch_models, branches
 from mass.synthetic import make_synthetic
 
 
@@ -27,7 +27,7 @@ def test_classifier_learns_separable_attribute_and_comes_back_frozen(data):
 def test_agnostic_model_keeps_rows_apart_better_than_init(data):
     x = torch.as_tensor(data.x)
     torch.manual_seed(0)
-    init = branches.freeze(branches.AgnosticModel(12, proj_dim=16))
+    init = branch_models.freeze(branch_models.AgnosticModel(12, proj_dim=16))
     gen = torch.Generator().manual_seed(5)
     a = branches.embedding_augment(x, noise_std=0.05, drop_prob=0.2, generator=gen)
     b = branches.embedding_augment(x, noise_std=0.05, drop_prob=0.2, generator=gen)
@@ -59,8 +59,8 @@ def test_save_and_load_branches_round_trip(tmp_path, data):
     c = branches.train_classifier(data.x, data.labels["u"], 2, epochs=1, seed=0)
     a = branches.train_agnostic(data.x, epochs=1, proj_dim=8, seed=0)
     path = str(tmp_path / "branches.pt")
-    branches.save_branches(path, {"u": c}, a)
-    cs, a2 = branches.load_branches(path)
+    branch_models.save_branches(path, {"u": c}, a)
+    cs, a2 = branch_models.load_branches(path)
     x = torch.as_tensor(data.x[:7])
     assert torch.allclose(cs["u"](x)[1], c(x)[1])
     assert torch.allclose(a2(x)[1], a(x)[1])

@@ -157,7 +157,7 @@ def test_a_method_without_judges_of_its_own_still_writes_frozen_judges(files, tm
     """An eraser (LEACE) trains no branch models; the run still carries the paper's frozen
     judges (one classifier per named attribute on the original rows), so the audit reports
     frozen numbers beside the retrained attackers for every release."""
-    from mass.branches import load_branches
+    from mass.branch_models import load_branches
     from mass.io import load_embeddings
 
     out = tmp_path / "leace"

@@ -75,3 +75,52 @@ def test_missing_audit_json_is_named(tmp_path):
                         str(tmp_path / "nope.json"), "--release", "release"],
                        capture_output=True, text=True)  # fmt: skip
     assert r.returncode == 2 and "nope.json: no readable audit.json" in r.stderr
+
+
+def test_metrics_file_holds_the_comparable_numbers_only(tmp_path):
+    """--metrics: DVC's metrics file, a few keys that mean the same in every experiment."""
+    audit, path = _audit(tmp_path, drop_s=True)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.json").write_text(json.dumps({"method": "leace_iterated",
+        "calibration_seconds": 12.5, "calibration": {"candidate": "leace|R",
+                                                     "output_noise": 1.2}}))  # fmt: skip
+    out = tmp_path / "metrics" / "summary.json"
+    r = subprocess.run([sys.executable, "-m", "mass.demo.summary", "--audit", path, "--release",
+                        str(tmp_path / "release"), "--run-dir", str(run), "--metrics", str(out)],
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    m = json.loads(out.read_text())
+    s, kept = audit["attributes"]["s"], audit["attributes"]["r"]
+    bound = max(s["ci_high"].values())
+    assert m["pass"] is True and m["rows"] == N and m["method"] == "test"
+    assert (m["candidate"], m["noise"], m["seconds"]["calibration"]) == ("leace|R", 1.2, 12.5)
+    assert m["suppressed"]["s"] == {"bound": round(bound, 4), "limit": round(s["limit"], 4),
+                                    "excess": round(bound - s["limit"], 4)}  # fmt: skip
+    assert m["privacy_excess"] == m["suppressed"]["s"]["excess"] < 0
+    assert m["preserved"]["r"] == {"kept": round(kept["retention"], 4)} and m["utility_kept"]
+    assert "ci_high" not in json.dumps(m) and "learning_curve" not in json.dumps(m)
+    leaves = []
+
+    def walk(d):
+        for v in d.values():
+            walk(v) if isinstance(v, dict) else leaves.append(v)
+
+    walk(m)
+    assert len(leaves) < 20  # `dvc exp show` columns
+
+
+def test_plots_tables_have_the_same_columns_whatever_the_attributes(tmp_path):
+    from mass.demo.plots import frontier, learning_curves
+
+    audit, _ = _audit(tmp_path, drop_s=True)
+    curves = learning_curves(audit)
+    assert [r["train_fraction"] for r in curves] == [0.25, 0.5, 1.0]
+    assert set(curves[-1]) - {"train_fraction"} == {"suppressed:logreg", "suppressed:knn"}
+    last = audit["attributes"]["s"]["learning_curve"]["logreg"][-1][1]
+    assert curves[-1]["suppressed:logreg"] == round(last, 4)
+    points = [{"candidate": "a", "noise": 0.5, "fraction": 0.93, "excess": -0.01,
+               "passed": True}, {"candidate": "b", "noise": 0, "fraction": float("nan"),
+                                 "excess": 0.2}]  # fmt: skip
+    assert frontier({"points": points}) == [{"candidate": "a", "noise": 0.5, "utility_kept": 0.93,
+                                             "privacy_excess": -0.01, "passed": True}]  # fmt: skip

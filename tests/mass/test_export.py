@@ -8,7 +8,7 @@ import subprocess
 import pytest
 import torch
 
-from mass.digest import sha256_file
+from mass.digest import code_sha256, sha256_file
 from mass.errors import ChecksumMismatchError, ConfigError, MissingInputError
 from mass.modifiers import DataModifier, ModifierSpec, save_modifier
 from mass.serving.export import export_ensemble, export_extractor, export_modifier
@@ -49,6 +49,7 @@ def test_export_writes_standard_layout_and_metadata(tmp_path):
     assert (meta["name"], meta["version"], meta["dim"]) == ("mod", 1, 8)
     assert (meta["method"], meta["suppress"], meta["preserve"]) == ("mass", ["colour"], ["digit"])
     assert meta["config_hash"] == "abc123" and meta["exported_at"]
+    assert meta["code_sha256"] == code_sha256()  # the served code (the mass package's sources)
     assert meta["stochastic"] is False
     assert meta["modifier"] == {"kind": "mass", "spec": DataModifier(ModifierSpec(8, hidden=(16,)))
                                 .spec.to_dict()}  # fmt: skip
@@ -243,3 +244,17 @@ def test_export_json_records_the_modifier_and_whether_it_draws_noise(tmp_path):
         assert meta["stochastic"] is stochastic, name
         assert meta["modifier"] == {"kind": model.kind, "spec": json.loads(
             json.dumps(model.spec.to_dict()))}, name  # fmt: skip
+
+
+def test_code_digest_changes_with_any_served_source_and_only_with_sources(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "adapters").mkdir(parents=True)
+    (pkg / "adapters" / "a.py").write_text("X = 1\n")
+    (pkg / "b.py").write_text("Y = 2\n")
+    first = code_sha256(pkg)
+    (pkg / "notes.txt").write_text("not code")
+    (pkg / "__pycache__").mkdir()
+    (pkg / "__pycache__" / "b.py").write_text("cached")
+    assert code_sha256(pkg) == first
+    (pkg / "adapters" / "a.py").write_text("X = 2\n")
+    assert code_sha256(pkg) != first

@@ -154,7 +154,7 @@ def test_suppression_lowers_frozen_accuracy_on_synthetic():
 
 
 def test_branch_left_in_train_mode_is_still_frozen_including_batchnorm_stats(data, branches):
-    from mass.branches import LogitsOnly
+    from mass.branch_models import LogitsOnly
     from mass.metrics import frozen_accuracy
 
     clf = branches.classifiers["s"]

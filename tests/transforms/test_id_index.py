@@ -8,7 +8,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from mass.errors import InvalidValueError, ReleaseError
-from transforms import parquet_io as P
 from transforms import runs as R
 from transforms.id_index import build_id_index, verify_against_index
 from transforms.parquet_write import shard_path
@@ -47,7 +46,7 @@ def test_index_holds_every_id_sorted_per_shard(tmp_path, small_runs):
     for s in range(3):
         got = np.concatenate([a.to_numpy() for a in index.sorted_ids(s)] or [np.array([], int)])
         assert np.all(np.diff(got) > 0)
-        assert np.all(P.shard_of(pa.array(got), 3) == s)
+        assert np.all(R.shard_of(pa.array(got), 3) == s)
         seen += got.tolist()
     assert sorted(seen) == list(range(1000))
     assert len(small_runs) > 3  # the multi-pass merge really ran (intermediate merges)
@@ -86,7 +85,7 @@ def _stage(tmp_path, ids, shards):
     stage.mkdir(parents=True)
     ids = pa.array(ids)
     for s in range(shards):
-        part = ids.filter(pa.array(P.shard_of(ids, shards) == s))
+        part = ids.filter(pa.array(R.shard_of(ids, shards) == s))
         pq.write_table(pa.table({"id": pa.array(sorted(part.to_pylist()), ids.type)}),
                        shard_path(str(stage), s, shards), row_group_size=7)  # fmt: skip
     return str(stage)

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from mass.errors import OutputPathError
+from transforms import publish
 from transforms import release as R
 
 
@@ -18,12 +19,12 @@ def test_a_release_marker_without_our_format_does_not_make_a_directory_ours(tmp_
     out.mkdir()
     (out / R.RELEASE_MARKER).write_text(json.dumps(doc))
     (out / "notes.txt").write_text("the user's")
-    assert not R.holds_marker(str(out), R.RELEASE_MARKER)
+    assert not publish.holds_marker(str(out), R.RELEASE_MARKER)
     with pytest.raises(OutputPathError, match="without the _release.json marker"):
-        R.check_replaceable("--output", str(out), R.RELEASE_MARKER)
+        publish.check_replaceable("--output", str(out), R.RELEASE_MARKER)
     (out / R.RELEASE_MARKER).write_text(json.dumps({"format": R.RELEASE_FORMAT}))
-    assert R.holds_marker(str(out), R.RELEASE_MARKER)
-    R.check_replaceable("--output", str(out), R.RELEASE_MARKER)  # ours: may be replaced
+    assert publish.holds_marker(str(out), R.RELEASE_MARKER)
+    publish.check_replaceable("--output", str(out), R.RELEASE_MARKER)  # ours: may be replaced
 
 
 def test_a_symlinked_release_marker_does_not_make_a_directory_ours(tmp_path):
@@ -36,10 +37,10 @@ def test_a_symlinked_release_marker_does_not_make_a_directory_ours(tmp_path):
     out.mkdir()
     (out / "notes.txt").write_text("the user's")
     (out / R.RELEASE_MARKER).symlink_to(ours / R.RELEASE_MARKER)
-    assert R.holds_marker(str(ours), R.RELEASE_MARKER)
-    assert not R.holds_marker(str(out), R.RELEASE_MARKER)
+    assert publish.holds_marker(str(ours), R.RELEASE_MARKER)
+    assert not publish.holds_marker(str(out), R.RELEASE_MARKER)
     with pytest.raises(OutputPathError, match="without the _release.json marker"):
-        R.check_replaceable("--output", str(out), R.RELEASE_MARKER)
+        publish.check_replaceable("--output", str(out), R.RELEASE_MARKER)
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +61,9 @@ def test_an_object_store_marker_must_be_ours_not_merely_exist(s3, doc):
     out = f"s3://own/{doc.get('format', 'empty').replace('/', '-')}"
     fs.write_bytes(f"{out}/notes.txt", b"the user's")
     fs.write_bytes(f"{out}/{R.RELEASE_MARKER}", json.dumps(doc).encode())
-    assert not R.holds_marker(out, R.RELEASE_MARKER)
+    assert not publish.holds_marker(out, R.RELEASE_MARKER)
     with pytest.raises(OutputPathError, match=f"no {R.RELEASE_MARKER} pointer"):
-        R.check_replaceable("--output", out, R.RELEASE_MARKER)
+        publish.check_replaceable("--output", out, R.RELEASE_MARKER)
     fs.write_bytes(f"{out}/{R.RELEASE_MARKER}", json.dumps({"format": R.RELEASE_FORMAT}).encode())
-    assert R.holds_marker(out, R.RELEASE_MARKER)
-    R.check_replaceable("--output", out, R.RELEASE_MARKER)  # ours: may be replaced
+    assert publish.holds_marker(out, R.RELEASE_MARKER)
+    publish.check_replaceable("--output", out, R.RELEASE_MARKER)  # ours: may be replaced

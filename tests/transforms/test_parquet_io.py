@@ -115,13 +115,13 @@ def test_rows_are_sorted_by_id_within_a_shard(tmp_path, beam_pipeline):
 
 def _spill_and_merge(tmp_path, tables, *, shards=1, verify=False):
     """Spill each table as its own runs, then merge every shard (no Beam: the pieces)."""
-    from transforms import parquet_io as P
     from transforms.parquet_write import _MergeShardFn
+    from transforms.runs import ShardSpiller
 
     out = str(tmp_path / "out")
     runs: dict[int, list[str]] = {}
     for t in tables:
-        sp = P.ShardSpiller(out, id_col="id", num_shards=shards,
+        sp = ShardSpiller(out, id_col="id", num_shards=shards,
                             emb_col="emb" if verify else None,
                             verify_col="src" if verify else None)  # fmt: skip
         for b in t.to_batches():
@@ -165,7 +165,7 @@ def test_merge_is_byte_identical_to_writing_the_sorted_shard_at_once(tmp_path, m
     assert got == open(ref, "rb").read()
     assert stats[0]["rows"] == 1000
     assert pq.ParquetFile(ref).metadata.num_row_groups == 10
-    assert os.listdir(os.path.join(out, P.RUNS_DIR)) == []  # merged runs are removed
+    assert os.listdir(os.path.join(out, R.RUNS_DIR)) == []  # merged runs are removed
 
 
 def test_merge_handles_string_ids_and_duplicate_free_interleaving(tmp_path, monkeypatch):

@@ -15,6 +15,7 @@ import pytest
 
 from mass.embeddings import embedding_array
 from mass.errors import AuditFailedError
+from transforms import publish
 from transforms import release as R
 from transforms.parquet_write import shard_path
 
@@ -67,7 +68,7 @@ def test_the_manifest_records_the_gates_verdict_and_marks_the_release_ours(tmp_p
     _publish(tmp_path, out, lambda staged: verdict)
     doc = json.loads((out / R.RELEASE_MARKER).read_text())
     assert doc["audited"] is True and doc["audit"] == verdict and doc["rows"] == 3
-    assert R.holds_marker(str(out), R.RELEASE_MARKER)
+    assert publish.holds_marker(str(out), R.RELEASE_MARKER)
 
 
 def test_an_ungated_release_is_recorded_as_unaudited(tmp_path):
@@ -75,4 +76,4 @@ def test_an_ungated_release_is_recorded_as_unaudited(tmp_path):
     _publish(tmp_path, out, None)
     doc = json.loads((out / R.RELEASE_MARKER).read_text())
     assert doc["audited"] is False and doc["audit"] is None
-    assert R.holds_marker(str(out), R.RELEASE_MARKER)
+    assert publish.holds_marker(str(out), R.RELEASE_MARKER)

@@ -179,7 +179,7 @@ def _frozen_run(tmp_path, *, shift: int = 0):
     layers), so shift=1 predicts every class wrongly: far below chance."""
     import torch
 
-    from mass.branches import AttributeClassifier, freeze, save_branches
+    from mass.branch_models import AttributeClassifier, freeze, save_branches
 
     run = tmp_path / "run"
     run.mkdir()
