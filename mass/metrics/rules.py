@@ -213,6 +213,7 @@ def attribute_report(
     stats=None,
     columns: Mapping[str, Any] | None = None,
     class_names=None,
+    original_balanced: float | None = None,
 ) -> AttributeReport:
     """Audit one attribute: baselines, frozen judge on x and x', attackers retrained on x'.
 
@@ -247,7 +248,6 @@ def attribute_report(
     z = z_value(confidence)
     sup = role == "suppressed"
     kw: dict[str, Any] = dict(families=families, folds=folds, seed=seed)
-    original_balanced = None
     if original is None:
         op = attack_predictions(x, y, **kw)
         original = {f: float((p[1.0] == y).mean()) for f, p in op.items()}

@@ -295,7 +295,8 @@ def test_attribute_report_reuses_a_given_original_accuracy():
     xp = rng.normal(size=(300, 6))
     kw = dict(role="suppressed", families=("logreg",), folds=3, curve=False)
     fresh = attribute_report("s", y, x, xp, **kw)
-    given = attribute_report("s", y, x, xp, original=fresh.original_by_family, **kw)
+    given = attribute_report("s", y, x, xp, original=fresh.original_by_family,
+                             original_balanced=fresh.original_balanced, **kw)  # fmt: skip
     assert given == fresh
     fake = attribute_report("s", y, x, xp, original={"logreg": 0.123}, **kw)
     assert fake.original == 0.123 and fake.passed == fresh.passed
