@@ -99,9 +99,10 @@ def audit_metrics(result: AuditResult) -> dict:
         "key_compromised_status": result.key_status,
         "forced_policy": list(result.forced_policy),
         "warnings": list(result.warnings),
-        "rare_classes": {"rule": RARE_RULE,
-                         "attributes": {r.name: dict(r.rare_classes) for r in result.reports
-                                        if r.rare_classes}},  # fmt: skip
+        "rare_classes": {
+            "rule": RARE_RULE,
+            "attributes": {r.name: dict(r.rare_classes) for r in result.reports if r.rare_classes},
+        },  # fmt: skip
         # what the release keeps beyond the named R (mass.metrics.unnamed, docs/audit.md)
         "unnamed": _rounded(result.unnamed),
         "lineage": lineage(result),

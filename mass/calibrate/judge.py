@@ -226,7 +226,6 @@ class ValidationAudit:
         return {**verdict, "privacy": privacy, "utility": utility, "fidelity": fidelity,
                 "reports": reports, "complete": bool(full)}  # fmt: skip
 
-
     def unnamed(self, xp: np.ndarray) -> dict[str, Any]:
         """What the release ``xp`` keeps beyond R on the attackers' rows: the watch attributes
         (originals measured once, in ``__init__``), the label-free structure within S, and

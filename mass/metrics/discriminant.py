@@ -40,7 +40,7 @@ def discriminant_basis(x: torch.Tensor, labels: dict[str, np.ndarray], ridge: fl
         within += ridge * float(torch.trace(within)) / d * eye  # shrinkage: never singular
         inv_l = torch.linalg.inv(torch.linalg.cholesky(within))
         _, vecs = torch.linalg.eigh(inv_l @ between @ inv_l.T)  # ascending eigenvalues
-        dirs.append(inv_l.T @ vecs[:, -(len(classes) - 1):])
+        dirs.append(inv_l.T @ vecs[:, -(len(classes) - 1) :])
     q, r = torch.linalg.qr(torch.cat(dirs, dim=1))
     keep = torch.abs(torch.diagonal(r)) > 1e-9 * max(float(torch.abs(r).max()), 1e-300)
     return q[:, keep], mu

@@ -111,7 +111,9 @@ def test_thickness_is_measured_from_the_image_and_independent_of_digit_and_colou
     grey, _ = cm.load_mnist()
     thick = np.maximum(grey.reshape(-1, 28, 28), np.roll(grey.reshape(-1, 28, 28), 1, axis=2))
     assert np.all(cm.stroke_thickness(thick.reshape(-1, 784)) > cm.stroke_thickness(grey) - 1e-9)
-    assert cm.stroke_thickness(thick.reshape(-1, 784)).mean() > cm.stroke_thickness(grey).mean() + 0.1
+    assert (
+        cm.stroke_thickness(thick.reshape(-1, 784)).mean() > cm.stroke_thickness(grey).mean() + 0.1
+    )
 
 
 def test_image_column_holds_the_coloured_pixels(tables):
