@@ -29,7 +29,7 @@ AUDIT = """
 import sys
 import numpy as np, pyarrow as pa, pyarrow.parquet as pq
 from mass.audit import AuditRequest, policy_from_dict, run_audit
-from mass.io import embedding_array
+from mass.embeddings import embedding_array
 
 tmp, n = sys.argv[1], int(sys.argv[2])
 rng = np.random.default_rng(0)

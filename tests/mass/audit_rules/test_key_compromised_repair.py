@@ -14,7 +14,7 @@ import torch
 
 from mass.audit import AuditRequest, policy_from_dict, run_audit
 from mass.audit.suite import REQUIRED_METADATA
-from mass.io import embedding_array
+from mass.embeddings import embedding_array
 from mass.keys import OwnerKey
 from mass.methods import get_method
 from mass.modifiers import ChainModifier, GaussianNoiseModifier, NoiseSpec

@@ -63,7 +63,7 @@ def test_mass_train_refuses_a_watch_attribute_that_is_suppressed_or_missing(tmp_
     import pyarrow.parquet as pq
 
     from mass.cli import main
-    from mass.io import embedding_array
+    from mass.embeddings import embedding_array
 
     ds = toy_dataset(200, classes={"s": 2, "u": 3}, seed=1)
     data = tmp_path / "d.parquet"
