@@ -190,6 +190,7 @@ def run_job(job: AnonymizeJob, *, test_pipeline=None, model_handler=None, model_
     staging = Staging.of(job)
     names: dict[str, str] = {}
     try:
+        staging.create_private()
         if job.pseudonymize_ids:  # the whole job runs on a private copy
             job, names = _pseudonymize_inputs(job, staging)
         if model_handler is not None:

@@ -77,6 +77,15 @@ class Staging:
     def dirs(self) -> list[str]:
         return list(dict.fromkeys((self.stage, self.q_stage, self.aux, self.runs)))
 
+    def create_private(self) -> None:
+        """Create the local ones mode 0700 before anything is written into them: the spill runs
+        keep each row's input embedding (the bypass check), the aux dir the labels. Publication
+        gives a release or quarantine directory the umask's mode (transforms.publish)."""
+        for d in self.dirs():
+            if not fs.is_remote(d):
+                os.makedirs(d, mode=0o700, exist_ok=True)
+                os.chmod(d, 0o700)
+
 
 def plan_anonymize(args: argparse.Namespace, beam_args: Sequence[str] = ()) -> AnonymizeJob:
     """The job's plan; every check decidable from the flags and the files they name runs

@@ -235,6 +235,14 @@ def _exchange(a: str, b: str) -> bool:
     return rc == 0
 
 
+def _public_mode(staging: str) -> None:
+    """A staging directory is created 0700 (beam_pipelines.plan.Staging); the published one
+    gets the mode a directory made under the process's umask would have."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(staging, 0o777 & ~mask)
+
+
 def swap_into_place(staging: str, out: str, *, published: Callable[[], None] | None = None) -> None:
     """Make ``staging`` the new ``out``; the previous ``out`` is removed only afterwards.
 
@@ -246,6 +254,7 @@ def swap_into_place(staging: str, out: str, *, published: Callable[[], None] | N
     """
     if fs.is_remote(out):
         return _commit_remote(staging, fs.normpath(out), published)
+    _public_mode(staging)
     if os.path.isdir(out) and _exchange(staging, out):
         if published is not None:
             published()
