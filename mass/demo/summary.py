@@ -102,6 +102,22 @@ def _rounded(v):
     return round(v, 4) if isinstance(v, float) else v
 
 
+def _unnamed_fields(unnamed: dict) -> dict:
+    """What the release keeps that no flag named (audit.json's ``unnamed``): each watch
+    attribute's normalised information kept (``watch_kept``: the smallest) and the label-free
+    structure within S, so experiments compare on it too."""
+    out: dict = {}
+    watch = {w: r.get("kept") for w, r in (unnamed.get("watch") or {}).items()}
+    if watch:
+        out["watch"] = {w: {"kept": k} for w, k in watch.items()}
+        known = [k for k in watch.values() if k is not None]
+        out["watch_kept"] = min(known) if known else None
+    structure = unnamed.get("structure") or {}
+    if structure:
+        out["structure"] = {m: structure.get(m) for m in ("knn_overlap", "cka", "dcor")}
+    return out
+
+
 def metrics(audit: dict, run: dict | None = None) -> dict:
     """One run's comparable numbers (the DVC metrics file; keys stable across runs).
 
@@ -145,6 +161,7 @@ def metrics(audit: dict, run: dict | None = None) -> dict:
                if "utility" in k and isinstance(v, (int, float, dict))}  # fmt: skip
     if utility:
         out["utility"] = utility
+    out.update(_unnamed_fields(audit.get("unnamed") or {}))
     out["seconds"] = {"audit": audit.get("seconds"), "calibration": run.get("calibration_seconds")}
     return _round_tree(out)
 

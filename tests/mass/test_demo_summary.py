@@ -124,3 +124,19 @@ def test_plots_tables_have_the_same_columns_whatever_the_attributes(tmp_path):
                                  "excess": 0.2}]  # fmt: skip
     assert frontier({"points": points}) == [{"candidate": "a", "noise": 0.5, "utility_kept": 0.93,
                                              "privacy_excess": -0.01, "passed": True}]  # fmt: skip
+
+
+def test_metrics_file_carries_what_the_release_keeps_that_no_flag_named():
+    """Issue 27: the unnamed-utility figures (watch attributes, label-free structure) are
+    columns `dvc exp show` compares, beside privacy and the named R."""
+    from mass.demo.summary import metrics
+
+    audit = {"pass": True, "attributes": {}, "unnamed": {
+        "watch": {"thick": {"kept": 0.81}, "slant": {"kept": 0.62}, "flat": {"kept": None}},
+        "structure": {"knn_overlap": 0.43, "cka": 0.61, "dcor": 0.76, "rows": 1000},
+    }}  # fmt: skip
+    m = metrics(audit)
+    assert m["watch"] == {"thick": {"kept": 0.81}, "slant": {"kept": 0.62}, "flat": {"kept": None}}
+    assert m["watch_kept"] == 0.62  # the smallest learnable one
+    assert m["structure"] == {"knn_overlap": 0.43, "cka": 0.61, "dcor": 0.76}
+    assert "watch" not in metrics({"pass": True, "attributes": {}})
