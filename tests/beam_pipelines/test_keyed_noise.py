@@ -379,6 +379,7 @@ def test_the_noise_key_on_worker_flag_keeps_every_key_out_of_the_job_pickle(tmp_
     the release subkey (kills job-noise-key-on-worker-ignored)."""
     import argparse
 
+    from beam_pipelines.plan import plan_anonymize
     from beam_pipelines.preflight import keyed_seeds
     from mass.keys import write_key
     from mass.noise import noise_subkey
@@ -386,14 +387,14 @@ def test_the_noise_key_on_worker_flag_keeps_every_key_out_of_the_job_pickle(tmp_
     key = write_key(str(tmp_path / "owner.key"))
     parser = argparse.ArgumentParser()
     anonymize.add_arguments(parser)
-    base = ["--input", "in.parquet", "--output", "out", "--model", "m",
-            "--noise-key-file", key.source]  # fmt: skip
+    (tmp_path / "in.parquet").write_bytes(b"")  # planning checks the paths, never reads them
+    base = ["--input", str(tmp_path / "in.parquet"), "--output", str(tmp_path / "out"),
+            "--model", "m", "--noise-key-file", key.source, "--no-audit"]  # fmt: skip
     info = {"sha256": "ab" * 32}
     secrets = [*_secret_forms(key), noise_subkey(key, info["sha256"])]
     for flag, on_worker in (([], False), (["--noise-key-on-worker"], True)):
-        args = parser.parse_args([*base, *flag])
-        args._noise_key = key
-        seeds = keyed_seeds(args, info)
+        job = plan_anonymize(parser.parse_args([*base, *flag]))  # the flag's one route
+        seeds = keyed_seeds(job, info)
         blob = pickle.dumps(seeds)
         if on_worker:
             assert seeds.subkey is None and seeds.key_file == os.path.abspath(key.source)

@@ -172,8 +172,11 @@ def test_every_registered_method_has_a_privacy_expectation():
     from mass.methods import METHODS
 
     covered = {pc.METHODS[name][0] for name in EXPECT}
-    # gaussian_budget is genfilter's noise baseline; its privacy is genfilter's test's subject
-    assert set(METHODS) - covered == {"gaussian_budget"}
+    # gaussian_budget is genfilter's noise baseline; its privacy is genfilter's test's subject.
+    # ot_repair's is tests/mass/methods/test_ot_repair.py's: this module's protocol trains the
+    # attackers on the rows the method was fitted on, where it is at chance; on held-out rows it
+    # leaks (docs/calibration.md, "OT repair"), which that test and the docs state.
+    assert set(METHODS) - covered == {"gaussian_budget", "ot_repair"}
     assert set(EXPECT) == set(pc.METHODS)
 
 
