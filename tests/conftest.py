@@ -185,3 +185,13 @@ def tiny_repo(tmp_path):
     """A numpy-only python-backend repository: model ``double`` (X FP32[2] -> Y = 2 X),
     signed with the session key."""
     return write_tiny_model(tmp_path / "repo")
+
+
+@pytest.fixture
+def beam_pipeline():
+    """Beam test pipelines on FnApiRunner (the stock DirectRunner would try to download
+    Prism); imported here, not at the top, so tests that use no Beam load none."""
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from apache_beam.testing.test_pipeline import TestPipeline
+
+    return lambda: TestPipeline(runner=FnApiRunner())
