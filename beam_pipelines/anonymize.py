@@ -64,7 +64,7 @@ from transforms.inference.triton import TritonModelHandler
 from transforms.modify import ModifyRowGroupFn, pick
 from transforms.parquet_io import plan_row_groups
 from transforms.parquet_write import MergeShards, WriteShardedParquet
-from transforms.publish import recover_output
+from transforms.publish import private_dir, recover_output
 from transforms.quarantine import publish_quarantine, quarantine_schema
 from transforms.release import discard_staging, publish_release, release_metadata
 from transforms.validate import release_schema
@@ -213,7 +213,7 @@ def _pseudonymize_inputs(job: AnonymizeJob, staging: Staging) -> tuple[Anonymize
     from transforms.pseudonymize import pseudonymized_copy
 
     kw = dict(id_col=job.id_col, key=job.noise_key)
-    where = fs.join(staging.aux, "ids")
+    where = fs.join(private_dir(staging.aux), "ids")
     inp, names = pseudonymized_copy(job.input, where, tag="input", **kw)
     labels = job.labels
     if labels:

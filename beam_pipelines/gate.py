@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 from mass import fs
 from mass.errors import AuditFailedError, ConfigError, UnreadableInputError
 from mass.io import expand_paths, read_table
+from transforms.publish import private_dir
 from transforms.validate import CheckedInput
 
 if TYPE_CHECKING:
@@ -196,6 +197,7 @@ def _valid_rows(job: AnonymizeJob, aux: str, columns: list[str], q_ids: pa.Array
     ``aux`` for the audit (its readers refuse the NaN/ragged rows the job quarantined)."""
     table = read_table(job.input, columns=columns)
     keep = pc.invert(pc.is_in(table.column(job.id_col), value_set=q_ids))
+    private_dir(aux)  # the labels (and the input's embeddings) of the audited rows
     n = len(fs.listdir(aux)) if fs.isdir(aux) else 0
     path = fs.join(aux, f"valid-{n}.parquet")
     with fs.atomic_output(path) as f:

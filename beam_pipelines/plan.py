@@ -15,7 +15,7 @@ from beam_pipelines.options import Serving, plan_serving, temp_location
 from mass import fs
 from mass.errors import ConfigError
 from mass.keys import NOISE_KEY_ENV, OwnerKey, resolve_key
-from transforms.publish import check_outputs, staging_dir
+from transforms.publish import check_outputs, private_dir, staging_dir
 
 
 def resolve_policy(path: str | None) -> tuple[object, str]:
@@ -78,13 +78,13 @@ class Staging:
         return list(dict.fromkeys((self.stage, self.q_stage, self.aux, self.runs)))
 
     def create_private(self) -> None:
-        """Create the local ones mode 0700 before anything is written into them: the spill runs
-        keep each row's input embedding (the bypass check), the aux dir the labels. Publication
-        gives a release or quarantine directory the umask's mode (transforms.publish)."""
-        for d in self.dirs():
-            if not fs.is_remote(d):
-                os.makedirs(d, mode=0o700, exist_ok=True)
-                os.chmod(d, 0o700)
+        """Create the staged release, quarantine and spill directories mode 0700 before
+        anything is written into them (the spill runs keep each row's input embedding, for the
+        bypass check). ``aux`` is made private where it is first used, and only then (it is
+        needed only when rows were dropped or ids pseudonymized). Publication gives a release
+        or quarantine directory the umask's mode (transforms.publish)."""
+        for d in dict.fromkeys((self.stage, self.q_stage, self.runs)):
+            private_dir(d)
 
 
 def plan_anonymize(args: argparse.Namespace, beam_args: Sequence[str] = ()) -> AnonymizeJob:

@@ -58,6 +58,16 @@ def staging_dir(out: str, kind: str = "tmp") -> str:
     return f"{os.path.normpath(out)}.{kind}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
 
 
+def private_dir(path: str) -> str:
+    """Create the local directory ``path`` mode 0700 (whatever the umask) before anything is
+    written into it: the job's staging holds input embeddings and labels. A store path is
+    left to the store's own permissions."""
+    if not fs.is_remote(path):
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        os.chmod(path, 0o700)
+    return path
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

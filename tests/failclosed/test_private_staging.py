@@ -9,7 +9,7 @@ import stat
 from types import SimpleNamespace
 
 from beam_pipelines.plan import Staging
-from transforms.publish import swap_into_place
+from transforms.publish import private_dir, swap_into_place
 
 
 def _mode(path) -> int:
@@ -25,7 +25,11 @@ def test_staging_directories_are_created_0700_before_anything_is_written(tmp_pat
         staging.create_private()
     finally:
         os.umask(old)
-    assert staging.dirs() and all(_mode(d) == 0o700 for d in staging.dirs())
+    made = [staging.stage, staging.q_stage, staging.runs]
+    assert all(_mode(d) == 0o700 for d in made)
+    assert not os.path.exists(staging.aux)  # made (private) only where it is first needed
+    private_dir(staging.aux)
+    assert _mode(staging.aux) == 0o700
 
 
 def test_a_published_release_gets_the_umask_mode_not_0700(tmp_path):
