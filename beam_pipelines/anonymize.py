@@ -43,6 +43,7 @@ from beam_pipelines.options import (
     add_serving_arguments,
     counter,
     csv_list,
+    names_runner,
     parse_job_argv,
     pipeline_for,
     run_to_completion,
@@ -245,7 +246,8 @@ def _run_served(job: AnonymizeJob, staging: Staging, test_pipeline) -> dict:
         if not srv.model_version:  # "the newest" must be the newest signed export
             check_not_rolled_back(Path(srv.repository, job.model), int(info["version"]), meta,
                                   signing_key())  # fmt: skip
-        reference = reference_check(srv.repository, job.model, info)
+        reference = reference_check(srv.repository, job.model, info,
+                                    carry=names_runner(job.beam_args))  # fmt: skip
         check_noise_key(job, info)
         checked = check_job_input(job, staging, int(info["dim"]) if info.get("dim") else None)
         decided = decide(job, info, checked, dim_checked=True)
@@ -450,12 +452,13 @@ if __name__ == "__main__":
 NEAR_SLACK = 1e-6  # the writer checks rows a little below the audit's max_cosine (rounding)
 
 
-def reference_check(repository: str, model: str, info: dict):
+def reference_check(repository: str, model: str, info: dict, *, carry: bool = True):
     """The signed modifier of the verified export, for the in-process recompute of flagged and
-    sampled rows (:mod:`transforms.reference`); None for an export that is no modifier."""
+    sampled rows (:mod:`transforms.reference`); None for an export that is no modifier.
+    ``carry``: ship the checked bytes to the workers (any runner but the default local one)."""
     from transforms.reference import ReferenceCheck
 
     if not info.get("modifier") or not info.get("weights") or not info.get("sha256"):
         return None
     path = os.path.join(repository, model, str(info["version"]), info["weights"])
-    return ReferenceCheck(path, str(info["sha256"]))
+    return ReferenceCheck(path, str(info["sha256"]), carry=carry)

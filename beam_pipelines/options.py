@@ -164,6 +164,12 @@ def temp_location(beam_args: list[str] | tuple[str, ...]) -> str | None:
     return PipelineOptions(list(beam_args)).view_as(GoogleCloudOptions).temp_location or None
 
 
+def names_runner(beam_args) -> bool:
+    """Whether ``--runner`` is given (otherwise the job runs on the in-process FnApiRunner,
+    whose workers share this machine and its files)."""
+    return any(a == "--runner" or a.startswith("--runner=") for a in beam_args)
+
+
 def pipeline_for(extra, test_pipeline: beam.Pipeline | None) -> beam.Pipeline:
     if test_pipeline is not None:
         return test_pipeline
@@ -179,7 +185,7 @@ def pipeline_for(extra, test_pipeline: beam.Pipeline | None) -> beam.Pipeline:
         # workers share them (Dask's default packs up to 128 items into one partition).
         extra = [*extra, "--dask_partition_size=1"]
     options = PipelineOptions(extra)
-    if any(a == "--runner" or a.startswith("--runner=") for a in extra):
+    if names_runner(extra):
         return beam.Pipeline(options=options)
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 

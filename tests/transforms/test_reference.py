@@ -68,3 +68,18 @@ def test_weights_that_differ_from_export_json_are_refused(eraser):
     path, _ = eraser
     with pytest.raises(ChecksumMismatchError, match="differs from export.json"):
         ReferenceCheck(path, "0" * 64)
+
+
+def test_on_the_local_runner_only_the_digest_travels_and_the_worker_checks_the_file(eraser):
+    path, sha = eraser
+    sent = pickle.dumps(ReferenceCheck(path, sha, carry=False))
+    assert len(sent) < 4096  # the weights stay on disk (Beam bz2-pickles a DoFn per bundle)
+    x = np.eye(2, D, dtype=np.float32)
+    ok = pickle.loads(sent).outputs(x, np.zeros(2, np.int64))
+    np.testing.assert_allclose(ok, ReferenceCheck(path, sha).outputs(x, np.zeros(2, np.int64)))
+
+    with open(path, "r+b") as f:  # the file changes after the driver checked it
+        f.seek(-8, 2)
+        f.write(b"\0" * 8)
+    with pytest.raises(ChecksumMismatchError, match="differs from export.json"):
+        pickle.loads(sent).outputs(x, np.zeros(2, np.int64))
