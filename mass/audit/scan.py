@@ -4,7 +4,8 @@ Per id-hash partition: ids unique and known (joined with the labels and ``--inpu
 every value finite, the norm, and the bypass cosine against the original embedding; each
 partition's row frame goes to the GX validator at once. The attackers' rows are a seeded
 sample of the audited rows of at most ``policy.max_rows`` (the smallest keyed hashes of the
-ids, so the sample does not depend on the partitioning), in release order; with fewer audited
+ids, so the sample does not depend on the partitioning), in that key's order (so neither
+does the attackers' fold split: the same rows sharded otherwise get the same numbers); with fewer audited
 rows it is all of them, exactly as before the audit streamed.
 """
 
@@ -161,7 +162,9 @@ def scan(req, rows_sink, *, attrs: list[str], encodings: dict | None) -> Scan:
                counts={"release": n_rel, "labels": n_lab, "input": n_in, **counts})  # fmt: skip
     if kept["key"]:
         _bound(kept, cap)
-        order = np.argsort(kept["row"][0], kind="stable")
+        # in sample-key order (a keyed hash of the id), not release order: the attackers' folds
+        # then do not depend on how the release was sharded or its files ordered
+        order = np.lexsort((kept["row"][0], kept["key"][0]))
         out.ids = kept["ids"][0].take(pa.array(order))
         out.x, out.xp = kept["x"][0][order], kept["xp"][0][order]
         out.y = {a: kept["y"][0][order, j] for j, a in enumerate(attrs)}

@@ -157,3 +157,14 @@ def test_rows_the_job_verified_as_the_modifiers_own_pass_up_to_their_count(
 
     assert not cosine_failed(5)
     assert cosine_failed(4)
+
+
+def test_the_attackers_numbers_do_not_depend_on_the_release_row_order(tmp_path, data):
+    """The same release written as one file or shuffled over three (another --shards) is
+    judged on the same rows in the same order: identical accuracies."""
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    x = _drop_s(data["x"])
+    one = _audit(tmp_path / "a", *_write(tmp_path / "a", data, x=x, parts=1))
+    shuffled = np.random.default_rng(3).permutation(N)
+    three = _audit(tmp_path / "b", *_write(tmp_path / "b", data, x=x, keep=shuffled, parts=3))
+    assert [r.accuracies for r in one.reports] == [r.accuracies for r in three.reports]
