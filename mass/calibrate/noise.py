@@ -108,7 +108,7 @@ def bisect_noise(parts, audit, deadline: float, comfortable: float = 2.0,
     # measurements). Where a measured level above it also passes and still keeps utility to
     # spare (>= ``comfortable``; a partial measurement's fraction is a lower bound), take the
     # one with the most privacy room instead: the utility is not needed, the room is.
-    # Measured (docs/calibration.md): happiness chose 0.5 (excess +0.043), the gate then failed
+    # Measured (docs/journal/calibration-runs.md): happiness chose 0.5 (excess +0.043), the gate then failed
     # kNN's balanced bound; 0.8 and 1.2 measured +0.030 / +0.034 at the same utility.
     spare = [i for i, m in cache.items() if i >= hi and m["privacy_ok"]
              and m["utility_ok"] and m["fraction"] >= comfortable]  # fmt: skip

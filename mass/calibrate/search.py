@@ -62,7 +62,7 @@ def budget_clock(kind: str):
     """The clock ``--budget-minutes`` is read on: ``"cpu"`` is this process's CPU time (every
     thread: torch trains on two, the attackers on one), which waiting for a loaded machine
     does not eat into, so the erasers and the attackers search the same candidates whatever
-    else runs (measured: run 4 vs run 5 of docs/calibration.md, same wall budget, 4-5x the
+    else runs (measured: run 4 vs run 5 of docs/journal/calibration-runs.md, same wall budget, 4-5x the
     load, labsup passed then was refused). Not torch's fits: its threads spin on the CPU
     clock under contention (the demo's 30-epoch MaSS fits: 47-65 CPU-s at load ~2, 264-310 at
     load 3-5). ``"wall"`` is elapsed time, for a hard bound on the clock."""
@@ -73,7 +73,7 @@ MIN_EPOCHS = 5
 # Up to this many training rows (no --val), every training row is validated out of fold, so
 # the validation attackers train on min(rows, cfg.attacker_rows) * 4/5 rows: at least as many
 # as the gate's (9/10 of the release) for a release of up to ~that size. Measured
-# (docs/calibration.md): with a 25 % holdout instead, gradient boosting trained on 947
+# (docs/journal/calibration-runs.md): with a 25 % holdout instead, gradient boosting trained on 947
 # validation rows read 'female' at 0.525 where the gate's, trained on 1,826 release rows, read
 # 0.558 - a pass on validation, a failure at the gate.
 CROSSFIT_MAX_ROWS = 16000
@@ -83,14 +83,14 @@ CROSSFIT_FOLDS = 4
 # held rows, as the gate's on a release) and the same bounds (the gate's z + SAFETY_SE, see
 # mass.calibrate.judge); the validated fit is the
 # release model (no refit). Out of fold it cost 4 fits, which put every MaSS candidate out of
-# a 5-10 minute budget on 2 cores from a few thousand rows on (docs/calibration.md, run 4).
+# a 5-10 minute budget on 2 cores from a few thousand rows on (docs/journal/calibration-runs.md, run 4).
 TRAINED_HOLDOUT = 0.3
 # adaptive epoch cost per row on a busy 2-core box, until the first MaSS fit is measured
 SECONDS_PER_ROW_EPOCH = 1.5e-3
 # Share of the budget the last-resort candidates (``Candidate.last_resort``) keep for
 # themselves while nothing has passed: the others stop where it begins. A last resort is closed
 # form (seconds to fit) and its noise search measured 1-3 levels on names (13-27 s each on
-# 2,100 rows, docs/calibration.md); a fifth of a 5-minute budget is 60 CPU-s.
+# 2,100 rows, docs/journal/calibration-runs.md); a fifth of a 5-minute budget is 60 CPU-s.
 LAST_RESORT_SHARE = 0.2
 
 

@@ -161,7 +161,7 @@ class TritonClient:
             parts = [self._infer_once(c, output, output_dim) for c in chunks]
         else:
             # Requests in flight overlap this worker's (de)serialization with the server's
-            # compute; a lone synchronous request leaves one of them idle (docs/performance.md).
+            # compute; a lone synchronous request leaves one of them idle (docs/journal/performance-history.md).
             parts = list(self.pool(p.in_flight).map(
                 lambda c: self._infer_once(c, output, output_dim), chunks))  # fmt: skip
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
