@@ -278,9 +278,9 @@ MUTANTS = [
     Mutant("audit-remap-reads-nothing", "mass.metrics.scores:remap_predictions",
            "out[test] = classes[mapping[p_idx[test]]]", "out[test] = pred[test]", AUDIT,
            "a judge far below chance (labels flipped, not removed) passes"),
-    Mutant("audit-remap-judges-not-required", "mass.metrics.rules:attribute_report",
-           "margin_map = {j: base[j.removesuffix(REMAP).removesuffix(KEYED)] for j in judges}",
-           "margin_map = {j: base[j] for j in judges if j in base}", AUDIT,
+    Mutant("audit-remap-judges-not-required", "mass.metrics.rules:_margin_map",
+           "return {j: base[family_of(j)] for j in judges}",
+           "return {j: base[j] for j in judges if j in base}", AUDIT,
            "re-mapped (and key-stripped) judges are measured but never held to a limit"),
     Mutant("audit-frozen-judge-misaligned", "mass.metrics.rules:attribute_report",
            "judged[FROZEN] = frozen_predict(frozen, x_prime)",
@@ -313,7 +313,7 @@ MUTANTS = [
     Mutant("audit-cosine-bypass-unchecked", "mass.audit.suite:build_suites",
            'column="cosine", max_value=spec.max_cosine,', 'column="cosine", max_value=2.0,',
            AUDIT, "a release (nearly) parallel to its input passes the audit"),
-    Mutant("audit-cosine-not-measured", "mass.audit.scan:scan",  # moved from runner:measure
+    Mutant("audit-cosine-not-measured", "mass.audit.scan:_row_checks",  # was runner:measure
            'rows["cosine"] = np.where(both, cos, np.nan)', 'rows["cosine"] = np.where(both, 0.0, '
            "np.nan)", (f"{_JUDGES}test_near_identity_rows_fail_the_cosine_bypass_check",),
            "the audit's bypass check reads a constant, not the rows"),
