@@ -11,7 +11,7 @@ from mass import fs
 from mass.calibrate.sampling import load_training
 from mass.synthetic import block_attributes, make_synthetic, to_table
 from mass.training import check_columns
-from tests.mass.test_audit import D, N, _audit, _drop_s, _write
+from tests.mass.audit.test_audit import D, N, _audit, _drop_s, _write
 from transforms.services import moto_s3
 
 BUCKET = "mass-stream"
