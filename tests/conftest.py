@@ -180,6 +180,33 @@ def sign_handmade_model():
     return sign_handmade
 
 
+def write_key_file(path, secret: bytes) -> str:
+    """A key file as `mass keygen` writes it (0600, one line) holding the given ``secret``:
+    a fixed key, so a test's keyed outputs are the same on every run, or a weak one."""
+    from mass.keys import PREFIX
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(PREFIX + secret.hex() + "\n")
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def key_file_of():
+    """:func:`write_key_file` (test modules cannot import a conftest under importlib mode)."""
+    return write_key_file
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """A moto S3 server on 127.0.0.1 (one per test module) with the bucket ``mass-test``; the
+    AWS_* variables point at it until the module's last test."""
+    from transforms.services import moto_s3
+
+    with moto_s3(str(tmp_path_factory.mktemp("moto")), "mass-test") as env:
+        yield env
+
+
 @pytest.fixture()
 def tiny_repo(tmp_path):
     """A numpy-only python-backend repository: model ``double`` (X FP32[2] -> Y = 2 X),

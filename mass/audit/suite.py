@@ -257,7 +257,7 @@ class Validator:
         # the data source's one execution engine caches every batch it ran on (measured:
         # +8.5 MB per 200,000-row partition frame) and every metric it resolved, the
         # per-row condition Series included (+~20 bytes per row of every partition): drop
-        # both, the results are kept. forget() is tested in tests/mass/test_audit_stream.py.
+        # both, the results are kept. forget() is tested in tests/mass/audit/test_audit_stream.py.
         self.forget()
         self.success = self.success and bool(result.success)
         return list(result.results)

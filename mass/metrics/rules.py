@@ -188,6 +188,92 @@ def _take(a, rows):
     return None if a is None else np.asarray(a)[rows]
 
 
+def _sample_rows(n: int, max_rows: int | None, seed: int) -> np.ndarray:
+    """The rows every judge sees: all, or ``max_rows`` of them (seeded, in order)."""
+    if max_rows is not None and n > max_rows:
+        return np.sort(np.random.default_rng(seed).choice(n, size=max_rows, replace=False))
+    return np.arange(n)
+
+
+def _column_judges(columns: Mapping[str, tuple], y: np.ndarray, kw: dict[str, Any]):
+    """Each family retrained on one released column alone: ``family@column`` -> predictions."""
+    judged: dict[str, np.ndarray] = {}
+    for col, (dense, col_stats) in columns.items():
+        cp = attack_predictions(dense, y, stats=col_stats, **kw)
+        judged.update({f + COLUMN + col: p[1.0] for f, p in cp.items()})
+    return judged
+
+
+def _scores(judged: Mapping[str, np.ndarray], y: np.ndarray, z: float, seed: int, *,
+            remap: bool) -> dict[str, Score]:  # fmt: skip
+    """Each judge's score and, with ``remap``, its re-mapped twin's (``<judge>_remap``)."""
+    scores = {j: score(y, p, z) for j, p in judged.items()}
+    if remap:
+        for j, p in judged.items():
+            acc = score(y, remap_predictions(y, p, seed=seed), z)
+            bal = score(y, remap_predictions(y, p, seed=seed, balanced=True), z)
+            scores[j + REMAP] = Score(acc.accuracy, bal.balanced, acc.ci_high,
+                                      bal.balanced_ci_high)  # fmt: skip
+    return scores
+
+
+def _margin_map(margins: Mapping[str, float] | float, judges: list[str], families, *,
+                frozen: bool) -> dict[str, float]:  # fmt: skip
+    """Each judge's margin: its family's (one margin for all, or per family and frozen)."""
+    if isinstance(margins, Mapping):
+        base = {j: float(margins[j]) for j in ((FROZEN,) if frozen else ()) + tuple(families)}
+    else:
+        base = dict.fromkeys((FROZEN, *families), float(margins))
+    return {j: base[family_of(j)] for j in judges}
+
+
+def _original(x: np.ndarray, y: np.ndarray, kw: dict[str, Any]) -> tuple[dict[str, float], float]:
+    """Each family retrained on the original x: accuracies; the best balanced accuracy."""
+    op = attack_predictions(x, y, **kw)
+    original = {f: float((p[1.0] == y).mean()) for f, p in op.items()}
+    return original, max(balanced_accuracy(y, p[1.0]) for p in op.values())
+
+
+def _learning_curve(preds, fractions: tuple[float, ...], y: np.ndarray):
+    """Each family's accuracy per fraction of its training set (none for one fraction)."""
+    if len(fractions) <= 1:
+        return {}
+    return {f: [[fr, float((p[fr] == y).mean())] for fr in fractions] for f, p in preds.items()}
+
+
+def _key_judges(key_x: np.ndarray, y: np.ndarray, z: float, kw: dict[str, Any], *, gate: bool):
+    """Each family retrained on the release with the noise removed: its accuracy and, when
+    the policy gates on it, its score as the judge ``<family>_key``."""
+    kp = attack_predictions(key_x, y, **kw)
+    accuracy = {f: float((p[1.0] == y).mean()) for f, p in kp.items()}
+    return accuracy, ({f + KEYED: score(y, p[1.0], z) for f, p in kp.items()} if gate else {})
+
+
+def _baselines(y: np.ndarray, preserved: Mapping[str, np.ndarray], folds: int,
+               seed: int) -> dict[str, Any]:  # fmt: skip
+    """The report's baselines: majority rate and chance, leakage floors on both scales."""
+    return dict(
+        majority=majority_rate(y),
+        floor=leakage_floor(y, preserved, folds=folds, seed=seed),
+        chance=chance_level(y),
+        balanced_floor=leakage_floor(y, preserved, folds=folds, seed=seed, balanced=True),
+    )
+
+
+def _judge_fields(scores: Mapping[str, Score], families) -> dict[str, Any]:
+    """The report's per-judge fields, read from the judges' scores on x'."""
+    return dict(
+        frozen_xprime=scores[FROZEN].accuracy if FROZEN in scores else None,
+        attackers={f: scores[f].accuracy for f in families},
+        extra_judges={
+            j: s.accuracy for j, s in scores.items() if j != FROZEN and j not in families
+        },
+        balanced={j: s.balanced for j, s in scores.items()},
+        ci_high={j: s.ci_high for j, s in scores.items()},
+        balanced_ci_high={j: s.balanced_ci_high for j, s in scores.items()},
+    )
+
+
 def attribute_report(
     name: str,
     y,
@@ -236,9 +322,7 @@ def attribute_report(
     if role not in ("suppressed", "preserved"):
         raise ValueError(f"role must be 'suppressed' or 'preserved', got {role!r}")
     y = np.asarray(y)
-    rows = np.arange(y.size)
-    if max_rows is not None and y.size > max_rows:
-        rows = np.sort(np.random.default_rng(seed).choice(y.size, size=max_rows, replace=False))
+    rows = _sample_rows(y.size, max_rows, seed)
     y, x, x_prime = y[rows], np.asarray(x)[rows], np.asarray(x_prime)[rows]
     extra, key_x = _take(extra, rows), _take(key_x, rows)
     stats = None if stats is None else stats.take(rows)
@@ -249,9 +333,7 @@ def attribute_report(
     sup = role == "suppressed"
     kw: dict[str, Any] = dict(families=families, folds=folds, seed=seed)
     if original is None:
-        op = attack_predictions(x, y, **kw)
-        original = {f: float((p[1.0] == y).mean()) for f, p in op.items()}
-        original_balanced = max(balanced_accuracy(y, p[1.0]) for p in op.values())
+        original, original_balanced = _original(x, y, kw)
     feats = x_prime if extra is None or extra.shape[1] == 0 else np.hstack([x_prime, extra])
     fractions = CURVE_FRACTIONS if sup and curve else (1.0,)
     preds = attack_predictions(feats, y, fractions=fractions, stats=stats, **kw)
@@ -260,57 +342,28 @@ def attribute_report(
         judged[FROZEN] = frozen_predict(frozen, x_prime)
     judged.update({f: p[1.0] for f, p in preds.items()})
     if sup:
-        for col, (dense, col_stats) in columns.items():
-            cp = attack_predictions(dense, y, stats=col_stats, **kw)
-            judged.update({f + COLUMN + col: p[1.0] for f, p in cp.items()})
-    scores = {j: score(y, p, z) for j, p in judged.items()}
-    if sup:
-        for j, p in list(judged.items()):
-            acc = score(y, remap_predictions(y, p, seed=seed), z)
-            bal = score(y, remap_predictions(y, p, seed=seed, balanced=True), z)
-            scores[j + REMAP] = Score(acc.accuracy, bal.balanced, acc.ci_high,
-                                      bal.balanced_ci_high)  # fmt: skip
+        judged.update(_column_judges(columns, y, kw))
+    scores = _scores(judged, y, z, seed, remap=sup)
     key_compromised = None
     if key_x is not None:
-        kp = attack_predictions(key_x, y, **kw)
-        key_compromised = {f: float((p[1.0] == y).mean()) for f, p in kp.items()}
-        if sup and gate_key:
-            scores.update({f + KEYED: score(y, p[1.0], z) for f, p in kp.items()})
-    learning_curve = {}
-    if len(fractions) > 1:
-        learning_curve = {f: [[fr, float((p[fr] == y).mean())] for fr in fractions]
-                          for f, p in preds.items()}  # fmt: skip
+        key_compromised, keyed = _key_judges(key_x, y, z, kw, gate=sup and gate_key)
+        scores.update(keyed)
+    learning_curve = _learning_curve(preds, fractions, y)
     climbing = tuple(f for f, c in learning_curve.items() if curve_climbing(c, y.size, curve_tol))
-    judges = list(scores)
-    if isinstance(margins, Mapping):
-        base = {j: float(margins[j]) for j in ((FROZEN,) if frozen is not None else ())
-                + tuple(families)}  # fmt: skip
-    else:
-        base = dict.fromkeys((FROZEN, *families), float(margins))
-    margin_map = {j: base[family_of(j)] for j in judges}
+    margin_map = _margin_map(margins, list(scores), families, frozen=frozen is not None)
     if not sup:  # preserved: only the direct judges are reported
         scores = {j: s for j, s in scores.items() if j == FROZEN or j in families}
     return AttributeReport(
         name=name,
         role=role,
         n=int(y.size),
-        majority=majority_rate(y),
-        floor=leakage_floor(y, preserved, folds=folds, seed=seed),
+        **_baselines(y, preserved, folds, seed),
         original=max(original.values()),
         original_by_family=dict(original),
         frozen_x=None if frozen is None else frozen_accuracy(frozen, x, y),
-        frozen_xprime=scores[FROZEN].accuracy if FROZEN in scores else None,
-        attackers={f: scores[f].accuracy for f in families},
+        **_judge_fields(scores, families),
         margins=margin_map if sup else {},
         min_fraction=None if sup else min_fraction,
-        extra_judges={
-            j: s.accuracy for j, s in scores.items() if j != FROZEN and j not in families
-        },  # fmt: skip
-        chance=chance_level(y),
-        balanced_floor=leakage_floor(y, preserved, folds=folds, seed=seed, balanced=True),
-        balanced={j: s.balanced for j, s in scores.items()},
-        ci_high={j: s.ci_high for j, s in scores.items()},
-        balanced_ci_high={j: s.balanced_ci_high for j, s in scores.items()},
         learning_curve=learning_curve,
         climbing=climbing,
         key_compromised=key_compromised,

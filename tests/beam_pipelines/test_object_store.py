@@ -21,18 +21,11 @@ from mass.errors import OutputPathError, ReleaseError
 from mass.io import committed_parts, expand_paths, read_table
 from transforms.inference.function import FunctionModelHandler
 from transforms.publish import VERSIONS
-from transforms.services import BIN, REPO, dask_cluster, moto_s3
+from transforms.services import BIN, REPO, dask_cluster
 from transforms.testing import Bypass, NumpyModifier, write_embeddings
 
 INFO = {"name": "np", "version": 3, "sha256": "abc", "method": "test", "suppress": ["digit"],
         "preserve": [], "config_hash": "h", "dim": 16}  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    """A moto S3 server on 127.0.0.1 and a bucket; the AWS_* variables point at it."""
-    with moto_s3(str(tmp_path_factory.mktemp("moto")), "mass-test") as env:
-        yield env
 
 
 @pytest.fixture(scope="module")

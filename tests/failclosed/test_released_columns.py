@@ -130,7 +130,9 @@ def test_the_shared_encoder_keeps_a_column_at_chance_at_chance(tmp_path):
     assert [v.passed for v in verdicts] == [True, True], [v.describe() for v in verdicts]
 
 
-def test_pseudonymized_block_ids_pass_and_only_the_key_maps_them_back(tmp_path, monkeypatch):
+def test_pseudonymized_block_ids_pass_and_only_the_key_maps_them_back(
+    tmp_path, monkeypatch, key_file_of
+):
     """The same block ids with --pseudonymize-ids: the released ids are HMAC pseudonyms under
     the owner key's id sub-key (recorded in mass.ids, never the key), the job's id checks ran
     on them (unique, one-to-one with the input), the gate passes and the owner maps back."""
@@ -150,13 +152,10 @@ def test_pseudonymized_block_ids_pass_and_only_the_key_maps_them_back(tmp_path, 
     # with a fresh random key the judges' bound sat at the limit by chance once (0.550 vs 0.550)
     import hashlib
 
-    from mass.keys import PREFIX
-
-    fd = os.open(tmp_path / "owner.key", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(PREFIX + hashlib.sha256(b"test_pseudonymized_block_ids").hexdigest() + "\n")
-    key = read_key(str(tmp_path / "owner.key"))
-    _run(tmp_path, src, out, "--pseudonymize-ids", "--noise-key-file", str(tmp_path / "owner.key"))
+    secret = hashlib.sha256(b"test_pseudonymized_block_ids").digest()
+    key_path = key_file_of(tmp_path / "owner.key", secret)
+    key = read_key(key_path)
+    _run(tmp_path, src, out, "--pseudonymize-ids", "--noise-key-file", key_path)
     released = pq.read_table(str(out)).column("id").combine_chunks()
     original = pq.read_table(str(src)).column("id").combine_chunks()
     mapping = dict(zip(pseudonymize(original, key).to_pylist(), original.to_pylist(), strict=True))

@@ -113,16 +113,6 @@ def test_subkeys_are_separated_by_purpose():
     assert not OwnerKey(b"\x04" * 32).verify("sign", b"data", tag)
 
 
-def _key_file(path, secret: bytes) -> str:
-    """A key file as `mass keygen` writes it (0600, one line), holding ``secret``."""
-    from mass.keys import PREFIX
-
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(PREFIX + secret.hex() + "\n")
-    return str(path)
-
-
 @pytest.mark.parametrize(
     ("secret", "why"),
     [
@@ -134,8 +124,8 @@ def _key_file(path, secret: bytes) -> str:
         (b"Tr0ub4dor&3 quick-jumping ZEBRAS", "printable text"),
     ],
 )
-def test_weak_keys_are_refused_by_name(tmp_path, secret, why):
-    path = _key_file(tmp_path / "weak.key", secret)
+def test_weak_keys_are_refused_by_name(tmp_path, key_file_of, secret, why):
+    path = key_file_of(tmp_path / "weak.key", secret)
     with pytest.raises(ConfigError, match=rf"^{path}: not a random key \({why}.*mass keygen"):
         read_key(path)
 

@@ -46,15 +46,15 @@ _KEYED = "tests/beam_pipelines/test_keyed_noise.py::"
 KEYED_JOB = (f"{_KEYED}test_two_modifiers_releasing_the_same_rows_never_share_their_noise",
              f"{_KEYED}test_keyed_seeds_pickle_holds_no_owner_key_and_workers_check_the_fingerprint",
              "tests/mass/test_noise_guards.py")  # fmt: skip
-AUDIT_UNIT = ("tests/mass/test_metrics.py", "tests/mass/test_audit.py",
-              "tests/mass/test_audit_guards.py")  # fmt: skip
-JUDGES = ("tests/mass/audit_rules/test_judges.py",)
-_JUDGES = "tests/mass/audit_rules/test_judges.py::"
+AUDIT_UNIT = ("tests/mass/metrics/test_metrics.py", "tests/mass/audit/test_audit.py",
+              "tests/mass/audit/test_audit_guards.py")  # fmt: skip
+JUDGES = ("tests/mass/audit/test_judges.py",)
+_JUDGES = "tests/mass/audit/test_judges.py::"
 AUDIT = (*AUDIT_UNIT, *JUDGES)
 _UNTRUSTED = "tests/failclosed/test_untrusted_files.py::"
 SIGNED = (f"{_UNTRUSTED}test_tampered_export_is_refused_before_the_server_launches",
-          "tests/mass/test_export.py::test_tampered_weights_are_refused_before_loading",
-          "tests/mass/test_signature_guards.py")  # fmt: skip
+          "tests/mass/serving/test_export.py::test_tampered_weights_are_refused_before_loading",
+          "tests/mass/serving/test_signature_guards.py")  # fmt: skip
 UNPICKLE = (f"{_UNTRUSTED}test_crafted_modifier_never_runs_in_export_or_load",
             f"{_UNTRUSTED}test_crafted_checkpoint_never_runs_on_resume")  # fmt: skip
 SHM = (
@@ -278,9 +278,9 @@ MUTANTS = [
     Mutant("audit-remap-reads-nothing", "mass.metrics.scores:remap_predictions",
            "out[test] = classes[mapping[p_idx[test]]]", "out[test] = pred[test]", AUDIT,
            "a judge far below chance (labels flipped, not removed) passes"),
-    Mutant("audit-remap-judges-not-required", "mass.metrics.rules:attribute_report",
-           "margin_map = {j: base[j.removesuffix(REMAP).removesuffix(KEYED)] for j in judges}",
-           "margin_map = {j: base[j] for j in judges if j in base}", AUDIT,
+    Mutant("audit-remap-judges-not-required", "mass.metrics.rules:_margin_map",
+           "return {j: base[family_of(j)] for j in judges}",
+           "return {j: base[j] for j in judges if j in base}", AUDIT,
            "re-mapped (and key-stripped) judges are measured but never held to a limit"),
     Mutant("audit-frozen-judge-misaligned", "mass.metrics.rules:attribute_report",
            "judged[FROZEN] = frozen_predict(frozen, x_prime)",
@@ -313,7 +313,7 @@ MUTANTS = [
     Mutant("audit-cosine-bypass-unchecked", "mass.audit.suite:build_suites",
            'column="cosine", max_value=spec.max_cosine,', 'column="cosine", max_value=2.0,',
            AUDIT, "a release (nearly) parallel to its input passes the audit"),
-    Mutant("audit-cosine-not-measured", "mass.audit.scan:scan",  # moved from runner:measure
+    Mutant("audit-cosine-not-measured", "mass.audit.scan:_row_checks",  # was runner:measure
            'rows["cosine"] = np.where(both, cos, np.nan)', 'rows["cosine"] = np.where(both, 0.0, '
            "np.nan)", (f"{_JUDGES}test_near_identity_rows_fail_the_cosine_bypass_check",),
            "the audit's bypass check reads a constant, not the rows"),
@@ -332,7 +332,7 @@ MUTANTS = [
            "non-unit-norm (unnormalised or broken) embeddings pass"),
     Mutant("audit-run-ignores-failures", "mass.audit.suite:Validator.finish",  # was run_suites
            "success = self.success and all(o.success for o in outcomes)", "success = True",
-           ("tests/mass/test_audit.py::test_identity_release_fails_and_cli_exits_1",),
+           ("tests/mass/audit/test_audit.py::test_identity_release_fails_and_cli_exits_1",),
            "a failing suite still yields a passing audit"),
     # --- signed exports: only what `mass export` wrote, under the owner's key, is served ------
     Mutant("signature-unlisted-file-allowed", "mass.serving.manifest:check_listed_files",
@@ -383,16 +383,16 @@ MUTANTS = [
            "a user's folder with a _release.json link to a release of ours is replaced"),
     Mutant("calibrate-next-level-skipped", "mass.calibrate.noise:bisect_noise",
            'if hi - lo <= 1 and hi < last and not at(hi + 1)["privacy_ok"]:', "if False:",
-           ("tests/mass/test_calibrate.py::test_noise_search_needs_the_next_level_to_pass_too",),
+           ("tests/mass/calibrate/test_calibrate.py::test_noise_search_needs_the_next_level_to_pass_too",),
            "a borderline (fluke) pass whose next noise level fails is chosen"),
     Mutant("calibrate-confidence-fixed-95", "mass.calibrate.judge:ValidationAudit.__init__",
            "z = validation_z(M.z_value(policy.confidence), len(self.rows), n_rel)",
            "z = validation_z(M.z_value(0.95), len(self.rows), n_rel)",
-           ("tests/mass/test_calibrate.py::test_validation_bounds_follow_the_gates_confidence",),
+           ("tests/mass/calibrate/test_calibrate.py::test_validation_bounds_follow_the_gates_confidence",),
            "calibration validates at 95 % while the gate audits at a stricter confidence"),
     Mutant("signature-gpu-config-unlisted", "mass.serving.manifest:manifest_names",
            'names += [f"../configs/{n}" for n in _files_under(model_dir / "configs")]', "pass",
-           ("tests/mass/test_signature_guards.py",),
+           ("tests/mass/serving/test_signature_guards.py",),
            "configs/gpu.pbtxt is served unsigned: an edited GPU config loads"),
     Mutant("job-noise-key-on-worker-ignored", "beam_pipelines.preflight:keyed_seeds",
            'read_on_worker=getattr(args, "noise_key_on_worker", False)', "read_on_worker=False",
@@ -408,12 +408,12 @@ MUTANTS = [
            "an intermediate merge pass loses runs (the tests' small_runs now reach it)"),
     Mutant("rare-early-stopping-on-singletons", "mass.metrics.strata:early_stopping_ok",
            "counts.min() >= 2 and ", "",
-           ("tests/mass/test_metrics.py::"
+           ("tests/mass/metrics/test_metrics.py::"
             "test_attackers_judge_a_singleton_class_without_sklearn_errors",),
            "a class of one row reaches sklearn's stratified early-stopping split: ValueError"),
     Mutant("rare-classes-not-pooled", "mass.metrics.strata:stratification_codes",
            "codes = np.where(rare[idx], pool, idx)", "codes = idx.copy()",
-           ("tests/mass/test_metrics.py::test_rare_classes_are_pooled_for_stratification_only",),
+           ("tests/mass/metrics/test_metrics.py::test_rare_classes_are_pooled_for_stratification_only",),
            "rare classes are stratified alone: folds without them, sklearn warnings or errors"),
     # --- shared memory ------------------------------------------------------------------------
     Mutant("shm-forced-off", "transforms.inference.triton_client:TritonClient._shm_output_shape",

@@ -272,20 +272,15 @@ def _unit(x):
 def write_synthetic(root, *, suppress_leaks: bool = False):
     """Labels (id, emb, s, r) + a one-part release: s lives in dims 0-7, r in 8-15; the
     release zeroes dims 0-7 (s suppressed) unless ``suppress_leaks``."""
-    import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from mass.audit.suite import REQUIRED_METADATA
     from mass.embeddings import embedding_array
+    from mass.synthetic import block_attributes
 
-    rng = np.random.default_rng(0)
-    s, r = rng.integers(0, 3, N), rng.integers(0, 2, N)
-    x = rng.normal(scale=0.15, size=(N, D))
-    x[np.arange(N), s] += 1.0
-    x[np.arange(N), 8 + r] += 1.0
-    x = _unit(x)
-    ids = np.arange(N, dtype=np.int64) + 1000
+    d = block_attributes(N, D)
+    s, r, x, ids = d["s"], d["r"], d["x"], d["id"]
     pq.write_table(pa.table({"id": ids, "emb": embedding_array(x), "s": s, "r": r}),
                    root / "labels.parquet")  # fmt: skip
     xp = x.copy()

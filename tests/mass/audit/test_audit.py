@@ -166,26 +166,11 @@ def test_input_with_other_ids_fails_id_set(tmp_path, data):
 
 
 def test_frozen_branch_models_from_run_dir_are_judges(tmp_path, data):
-    import torch
+    from tests.mass.audit.test_judges import _frozen_run
 
-    from mass.branch_models import AttributeClassifier, freeze, save_branches
-
-    run = tmp_path / "run"
-    run.mkdir()
-    clf = AttributeClassifier(D, 3, widths=(8, 8))  # hand-set: logits = x[:, :3] (s dims)
-    with torch.no_grad():
-        for p in clf.parameters():
-            p.zero_()
-        clf.features[0].weight[:, :8].copy_(torch.eye(8))
-        clf.features[3].weight.copy_(torch.eye(8))
-        for bn in (clf.features[1], clf.features[4]):
-            bn.weight.fill_(1.0)
-        clf.head.weight[:, :3].copy_(torch.eye(3))
-    freeze(clf)
-    save_branches(str(run / "branches.pt"), {"s": clf}, None)
-    (run / "encodings.json").write_text(json.dumps({"s": [0, 1, 2], "r": [0, 1]}))
+    run = _frozen_run(tmp_path)  # hand-set: logits = x[:, :3] (s dims)
     release, labels = _write(tmp_path, data)
-    result = _audit(tmp_path, release, labels, run_dir=str(run))
+    result = _audit(tmp_path, release, labels, run_dir=run)
     s = next(r for r in result.reports if r.name == "s")
     assert s.frozen_x is not None and s.frozen_x > 0.9 and s.frozen_xprime == s.frozen_x
     assert "frozen" in s.margins and not result.success
@@ -216,26 +201,9 @@ def test_policy_reads_params_and_names_bad_keys(tmp_path):
 
 
 def test_suppression_expectation_fails_when_a_required_judge_is_unmeasured():
-    import pandas as pd
-
-    from mass.audit.runner import judge_frame
     from mass.audit.suite import SuiteSpec, run_suites
-    from mass.metrics import AttributeReport
 
-    rep = AttributeReport(name="s", role="suppressed", n=10, majority=0.5, floor=0.5,
-                          original=0.9, original_by_family={}, frozen_x=None,
-                          frozen_xprime=None, attackers={"logreg": 0.52},
-                          margins={"logreg": 0.05}, chance=0.5, balanced_floor=0.5,
-                          balanced={"logreg": 0.52}, ci_high={"logreg": 0.52},
-                          balanced_ci_high={"logreg": 0.52})  # fmt: skip
-    frames = {
-        "release_columns": pd.DataFrame({"column": ["id", "emb"], "arrow_type": ["", ""]}),
-        "release_metadata": pd.DataFrame({"key": list(REQUIRED_METADATA), "value": ""}),
-        "release_rows": pd.DataFrame(
-            {"id": [1], "in_labels": [True], "finite": [True], "norm": [1.0], "cosine": [0.5]}
-        ),  # fmt: skip
-        "attribute_privacy": judge_frame([rep]),
-    }
+    frames = _judge_frames()  # logreg at 0.52 (every scale) against baselines of 0.5
 
     def spec(margins):
         return SuiteSpec(id_col="id", emb_col="emb", allowed=(), forbidden=("s",), n_labels=1,

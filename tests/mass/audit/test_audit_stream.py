@@ -15,7 +15,7 @@ import mass.audit.stream as stream
 from mass.embeddings import embedding_array
 from mass.errors import InvalidValueError
 from mass.synthetic import block_attributes
-from tests.mass.test_audit import FAST, D, N, _audit, _drop_s, _failed, _write
+from tests.mass.audit.test_audit import FAST, D, N, _audit, _drop_s, _failed, _write
 
 TINY = 97  # rows per partition: ~11 partitions of the 1,000-row release
 

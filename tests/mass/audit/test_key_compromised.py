@@ -28,14 +28,12 @@ from mass.modifiers import (
     NoiseSpec,
 )
 from mass.noise import keyed_row_seeds, row_seeds
+from mass.synthetic import block_attributes
+from tests.mass.audit.test_audit import _unit
 
 N, D = 3000, 24  # a clean 3-class release must pass the upper-bound rule whatever the noise draw
 FAST = {"families": ["logreg", "knn"], "folds": 3}
 SUPPRESSED = ("attribute_privacy", "expect_attribute_to_be_suppressed")
-
-
-def _unit(x):
-    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
 def _run(model, x, ids, key, context=""):
@@ -106,17 +104,12 @@ def _release(tmp, key: OwnerKey | None):
     """s survives as a 0.003 residue in its own dims, drowned by MaSS output noise 0.5 drawn
     under ``key`` (None: from the public row_seeds, as releases were before keyed noise):
     invisible in the release, read perfectly once the noise is removed."""
-    rng = np.random.default_rng(0)
-    s, r = rng.integers(0, 3, N), rng.integers(0, 2, N)
-    x = rng.normal(scale=0.15, size=(N, D))
-    x[np.arange(N), s] += 1.0
-    x[np.arange(N), 8 + r] += 1.0
-    x = _unit(x)
+    d = block_attributes(N, D)
+    s, r, x, ids = d["s"], d["r"], d["x"], d["id"]
     y = np.zeros((N, D))  # what G keeps: r, fresh noise, and a residue of s
     y[np.arange(N), 8 + r] = 1.0
     y[:, 16:] = np.random.default_rng(1).normal(scale=0.15, size=(N, D - 16))
     y[np.arange(N), s] = 0.003  # the residue the noise has to hide
-    ids = np.arange(N, dtype=np.int64) + 1000
     torch.manual_seed(0)
     model = DataModifier(ModifierSpec(dim=D, hidden=(8,), output_noise=0.5)).eval()
     with torch.no_grad():  # G(x) = x: the last layer outputs 0, n(0) = 0

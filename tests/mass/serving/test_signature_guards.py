@@ -20,7 +20,7 @@ from mass.serving.manifest import (
     verify_version_dir,
     write_sha256sums,
 )
-from tests.mass.test_export import make_run
+from tests.mass.serving.test_export import make_run
 
 
 @pytest.fixture()

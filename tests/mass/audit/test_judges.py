@@ -19,16 +19,13 @@ from mass.audit import AuditRequest, policy_from_dict, run_audit
 from mass.audit.report import audit_metrics
 from mass.audit.suite import REQUIRED_METADATA
 from mass.embeddings import embedding_array
+from tests.mass.audit.test_audit import _failed, _unit
 
 N, D = 2000, 24  # 2,000 rows: a chance-level judge's 95 % upper bound stays ~0.02 above it
 FAST = {"families": ["logreg", "knn"], "folds": 3}
 SUPPRESSED = ("attribute_privacy", "expect_attribute_to_be_suppressed")
 PRESERVED = ("attribute_privacy", "expect_attribute_to_be_preserved")
 COSINE = ("release_rows", "expect_column_values_to_be_between")
-
-
-def _unit(x):
-    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
 @pytest.fixture(scope="module")
@@ -69,10 +66,6 @@ def _audit(release, labels, *, suppress=("s",), preserve=("r",), policy=None, **
     req = AuditRequest(release=release, labels=labels, suppress=suppress, preserve=preserve,
                        policy=policy_from_dict(policy or FAST), **kw)  # fmt: skip
     return run_audit(req)
-
-
-def _failed(result):
-    return {(e.suite, e.expectation) for e in result.outcome.failed}
 
 
 def _observed(result):
