@@ -245,6 +245,9 @@ def child_exit_code(proc, what: str, timeout: float = 60.0) -> int:
     try:
         proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        if proc.poll() is not None:  # it ended, but a process it started holds the pipe open
+            pytest.fail(f"{what}: exited with code {proc.returncode}, but its stdout was still "
+                        f"open {timeout:.0f} s later (held by a process it started)")  # fmt: skip
         state = _proc_state(proc.pid)
         _stop(proc)
         pytest.fail(f"{what}: still running {timeout:.0f} s later ({state}); killed")
