@@ -222,3 +222,69 @@ def beam_pipeline():
     from apache_beam.testing.test_pipeline import TestPipeline
 
     return lambda: TestPipeline(runner=FnApiRunner())
+
+
+# -- children that talk through a stdout PIPE: every wait bounded, every pipe drained ------------
+def _proc_state(pid: int) -> str:
+    """``State`` and kernel wait channel of ``pid`` from /proc (what a failure message needs)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            state = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("State")), "?")
+        with open(f"/proc/{pid}/wchan") as f:
+            return f"state {state}, waiting in {f.read().strip() or '-'}"
+    except OSError:
+        return "no /proc entry"
+
+
+def _stop(proc) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=30)  # SIGKILLed: ends at once (an unkillable D state fails here, loudly)
+
+
+def child_first_line(proc, what: str, timeout: float = 300.0) -> str:
+    """The first line ``proc`` writes to its stdout PIPE. Read by a helper thread, so a child
+    that hangs before printing fails the test after ``timeout`` s (killed, with its /proc
+    state) instead of blocking the suite; a child that exits first fails with its exit code."""
+    import queue
+    import threading
+
+    box: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: box.put(proc.stdout.readline()), daemon=True).start()
+    try:
+        line = box.get(timeout=timeout)
+    except queue.Empty:
+        state = _proc_state(proc.pid)
+        _stop(proc)
+        pytest.fail(f"{what}: printed no line in {timeout:.0f} s ({state}); killed")
+    if not line:
+        _stop(proc)
+        pytest.fail(f"{what}: exited with code {proc.returncode} before printing its line")
+    return line
+
+
+def child_exit_code(proc, what: str, timeout: float = 60.0) -> int:
+    """``proc``'s exit code, its PIPEs drained meanwhile (``communicate``: a child blocked on
+    a full, unread pipe never exits); still running after ``timeout`` s, it is killed and the
+    test fails naming ``what`` and where the child was waiting."""
+    import subprocess
+
+    try:
+        proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        if proc.poll() is not None:  # it ended, but a process it started holds the pipe open
+            pytest.fail(f"{what}: exited with code {proc.returncode}, but its stdout was still "
+                        f"open {timeout:.0f} s later (held by a process it started)")  # fmt: skip
+        state = _proc_state(proc.pid)
+        _stop(proc)
+        pytest.fail(f"{what}: still running {timeout:.0f} s later ({state}); killed")
+    return proc.returncode
+
+
+@pytest.fixture(scope="session")
+def child():
+    """``child.first_line(proc, what)`` and ``child.exit_code(proc, what)`` (bounded reads of a
+    subprocess's stdout PIPE; test modules cannot import a conftest under importlib mode)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(first_line=child_first_line, exit_code=child_exit_code, stop=_stop)

@@ -101,12 +101,22 @@ def audit_metrics(result: AuditResult) -> dict:
         "warnings": list(result.warnings),
         "rare_classes": {
             "rule": RARE_RULE,
-            "attributes": {r.name: dict(r.rare_classes) for r in result.reports if r.rare_classes},
+            "attributes": _rare_by_attribute(result),
         },  # fmt: skip
         # what the release keeps beyond the named R (mass.metrics.unnamed, docs/audit.md)
         "unnamed": _rounded(result.unnamed),
         "lineage": lineage(result),
     }
+
+
+def _rare_by_attribute(result: AuditResult) -> dict[str, dict]:
+    """Attribute -> rare class -> rows: the judged attributes', then the watch attributes'
+    (their attackers follow the same rule, mass.metrics.strata)."""
+    rare = {r.name: dict(r.rare_classes) for r in result.reports if r.rare_classes}
+    for w, row in (result.unnamed.get("watch") or {}).items():
+        if row.get("rare_classes"):
+            rare[w] = dict(row["rare_classes"])
+    return rare
 
 
 def _rounded(v):

@@ -144,7 +144,8 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
                                             extra=extra, class_names=_names(s, a),
                                             **kw))  # fmt: skip
         unnamed = measure_unnamed(x, xp, y, suppress=req.suppress, preserve=req.preserve,
-                                  watch=watch, policy=pol, extra=extra)  # fmt: skip
+                                  watch=watch, policy=pol, extra=extra,
+                                  names={w: _names(s, w) for w in watch})  # fmt: skip
     spec = _spec(req, s.n_labels, s.n_input, reports, gate_key=gate_key, watch=watch,
                  label_columns=s.label_columns)  # fmt: skip
     validator.spec = spec

@@ -42,9 +42,10 @@ def effective_watch(flag, policy_watch, columns, *, where: str) -> tuple[str, ..
 
 
 def measure_unnamed(x, xp, y: dict[str, np.ndarray], *, suppress, preserve, watch, policy,
-                    extra=None) -> dict[str, Any]:  # fmt: skip
+                    extra=None, names=None) -> dict[str, Any]:  # fmt: skip
     """``{"watch": {attr: watch_report row}, "structure": structure_kept,
-    "structure_reference": {"identity", "last_resort"}}`` on the audited rows."""
+    "structure_reference": {"identity", "last_resort"}}`` on the audited rows (``names``:
+    attribute -> class names of its integer codes, for the watch rows' rare classes)."""
     from mass.metrics.unnamed import structure_kept, structure_reference, watch_report
 
     sup = {s: y[s] for s in suppress}
@@ -53,7 +54,8 @@ def measure_unnamed(x, xp, y: dict[str, np.ndarray], *, suppress, preserve, watc
     if watch:
         out["watch"] = watch_report(x, xp, {w: y[w] for w in watch}, sup, seed=policy.seed,
                                     max_rows=policy.max_rows, families=policy.families,
-                                    folds=min(policy.folds, 5), extra=extra)  # fmt: skip
+                                    folds=min(policy.folds, 5), extra=extra,
+                                    names=names)  # fmt: skip
     codes = joint_codes(sup) if sup else None
     out["structure"] = structure_kept(x, xp, codes, seed=policy.seed, max_rows=rows)
     try:
@@ -84,8 +86,10 @@ def unnamed_lines(unnamed: dict) -> list[str]:
         dep = ", ".join(f"V({s}) {d['cramers_v']:.2f}, from {s} alone {d['from_s']:.3f}"
                         for s, d in w["dependence"].items())  # fmt: skip
         kept = "nothing learnable" if w["kept"] is None else f"kept {w['kept']:.2f}"
+        rare = ", ".join(f"{c}: {n}" for c, n in (w.get("rare_classes") or {}).items())
         lines.append(f"watch {a}: {kept} (release {w['release']:.3f}, original "
-                     f"{w['original']:.3f}, majority {w['majority']:.3f}; {dep})")  # fmt: skip
+                     f"{w['original']:.3f}, majority {w['majority']:.3f}; {dep})"
+                     + (f"; rare classes (fewer rows than folds) {rare}" if rare else ""))  # fmt: skip
     st, ref = unnamed.get("structure"), unnamed.get("structure_reference") or {}
     if st:
         last = ref.get("last_resort")

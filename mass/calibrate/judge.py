@@ -238,7 +238,7 @@ class ValidationAudit:
                              seed=self.cfg.seed, max_rows=None, families=self.families,
                              folds=self.folds,
                              original={w: self.base.original[w] for w in self.watch},
-                             ) if self.watch else {}  # fmt: skip
+                             names=self.names) if self.watch else {}  # fmt: skip
         structure = structure_kept(x, r, joint_codes(sup), seed=self.cfg.seed,
                                    max_rows=STRUCTURE_ROWS)  # fmt: skip
         by = "watch" if any(w["kept"] is not None for w in watch.values()) else "structure"

@@ -26,6 +26,7 @@ import numpy as np
 
 from mass.metrics.attackers import attack_predictions
 from mass.metrics.scores import ATTACKER_FAMILIES, leakage_floor, majority_rate
+from mass.metrics.strata import rare_named
 from mass.rows import joint_codes, seeded_rows
 
 # An attribute whose best original attacker beats its majority rate by less than this has
@@ -76,14 +77,18 @@ def watch_report(
     folds: int = 5,
     extra=None,
     original: Mapping[str, Mapping[str, float]] | None = None,
+    names: Mapping[str, object] | None = None,
 ) -> dict[str, dict]:
     """Per watch attribute: attackers retrained on the original and on the release (best
-    family and each), majority, normalised information kept and dependence on S.
+    family and each), majority, normalised information kept, dependence on S and the rare
+    classes its attackers met (class name -> rows, fewer than ``folds``: judged by the rule
+    of :mod:`mass.metrics.strata`, as the named attributes' are).
 
     ``extra`` (float [N, m]): the other released columns, encoded; the release's attackers
     see ``[x_rel, extra]`` as the audit's do. ``max_rows`` subsamples the rows once (seeded).
     ``original``: attribute -> family -> accuracy on ``x_orig`` already measured on the same
-    rows (calibration measures it once, not per candidate).
+    rows (calibration measures it once, not per candidate). ``names``: attribute -> class
+    names of integer-coded labels (``names[code]``), for the rare-class listing.
     """
     x_orig, x_rel = np.asarray(x_orig, np.float32), np.asarray(x_rel, np.float32)
     keep = seeded_rows(len(x_orig), max_rows, seed)
@@ -112,6 +117,7 @@ def watch_report(
             "kept": kept, "learnable": kept is not None, "dependence": dep,
             "from_all_s": from_all,
             "explained_by_s": None if explained is None else float(np.clip(explained, 0, 1)),
+            "rare_classes": rare_named(y, folds, (names or {}).get(name)),
         }  # fmt: skip
     return out
 

@@ -42,6 +42,14 @@ def _dependence(row: Mapping) -> str:
                      if isinstance(d, Mapping))  # fmt: skip
 
 
+def _rare(row: Mapping) -> str:
+    """``class: rows`` of the classes with fewer rows than folds (mass.metrics.strata)."""
+    rare = row.get("rare_classes")
+    if not isinstance(rare, Mapping) or not rare:
+        return "\u2014"
+    return ", ".join(f"{c}: {n}" for c, n in rare.items())
+
+
 def _kept(row: Mapping) -> str:
     return ("nothing learnable" if view.num(row.get("kept")) is None
             else view.fmt(row.get("kept"), 2))  # fmt: skip
@@ -82,12 +90,13 @@ def unnamed_html(audit: Mapping) -> str:
                  "removing S is not counted as a loss (docs/audit.md).</p>")  # fmt: skip
     if watch:
         head = ["watch attribute", "kept", "release", "original", "majority",
-                "share S explains", "dependence on S"]  # fmt: skip
+                "share S explains", "dependence on S",
+                "rare classes (fewer rows than folds)"]  # fmt: skip
         rows = "".join(
             "<tr>" + "".join(f"<td>{e(c)}</td>" for c in (
                 a, _kept(w), view.fmt(w.get("release")), view.fmt(w.get("original")),
                 view.fmt(w.get("majority")), view.fmt(w.get("explained_by_s"), 2),
-                _dependence(w))) + "</tr>"
+                _dependence(w), _rare(w))) + "</tr>"
             for a, w in watch.items())  # fmt: skip
         ths = "".join(f"<th scope=col>{e(h)}</th>" for h in head)
         parts.append(f"<div class=tbl><table class=watch><thead><tr>{ths}</tr></thead>"
@@ -112,7 +121,8 @@ def unnamed_markdown(audit: Mapping | None) -> list[str]:
         lines.append(f"- {a} (watch, named by no flag): kept {_kept(w)} of its information "
                      f"(release {view.fmt(w.get('release'))}, original "
                      f"{view.fmt(w.get('original'))}, majority {view.fmt(w.get('majority'))}; "
-                     f"{_dependence(w)})")  # fmt: skip
+                     f"{_dependence(w)}"
+                     + (f"; rare classes {_rare(w)})" if w.get("rare_classes") else ")"))  # fmt: skip
     for label, knn, cka, dcor in _structure(audit or {}):
         lines.append(f"- structure within S, {label}: kNN overlap {knn}, CKA {cka}, "
                      f"distance correlation {dcor}")  # fmt: skip

@@ -61,22 +61,20 @@ def _spill_seen(scratch: Path, proc: subprocess.Popen, timeout: float = 120) -> 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
-def test_a_killed_audit_leaves_no_spill(sig, tmp_path, monkeypatch):
+def test_a_killed_audit_leaves_no_spill(sig, tmp_path, monkeypatch, child):
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     env = {**os.environ, "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-c", AUDIT, str(tmp_path), "400000"], env=env,
                             stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:
-        assert proc.stdout.readline().strip() == "written"
+        assert child.first_line(proc, "the audit (writing its input)").strip() == "written"
         spill = _spill_seen(scratch, proc)
         assert stat.S_IMODE(os.stat(spill).st_mode) == 0o700
         proc.send_signal(sig)
-        code = proc.wait(timeout=60)
+        code = child.exit_code(proc, f"the audit after {sig.name}")
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        child.stop(proc)
     assert code == (143 if sig == signal.SIGTERM else -9)
     if sig == signal.SIGKILL:
         assert spill.exists()  # nothing in the process could run: the next run sweeps it
@@ -111,7 +109,7 @@ def _gone(procs: list[psutil.Process]) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.triton
-def test_sigkill_of_the_job_while_triton_loads_leaves_no_stub(tmp_path, fc, monkeypatch):
+def test_sigkill_of_the_job_while_triton_loads_leaves_no_stub(tmp_path, fc, monkeypatch, child):
     repo = tmp_path / "repo"
     fc.export_mod(tmp_path / "run", repo, seed=0)
     src, out = tmp_path / "in.parquet", tmp_path / "release"
@@ -138,9 +136,7 @@ def test_sigkill_of_the_job_while_triton_loads_leaves_no_stub(tmp_path, fc, monk
             time.sleep(0.5)
         left = [p.pid for p in tree if not _gone([p])]
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        child.stop(proc)
         for p in tree:  # a failing run must not leave them running either
             try:
                 p.kill()

@@ -42,6 +42,7 @@ class Shape:
     rare: dict[str, set] = field(default_factory=dict)  # attribute -> classes listed as rare
     joint_rare: tuple[str, ...] = ()  # calibration.json's rare S x R cells ("s=1, r=0")
     rows: int = ROWS
+    watch: str = ""  # a --watch attribute (neither suppressed nor preserved)
 
 
 def _base(rng, n):
@@ -65,6 +66,13 @@ def singleton_joint(rng, n):
     r[r == 1] = np.where(s[r == 1] == 1, 1, 0)  # r = 1 only with s = 1 ...
     r[3], s[3] = 1, 0  # ... except one row: the S x R cell (0, 1) has a single row
     return {"s": s, "r": r}
+
+
+def singleton_w(rng, n):
+    s, r = _base(rng, n)
+    w = rng.integers(0, 3, n)
+    w[13] = 8  # one row of class 8 in the watch attribute
+    return {"s": s, "r": r, "w": w}
 
 
 def majority_999(rng, n):
@@ -119,9 +127,7 @@ SHAPES = [
     Shape("integer-labels", integers, "s", "r", rare={"s": {"99", "98"}}),
     Shape("boolean-labels", booleans, "s", "r", rare={"s": {"True"}}),
     Shape("null-labels", nulls, "s", "r", refusal=E.InvalidValueError),
-    # ---- SLOT (lead, after merging h6's --watch): a singleton class in a watch attribute ----
-    # Shape("singleton-in-watch", singleton_w, "s", "r", watch="w", rare={"w": {...}}),
-    # (add `watch: str = ""` to Shape; both tests below then append `--watch shape.watch`)
+    Shape("singleton-in-watch", singleton_w, "s", "r", watch="w", rare={"w": {"8"}}),
 ]  # fmt: skip
 
 
@@ -166,6 +172,8 @@ def test_train_reaches_a_verdict_and_lists_rare_classes(shape, tmp_path, fc):
             "--budget-minutes", "0.02", "--no-progress"]  # fmt: skip
     if shape.preserve:
         argv += ["--preserve", shape.preserve]
+    if shape.watch:
+        argv += ["--watch", shape.watch]
     if shape.val:
         vx, vl = _data(shape, 1, shape.val)
         argv += ["--val", _write(tmp_path / "val.parquet", np.arange(shape.rows), vx, vl)]
@@ -198,6 +206,8 @@ def test_audit_reaches_a_verdict_and_lists_rare_classes(shape, tmp_path, fc):
             "--report", str(out), "--params", str(params), "--no-chart"]  # fmt: skip
     if shape.preserve:
         argv += ["--preserve", shape.preserve]
+    if shape.watch:
+        argv += ["--watch", shape.watch]
     rc, err = _verdict(fc, argv)
     if shape.refusal is not None:
         _check_refusal(err, shape.refusal, shape)
@@ -207,7 +217,8 @@ def test_audit_reaches_a_verdict_and_lists_rare_classes(shape, tmp_path, fc):
     audit = json.loads((out / "audit.json").read_text())
     assert audit["rare_classes"]["rule"]
     for attr, classes in shape.rare.items():
-        listed = audit["attributes"][attr]["rare_classes"]
+        row = (audit["unnamed"]["watch"] if attr == shape.watch else audit["attributes"])[attr]
+        listed = row["rare_classes"]
         assert classes <= set(listed), (shape.name, listed)
         assert classes <= set(audit["rare_classes"]["attributes"][attr])
         html = (out / "report.html").read_text()  # the human report says it too

@@ -247,19 +247,25 @@ def test_bad_request_gets_an_error_and_the_model_keeps_serving(served):
 # -- lifecycle on a tiny numpy-only repository ---------------------------------------------------
 
 
-def _gone(pids: list[int]) -> bool:
-    return not any(
-        psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids
-    )
+def _gone(procs: list[psutil.Process]) -> bool:
+    """None of ``procs`` runs (a zombie counts as gone). They are captured while alive, so a
+    pid that another process took since (32768 pids on a busy box) is not mistaken for ours,
+    and one that exits between two looks is not an error."""
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                return False
+        except psutil.Error:
+            continue
+    return True
 
 
 def test_server_restarts_on_same_ports_and_stops_without_leftovers(tiny_repo):
     server = TritonServer(tiny_repo)
     try:
         server.start()
-        pids = [server.process.pid] + [
-            c.pid for c in psutil.Process(server.process.pid).children(recursive=True)
-        ]
+        first = psutil.Process(server.process.pid)
+        pids = [first, *first.children(recursive=True)]
         assert len(pids) >= 2, "expected a python stub child"
         url = server.grpc_url
         server.kill()
@@ -268,7 +274,7 @@ def test_server_restarts_on_same_ports_and_stops_without_leftovers(tiny_repo):
         server.restart()
         assert server.grpc_url == url
         check_server(url, model="double")
-        pids += [server.process.pid]
+        pids += [psutil.Process(server.process.pid)]
     finally:
         server.stop()
     assert _gone(pids)
@@ -282,7 +288,7 @@ def test_startup_failure_raises_with_log_tail(tmp_path, tiny_repo, sign_handmade
         TritonServer(tiny_repo, startup_timeout=120).start()
 
 
-def test_serve_command_prints_urls_and_stops_on_sigterm(tiny_repo):
+def test_serve_command_prints_urls_and_stops_on_sigterm(tiny_repo, child):
     proc = subprocess.Popen(
         [sys.executable, "-m", "mass.cli", "serve", "--repository", str(tiny_repo)],
         stdout=subprocess.PIPE,
@@ -290,16 +296,14 @@ def test_serve_command_prints_urls_and_stops_on_sigterm(tiny_repo):
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
-        line = proc.stdout.readline()
-        info = json.loads(line)
+        info = json.loads(child.first_line(proc, "mass serve (starting)"))
+        server = psutil.Process(info["pid"])  # captured while it runs
         check_server(info["grpc_url"], model="double")
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0
+        assert child.exit_code(proc, "mass serve after SIGTERM") == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        child.stop(proc)
     deadline = time.monotonic() + 10
-    while not _gone([info["pid"]]) and time.monotonic() < deadline:
+    while not _gone([server]) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _gone([info["pid"]])
+    assert _gone([server])
