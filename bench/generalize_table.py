@@ -4,8 +4,8 @@ table code, kept apart so a test can run it on a tiny synthetic set.
 Methods, each fitted on the training rows and judged on the held-out release rows (the
 transductive repair excepted): ``identity``; ``calibrated`` (what `mass train` chose, loaded
 from its run); ``last resort`` (``leace_project``: R's discriminant span); ``leace + noise``
-(one LEACE round, release noise at the smallest level calibration found private for it, else 1.2, the
-largest it tries); ``ot-repair`` (held out: its class predictor and transport fitted on the
+(one LEACE round, release noise at the smallest level calibration found private for it,
+else 1.2, the largest it tries); ``ot-repair`` (held out: its class predictor and transport fitted on the
 training rows, as the product applies it); ``ot-repair (transductive)``: the transport
 fitted on the release rows themselves with their true S (a batch job that knows S for the
 rows it releases: total repair, S-independent by construction).
@@ -229,3 +229,35 @@ def dependence_lines(rows: dict[str, dict], watch) -> list[str]:
         out.append(f"- `{w}`: original {v['original']:.3f}, majority {v['majority']:.3f}; "
                    f"{dep}; explained by S {_f(v['explained_by_s'], '.2f')}{learn}")  # fmt: skip
     return out
+
+
+def ceiling(rows: dict[str, dict]) -> str:
+    """Which methods meet the targets; else the measured ceiling: the best R kept by a method
+    private with the key stripped, and the best weakly tied watch figure among those that
+    also keep R."""
+    met = [m for m, r in rows.items() if r["verdict"]["all"]]
+    if met:
+        return "Targets met by: " + ", ".join(met) + "."
+    private = {m: r for m, r in rows.items() if r["verdict"]["s_key_ok"]}
+    if not private:
+        return "Targets not met: no method keeps S within the policy with the key stripped."
+
+    def r_min(r):
+        return min((v["kept"] or 0.0) for v in r["R"].values()) if r["R"] else 1.0
+
+    best_r = max(private, key=lambda m: r_min(private[m]))
+    out = (f"Targets not met. Ceiling with S private (key stripped): R kept "
+           f"{r_min(private[best_r]):.2f} ({best_r})")  # fmt: skip
+    keep_r = {m: r for m, r in private.items() if r["verdict"]["r_ok"]}
+    weak = rows["identity"]["verdict"]["weak_watch"]
+    if keep_r and weak:
+
+        def w_min(r):
+            return min(r["watch"][w]["kept"] for w in weak)
+
+        best_w = max(keep_r, key=lambda m: w_min(keep_r[m]))
+        out += (f"; weakly tied watch ({', '.join(weak)}) kept {w_min(keep_r[best_w]):.2f} "
+                f"at best with R kept ({best_w})")  # fmt: skip
+    elif weak:
+        out += "; no private method keeps R, so no watch figure is within the targets"
+    return out + "."
