@@ -191,6 +191,8 @@ def _f(v, fmt=".3f") -> str:
 
 def _s_cell(v: dict) -> str:
     mark = "" if v["ok"] else " **fail**"
+    if not v["ok"] and v["ci_high"] <= v["limit"]:  # the highest accuracy bound is under it
+        mark += " (balanced bound)"
     return f"{v['worst_judge']} {v['ci_high']:.3f} / {v['limit']:.3f}{mark}"
 
 
@@ -205,9 +207,9 @@ def markdown(rows: dict[str, dict], suppress, preserve, watch) -> str:
         v = r["verdict"]
         fails = [k for k, ok in (("S key", v["s_key_ok"]), ("R", v["r_ok"]),
                                  ("watch", v["watch_ok"])) if not ok]  # fmt: skip
-        st = r["structure"]
+        st, noisy = r["structure"], r["noisy"] and r["S_key"] != r["S"]
         cells = ([f"{name} ({r['note']})"] + [_s_cell(r["S"][s]) for s in suppress]
-                 + [_s_cell(r["S_key"][s]) if r["noisy"] else "(no noise)" for s in suppress]
+                 + [_s_cell(r["S_key"][s]) if noisy else "(no noise)" for s in suppress]
                  + [_f(r["S"][s]["frozen"]) for s in suppress]
                  + [_f(r["R"][a]["kept"], ".2f") for a in preserve]
                  + [_f(r["watch"][w]["kept"], ".2f") for w in watch]
@@ -240,7 +242,12 @@ def ceiling(rows: dict[str, dict]) -> str:
         return "Targets met by: " + ", ".join(met) + "."
     private = {m: r for m, r in rows.items() if r["verdict"]["s_key_ok"]}
     if not private:
-        return "Targets not met: no method keeps S within the policy with the key stripped."
+        over = {m: max(v["ci_high"] - v["limit"] for v in r["S_key"].values())
+                for m, r in rows.items() if m != "identity"}  # fmt: skip
+        m = min(over, key=over.get)
+        return ("Targets not met: no method keeps S within the policy with the key stripped; "
+                f"the closest is {m}, its worst judge's upper bound {over[m]:+.3f} over the "
+                "limit.")  # fmt: skip
 
     def r_min(r):
         return min((v["kept"] or 0.0) for v in r["R"].values()) if r["R"] else 1.0
