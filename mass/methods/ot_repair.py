@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from mass.errors import ConfigError
+from mass.fitrows import ids_digest
 from mass.methods import FitResult, Method, Params, register_method
 from mass.methods._common import batches, check_attrs, label_tensors, n_classes, unit_x
 from mass.methods.base import knob
@@ -55,6 +56,9 @@ class RepairParams(Params):
     )
     pre_leace: bool = knob(False, help="erase the linear information first (LEACE, chained)")
     renormalize: bool = knob(True, help="L2-normalise the output (the release's unit norm)")
+    transductive: bool = knob(False, help="the training rows ARE the release: the modifier "
+                              "records their ids' digest and the anonymize job refuses any "
+                              "other input (mass.fitrows)")  # fmt: skip
 
 
 def joint_label(train, suppress: list[str]) -> tuple[torch.Tensor, int]:
@@ -166,6 +170,11 @@ class OtRepair(Method):
             raise ConfigError(f"ot_repair: fewer than two classes of {suppress} have "
                               f">= {p.min_class_rows} training rows; nothing to repair")  # fmt: skip
         gen = torch.Generator().manual_seed(p.seed)
+        bound = (
+            {"fit_rows": len(train), "fit_ids_sha256": ids_digest(train.ids)}
+            if p.transductive
+            else {}
+        )
         cur, parts, accuracy, moved = unit_x(train), [], [], []
         if p.pre_leace:
             from mass.methods.leace import leace_affine
@@ -177,7 +186,7 @@ class OtRepair(Method):
                 cur = parts[0](cur)
         for i in range(p.passes):
             spec = SlicedRepairSpec(dim=cur.shape[1], classes=k, steps=p.steps, knots=p.knots,
-                                    hidden=p.hidden, renormalize=p.renormalize)  # fmt: skip
+                                    hidden=p.hidden, renormalize=p.renormalize, **bound)  # fmt: skip
             mod = SlicedRepairModifier(spec)
             fit_predictor(mod, cur, y, k, p, seed=p.seed + i)
             with torch.no_grad():
