@@ -19,6 +19,11 @@ further pass (``passes`` > 1: a new predictor on the repaired rows, a new repair
 audit's retrained attackers measure. ``FitResult.extra['predictor_accuracy']`` records each
 pass's training accuracy (near chance at the last pass means little is left to read).
 Several suppressed attributes are repaired jointly on their joint label.
+
+``transductive``: fitted on exactly the rows it will release (`mass train --transductive`),
+where the transport is exact; the modifier records those rows (:mod:`mass.fitrows`) and the
+anonymize job refuses any other input. Exact matching leaves the audit's held-out folds
+anti-learnable (docs/calibration.md, "transductive repair").
 """
 
 from __future__ import annotations
