@@ -190,13 +190,15 @@ def run_job(job: AnonymizeJob, *, test_pipeline=None, model_handler=None, model_
         log.warning("cleared leftovers of a killed run: %s", removed)
     staging = Staging.of(job)
     names: dict[str, str] = {}
+    source = job.input  # the ids a transductive model was fitted on (mass.fitrows)
     try:
         staging.create_private()
         if job.pseudonymize_ids:  # the whole job runs on a private copy
             job, names = _pseudonymize_inputs(job, staging)
         if model_handler is not None:
-            return _run_in_process(job, staging, test_pipeline, model_handler, model_info or {})
-        return _run_served(job, staging, test_pipeline)
+            return _run_in_process(job, staging, test_pipeline, model_handler,
+                                   model_info or {}, source)  # fmt: skip
+        return _run_served(job, staging, test_pipeline, source)
     except InputError as e:
         if not names:
             raise
@@ -223,15 +225,15 @@ def _pseudonymize_inputs(job: AnonymizeJob, staging: Staging) -> tuple[Anonymize
     return dataclasses.replace(job, input=inp, labels=labels), names
 
 
-def _run_in_process(job, staging, test_pipeline, model_handler, info: dict) -> dict:
+def _run_in_process(job, staging, test_pipeline, model_handler, info: dict, source: str) -> dict:
     check_noise_key(job, info)
     checked = check_job_input(job, staging, int(info["dim"]) if info.get("dim") else None)
-    decided = decide(job, info, checked, dim_checked=True)
+    decided = decide(job, info, checked, dim_checked=True, source=source)
     handler = model_handler.with_row_seeds(decided.seeds)
     return _run(job, staging, test_pipeline, handler, decided)
 
 
-def _run_served(job: AnonymizeJob, staging: Staging, test_pipeline) -> dict:
+def _run_served(job: AnonymizeJob, staging: Staging, test_pipeline, source: str) -> dict:
     """On Triton: everything decidable without the server is checked before one is started
     or contacted (with the repository's export.json when it is local)."""
     srv = job.serving
@@ -250,7 +252,7 @@ def _run_served(job: AnonymizeJob, staging: Staging, test_pipeline) -> dict:
                                     carry=names_runner(job.beam_args))  # fmt: skip
         check_noise_key(job, info)
         checked = check_job_input(job, staging, int(info["dim"]) if info.get("dim") else None)
-        decided = decide(job, info, checked, dim_checked=True)
+        decided = decide(job, info, checked, dim_checked=True, source=source)
     else:
         check_noise_key(job, {})
         checked = check_job_input(job, staging, None)
@@ -258,7 +260,7 @@ def _run_served(job: AnonymizeJob, staging: Staging, test_pipeline) -> dict:
     with triton_endpoint(srv, model=job.model, expected_sha256=expected_sha) as url:
         if decided is None:
             info = server_info(url, job.model, srv.model_version)
-            decided = decide(job, info, checked, dim_checked=False)
+            decided = decide(job, info, checked, dim_checked=False, source=source)
         handler = TritonModelHandler(
             url,
             job.model,

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from beam_pipelines.gate import AllowCheck, AuditPlan, audit_plan, check_allowed
 from beam_pipelines.plan import AnonymizeJob, Staging
 from mass.errors import ConfigError
+from mass.fitrows import check_fitted_rows
 from mass.keys import NOISE_KEY_ENV, looked_for
 from mass.noise import KeyedSeeds
 from transforms.parquet_write import IDS_DIR
@@ -73,9 +74,13 @@ def check_job_input(job: AnonymizeJob, staging: Staging, dim: int | None) -> Che
     )
 
 
-def decide(job: AnonymizeJob, info: dict, checked: CheckedInput, *, dim_checked: bool) -> Decided:
+def decide(job: AnonymizeJob, info: dict, checked: CheckedInput, *, dim_checked: bool,
+           source: str | None = None) -> Decided:  # fmt: skip
     """Seeds, allow-list, audit plan and proxy check for the model ``info`` describes; the
-    input's dimension is checked here unless ``checked`` was made knowing it."""
+    input's dimension is checked here unless ``checked`` was made knowing it. A transductive
+    model fitted on other rows than ``source`` (the input as given, before ids are
+    pseudonymized) is refused first (:func:`mass.fitrows.check_fitted_rows`)."""
+    check_fitted_rows(info, source or job.input, id_col=job.id_col)
     if not dim_checked and info.get("dim"):
         check_dim(checked, emb_col=job.emb_col, dim=int(info["dim"]))
     forced = resolve_allow_columns(

@@ -323,6 +323,9 @@ class CalibrationConfig:
     # rows of the release the gate will audit (None: as many as validated); sizes the
     # validation margin (mass.calibrate.judge.validation_z)
     release_rows: int | None = None
+    # --transductive: the training rows ARE the release (mass.fitrows): every candidate is
+    # fitted on them and judged on its own release of them, as the gate will judge it
+    transductive: bool = False
 
     def __post_init__(self) -> None:
         if self.budget_minutes <= 0:

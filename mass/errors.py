@@ -100,3 +100,9 @@ class OutputPathError(ConfigError):
     """--output/--quarantine/--report names a path the job must not replace or write into:
     not a directory this product wrote (no marker), the input or a parent/child of it, the
     other output, a file, a symbolic link or a mount point. Raised before any work."""
+
+
+class TransductiveRowsError(ConfigError):
+    """A modifier fitted on exactly the rows it releases (a transductive ``ot_repair``) was
+    asked to release other rows: its privacy holds only on the rows it was fitted on, so
+    the job refuses before any row is read; the message names the model and the input."""

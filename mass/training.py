@@ -73,9 +73,11 @@ def plan_train(args: argparse.Namespace) -> TrainJob:
 
         watch = resolve_watch(args, suppress, preserve, data_columns(args.data))
     check_columns(args.data, suppress, preserve, watch)
+    if args.transductive:
+        params = transductive_params(args, method, calibrate, params)
     cfg = CalibrationConfig(budget_minutes=args.budget_minutes, max_rows=args.max_rows,
                             budget_clock=args.budget_clock, release_rows=args.release_rows,
-                            seed=args.seed or 0)  # fmt: skip
+                            seed=args.seed or 0, transductive=args.transductive)  # fmt: skip
     return TrainJob(
         data=args.data,
         val=args.val,
@@ -96,6 +98,21 @@ def plan_train(args: argparse.Namespace) -> TrainJob:
         policy=args.policy,
         calibration=cfg,
     )
+
+
+def transductive_params(args, method: str, calibrate: bool, params: dict) -> dict:
+    """--transductive: no --val (the release rows are the validation), and an explicit
+    method must be one that fits transductively (ot_repair, then bound to its rows)."""
+    if args.val:
+        raise ConfigError(f"--val {args.val}: a --transductive run is judged on the release "
+                          "rows (--data) themselves; drop --val")  # fmt: skip
+    if calibrate:
+        return params
+    if method != "ot_repair":
+        raise ConfigError(f"--transductive with --method {method}: only ot_repair fits "
+                          "transductively (bound to its rows); pass --method ot_repair or "
+                          "drop --transductive")  # fmt: skip
+    return {**params, "transductive": True}
 
 
 def resolve(args: argparse.Namespace) -> tuple[str, list[str], list[str], dict]:
@@ -167,6 +184,10 @@ def train(job: TrainJob) -> int:
 
     suppress, preserve = list(job.suppress), list(job.preserve)
     train_ds, sample_note = _load_training(job)
+    if job.calibration.transductive and sample_note:
+        raise ConfigError(f"{job.data}: --transductive fits the release rows themselves, but "
+                          f"{len(train_ds)} of them were sampled (--max-rows "
+                          f"{job.calibration.max_rows}); raise --max-rows to the input's rows")  # fmt: skip
     validate_attributes(suppress, preserve, train_ds.labels, source=job.data)
     if job.calibrate:
         from mass.calibrate.flow import run_calibration

@@ -170,7 +170,7 @@ def calibrate(
         ident = s.audit.measure(s.audit.x, full=True)
         s.points.append({"candidate": "identity", "noise": 0.0, **ident})
     else:
-        for c in ordered(space, preserve):
+        for c in ordered(space, preserve, transductive=cfg.transductive):
             if _try(s, c):
                 break
     return _finish(s, infeasible, out_dir)
@@ -195,7 +195,11 @@ def _validation_plan(train, val, cfg: CalibrationConfig, strata):
     """(folds, rows fitted on, rows validated on, how): small data out of fold (each fold's
     rows released by a candidate fitted on the other folds, so attackers train on as many
     rows as a release audit's would; the chosen one is then refitted on all rows), larger
-    data on a stratified holdout, or ``--val``."""
+    data on a stratified holdout, or ``--val``; transductive (``--transductive``): fitted on
+    the release rows and judged on their release, which is what the gate audits."""
+    if cfg.transductive:
+        return [], train, train, (f"the release rows themselves ({len(train)}, --transductive: "
+                                  "each candidate fitted on them and judged on their release)")  # fmt: skip
     if val is None and len(train) <= CROSSFIT_MAX_ROWS:
         if len(train) < 40:
             raise ConfigError(f"{train.source}: {len(train)} rows are too few to calibrate on; "

@@ -37,6 +37,9 @@ class Candidate:
     # tried only when nothing else passed (its budget share kept aside until then): it keeps
     # the preserved attributes and drops what else the data was useful for
     last_resort: bool = False
+    # fitted on the rows it releases (mass.fitrows): only under `mass train --transductive`,
+    # where it is tried first (its guarantee holds on exactly those rows)
+    transductive: bool = False
 
     @property
     def trained(self) -> bool:
@@ -55,6 +58,11 @@ SEARCH_SPACE: tuple[Candidate, ...] = (
     Candidate("leace|R x3", "leace_iterated", {"given_preserved": True, "rounds": 3}),
     Candidate("quadratic", "leace_quadratic"),
     Candidate("ot-repair", "ot_repair"),
+    # --transductive only, where `ordered` puts it first: fitted on the release rows, judged on
+    # their release (no noise when it passes). On the demo it passed the gate's audit without
+    # noise once and missed calibration's stricter validation by a remapped judge (+0.004):
+    # docs/calibration.md, "transductive repair"
+    Candidate("ot-repair/transductive", "ot_repair", {"transductive": True}, transductive=True),
     Candidate("mass+quadratic", "mass", _adaptive("quadratic")),
     Candidate("mass+leace", "mass", _adaptive("leace")),
     Candidate("mass", "mass", _adaptive("none")),
@@ -67,13 +75,22 @@ SEARCH_SPACE: tuple[Candidate, ...] = (
 )
 
 
-def ordered(space: tuple[Candidate, ...], preserve) -> list[Candidate]:
-    """The order of the search: every candidate, then the last resorts; without a preserved
-    attribute the ``given_preserved`` variants (plain leace again) and the last resorts
-    (nothing to keep) are left out."""
+def ordered(
+    space: tuple[Candidate, ...], preserve, *, transductive: bool = False
+) -> list[Candidate]:
+    """The order of the search: the transductive candidates (only when ``transductive``),
+    every other candidate, then the last resorts; without a preserved attribute the
+    ``given_preserved`` variants (plain leace again) and the last resorts (nothing to keep)
+    are left out."""
     keep = [c for c in space
-            if not ((c.params.get("given_preserved") or c.last_resort) and not preserve)]  # fmt: skip
-    return [c for c in keep if not c.last_resort] + [c for c in keep if c.last_resort]
+            if not ((c.params.get("given_preserved") or c.last_resort) and not preserve)
+            and (transductive or not c.transductive)]  # fmt: skip
+    first = [c for c in keep if c.transductive]
+    return (
+        first
+        + [c for c in keep if not (c.last_resort or c.transductive)]
+        + [c for c in keep if c.last_resort]
+    )
 
 
 def params_for(c: Candidate, seed: int, epochs: int | None) -> dict[str, Any]:

@@ -58,6 +58,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="cpu (default): CPU minutes of the training process, so waiting on "
                      "a loaded machine does not spend the budget (MaSS fits still cost more "
                      "CPU there); wall: elapsed minutes")  # fmt: skip
+    p.add_argument("--transductive", action="store_true",
+                   help="the --data rows ARE the rows the release will carry (a batch job that "
+                   "knows S for them): candidates are fitted and judged on those rows, the "
+                   "transductive repair first, and a transductive model records the rows' id "
+                   "digest so `mass anonymize` refuses any other input (docs/calibration.md)")  # fmt: skip
     cal.add_argument("--release-rows", type=int,
                      help="rows of the release the gate will audit, if known: a release "
                      "audited on fewer rows than were validated has wider bounds, and the "

@@ -19,6 +19,11 @@ further pass (``passes`` > 1: a new predictor on the repaired rows, a new repair
 audit's retrained attackers measure. ``FitResult.extra['predictor_accuracy']`` records each
 pass's training accuracy (near chance at the last pass means little is left to read).
 Several suppressed attributes are repaired jointly on their joint label.
+
+``transductive``: fitted on exactly the rows it will release (`mass train --transductive`),
+where the transport is exact; the modifier records those rows (:mod:`mass.fitrows`) and the
+anonymize job refuses any other input. Exact matching leaves the audit's held-out folds
+anti-learnable (docs/calibration.md, "transductive repair").
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from mass.errors import ConfigError
+from mass.fitrows import ids_digest
 from mass.methods import FitResult, Method, Params, register_method
 from mass.methods._common import batches, check_attrs, label_tensors, n_classes, unit_x
 from mass.methods.base import knob
@@ -55,6 +61,9 @@ class RepairParams(Params):
     )
     pre_leace: bool = knob(False, help="erase the linear information first (LEACE, chained)")
     renormalize: bool = knob(True, help="L2-normalise the output (the release's unit norm)")
+    transductive: bool = knob(False, help="the training rows ARE the release: the modifier "
+                              "records their ids' digest and the anonymize job refuses any "
+                              "other input (mass.fitrows)")  # fmt: skip
 
 
 def joint_label(train, suppress: list[str]) -> tuple[torch.Tensor, int]:
@@ -166,6 +175,11 @@ class OtRepair(Method):
             raise ConfigError(f"ot_repair: fewer than two classes of {suppress} have "
                               f">= {p.min_class_rows} training rows; nothing to repair")  # fmt: skip
         gen = torch.Generator().manual_seed(p.seed)
+        bound = (
+            {"fit_rows": len(train), "fit_ids_sha256": ids_digest(train.ids)}
+            if p.transductive
+            else {}
+        )
         cur, parts, accuracy, moved = unit_x(train), [], [], []
         if p.pre_leace:
             from mass.methods.leace import leace_affine
@@ -177,7 +191,7 @@ class OtRepair(Method):
                 cur = parts[0](cur)
         for i in range(p.passes):
             spec = SlicedRepairSpec(dim=cur.shape[1], classes=k, steps=p.steps, knots=p.knots,
-                                    hidden=p.hidden, renormalize=p.renormalize)  # fmt: skip
+                                    hidden=p.hidden, renormalize=p.renormalize, **bound)  # fmt: skip
             mod = SlicedRepairModifier(spec)
             fit_predictor(mod, cur, y, k, p, seed=p.seed + i)
             with torch.no_grad():

@@ -27,6 +27,9 @@ class SlicedRepairSpec:
     knots: int  # Q quantile levels, 0 and 1 included
     hidden: int = 0  # class predictor: 0 = linear, else one hidden ReLU layer this wide
     renormalize: bool = True  # L2-normalise the output (the release contract's unit norm)
+    # a transductive fit (mass.fitrows): the rows it was fitted on, the only rows it may release
+    fit_rows: int = 0
+    fit_ids_sha256: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -55,7 +58,8 @@ class SlicedRepairModifier(nn.Module):
         return SlicedRepairSpec(
             dim=int(d["dim"]), classes=int(d["classes"]), steps=int(d["steps"]),
             knots=int(d["knots"]), hidden=int(d.get("hidden", 0)),
-            renormalize=bool(d.get("renormalize", True)),
+            renormalize=bool(d.get("renormalize", True)), fit_rows=int(d.get("fit_rows", 0)),
+            fit_ids_sha256=str(d.get("fit_ids_sha256", "")),
         )  # fmt: skip
 
     stochastic = False  # draws no noise; export.json records it, so no key is required

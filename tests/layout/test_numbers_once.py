@@ -41,6 +41,9 @@ ALLOWED = {
     "2,000@most": "the label-free structure's row cap (mass/metrics/unnamed.py)",
     "200,000": "the audit's partition_rows and mass train's --max-rows default",
     "20,000": "the audit's and the frozen judges' attacker sample cap (max_rows)",
+    "0.02@less": "the 'nothing learnable' threshold over the majority (mass/metrics/unnamed.py)",
+    "0.131@judge": "two different judges that read the same value (the frozen digit judge in "
+    "bench_compare.md, a remapped judge of the transductive repair in calibration.md)",
 }
 
 UNIT = r"(?:rows/CPU-s|rows/s|CPU-s|KiB|MiB|GiB|KB|MB|GB)"
