@@ -16,7 +16,8 @@ from mass.cli import main
 from mass.embeddings import embedding_array
 from mass.errors import ConfigError
 
-N, D = 3000, 24  # a clean release fails these judges by chance 3 in 8 seeds at 1,500 rows, 0 in 8 at 3,000
+# a clean release fails these judges by chance 3 in 8 seeds at 1,500 rows, 0 in 8 at 3,000
+N, D = 3000, 24
 S_BLOCK, R_BLOCK = slice(0, 8), slice(8, 16)
 FAST = {"families": ["logreg", "knn"], "folds": 3}
 
