@@ -17,8 +17,8 @@ from mass.embeddings import embedding_array
 from mass.errors import InvalidValueError, ReleaseError
 from transforms import in_order
 from transforms.id_index import build_id_index
-from transforms.inference.function import FunctionModelHandler
 from transforms.in_order import InOrderWriter
+from transforms.inference.function import FunctionModelHandler
 from transforms.testing import NumpyModifier, write_embeddings
 
 INFO = {"name": "np", "version": 3, "sha256": "abc", "method": "test", "suppress": ["digit"],
