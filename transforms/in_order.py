@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
 
+from mass.embeddings import fixed_view
 from mass.errors import ReleaseError
 from transforms.modify import ModifyRowGroupFn
 from transforms.parquet_io import WRITE_OPTIONS, footer
@@ -83,9 +84,21 @@ class InOrderWriter:
                 for s in range(self._n)
             ]  # fmt: skip
             self._stack = stack.pop_all()
+        self._pending: list[list[tuple[pa.RecordBatch, np.ndarray | None]]] = [
+            [] for _ in range(self._n)
+        ]
         return self
 
     def __exit__(self, *exc) -> bool:
+        if exc[0] is None:
+            try:  # each shard's last, partial row group
+                for part, pending in zip(self._parts, self._pending, strict=True):
+                    if pending:
+                        part.write(_gather(pending, sum(_len(p) for p in pending)))
+            except BaseException as e:
+                if not self._stack.__exit__(type(e), e, e.__traceback__):
+                    raise
+                return False
         return self._stack.__exit__(*exc)
 
     def add(self, batch: pa.RecordBatch, flags: np.ndarray | None) -> None:
@@ -97,12 +110,18 @@ class InOrderWriter:
         idx = batch.schema.get_field_index(self._verify_col)
         batch = batch.set_column(idx, self._verify_col, pa.array(flags))
         if self._n == 1:
-            self._parts[0].write(pa.Table.from_batches([batch]))
+            self._add(0, batch, None)
             return
         shards = shard_of(batch.column(self._id_col), self._n)
         for s in np.unique(shards):
-            part = batch.filter(pa.array(shards == s))
-            self._parts[int(s)].write(pa.Table.from_batches([part]))
+            self._add(int(s), batch, np.flatnonzero(shards == s))
+
+    def _add(self, shard: int, batch: pa.RecordBatch, rows: np.ndarray | None) -> None:
+        pending = self._pending[shard]
+        pending.append((batch, rows))
+        group = WRITE_OPTIONS["row_group_size"]
+        while sum(_len(p) for p in pending) >= group:
+            self._parts[shard].write(_gather(pending, group))
 
     def _check_order(self, batch: pa.RecordBatch) -> None:
         ids = batch.column(self._id_col).to_numpy(zero_copy_only=False)
@@ -115,6 +134,60 @@ class InOrderWriter:
                 "them: the input changed during the job; re-run it; nothing published"
             )
         self._last = ids[-1]
+
+
+def _len(piece: tuple[pa.RecordBatch, np.ndarray | None]) -> int:
+    batch, rows = piece
+    return batch.num_rows if rows is None else len(rows)
+
+
+def _gather(pending: list, n: int) -> pa.Table:
+    """The first ``n`` rows of ``pending`` (``(batch, row indices or None for all)`` in order)
+    as a table of one chunk per column, copied once (filtering each batch and then combining
+    the pieces into a row group copied every row twice); the rows taken leave ``pending``."""
+    pieces, left = [], n
+    while left:
+        batch, rows = pending[0]
+        k = _len(pending[0])
+        if k <= left:
+            pieces.append((batch, rows, k))
+            pending.pop(0)
+        else:
+            pieces.append((batch, rows, left))
+            pending[0] = (batch.slice(left), None) if rows is None else (batch, rows[left:])
+            k = left
+        left -= k
+    schema = pieces[0][0].schema
+    cols = [_gather_column([(b.column(i), r, k) for b, r, k in pieces], n)
+            for i in range(len(schema))]  # fmt: skip
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def _gather_column(pieces: list, n: int) -> pa.Array:
+    """One column of :func:`_gather`: numpy copies the rows of a null-free primitive or
+    fixed-size-list-of-primitive column straight into one buffer; other types go through
+    Arrow's ``take`` + ``concat_arrays``."""
+    typ = pieces[0][0].type
+    fixed = pa.types.is_fixed_size_list(typ)
+    base = typ.value_type if fixed else typ
+    plain = (pa.types.is_integer(base) or pa.types.is_floating(base)) and all(
+        c.null_count == 0 and (not fixed or c.values.null_count == 0) for c, _, _ in pieces
+    )
+    if not plain:
+        return pa.concat_arrays([c.slice(0, k) if r is None else c.take(pa.array(r[:k]))
+                                 for c, r, k in pieces])  # fmt: skip
+    width = typ.list_size if fixed else 1
+    out = np.empty((n, width), base.to_pandas_dtype())
+    at = 0
+    for c, r, k in pieces:
+        view = fixed_view(c, None) if fixed else c.to_numpy().reshape(-1, 1)
+        if r is None:
+            out[at : at + k] = view[:k]
+        else:
+            np.take(view, r[:k], axis=0, out=out[at : at + k], mode="clip")  # unbuffered
+        at += k
+    values = pa.array(out.reshape(-1), type=base)
+    return pa.FixedSizeListArray.from_arrays(values, type=typ) if fixed else values
 
 
 class ModifyInOrderFn(ModifyRowGroupFn):

@@ -19,6 +19,7 @@ from transforms import in_order
 from transforms.id_index import build_id_index
 from transforms.in_order import InOrderWriter
 from transforms.inference.function import FunctionModelHandler
+from transforms.parquet_io import WRITE_OPTIONS
 from transforms.testing import NumpyModifier, write_embeddings
 
 INFO = {"name": "np", "version": 3, "sha256": "abc", "method": "test", "suppress": ["digit"],
@@ -27,7 +28,8 @@ INFO = {"name": "np", "version": 3, "sha256": "abc", "method": "test", "suppress
 
 def _run(src, out, *flags):
     argv = ["--input", src, "--output", out, "--model", "np", "--no-audit",
-            "--shards", "3", "--batch-rows", "100", "--max-quarantined", "5", *flags]  # fmt: skip
+            "--batch-rows", "100", "--max-quarantined", "5",
+            "--allow-columns", "note,score", *flags]  # fmt: skip
     handler = FunctionModelHandler(NumpyModifier(), output_dim=16,
                                    keep_input_as=anonymize.INPUT_COPY)  # fmt: skip
     return anonymize.run(argv, model_handler=handler, model_info=INFO)
@@ -42,10 +44,14 @@ def _files(out):
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
-    """The same 1,000 rows (two bad ones: quarantined) in id order over two files, and shuffled."""
+    """The same 1,000 rows (two bad ones: quarantined; a string column and an integer one with
+    nulls allow-listed) in id order over two files, and shuffled."""
     d = tmp_path_factory.mktemp("in")
     table = write_embeddings(str(d / "whole.parquet"), rows=1000, dim=16, nan_rows=(5, 611),
                              label=False)  # fmt: skip
+    table = table.append_column("note", pa.array([f"n{i % 7}" * (i % 3) for i in range(1000)]))
+    score = pa.array([None if i % 11 == 0 else i * 3 for i in range(1000)], pa.int64())
+    table = table.append_column("score", score)
     os.makedirs(d / "ordered")
     pq.write_table(table.slice(0, 400), d / "ordered" / "a.parquet", row_group_size=150)
     pq.write_table(table.slice(400), d / "ordered" / "b.parquet", row_group_size=150)
@@ -54,18 +60,32 @@ def inputs(tmp_path_factory):
     return str(d / "ordered"), str(d / "shuffled.parquet")
 
 
-def test_in_order_and_merge_paths_write_the_same_bytes(inputs, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    ("group", "shards"),
+    [(None, 3), (64, 3), (64, 1)],
+    ids=["default-row-groups", "64-row-groups", "64-row-groups-1-shard"],
+)
+def test_in_order_and_merge_paths_write_the_same_bytes(inputs, tmp_path, monkeypatch, group,
+                                                       shards):  # fmt: skip
+    """With 64-row row groups the in-order writer cuts its pending batches mid-way."""
+    if group is not None:
+        monkeypatch.setitem(WRITE_OPTIONS, "row_group_size", group)
     ordered, shuffled = inputs
-    direct = _run(ordered, str(tmp_path / "direct" / "rel"))
+    flags = ("--shards", str(shards))
+    direct = _run(ordered, str(tmp_path / "direct" / "rel"), *flags)
     assert direct["writer"] == "in_order" and direct["rows_out"] == 998
-    assert _run(shuffled, str(tmp_path / "shuffled" / "rel"))["writer"] == "merge"
+    assert _run(shuffled, str(tmp_path / "shuffled" / "rel"), *flags)["writer"] == "merge"
     monkeypatch.setattr(in_order, "IN_ORDER_BYTES", 0)  # too little memory: spill + merge
-    assert _run(ordered, str(tmp_path / "merged" / "rel"))["writer"] == "merge"
+    assert _run(ordered, str(tmp_path / "merged" / "rel"), *flags)["writer"] == "merge"
     a = _files(str(tmp_path / "direct" / "rel"))
-    assert len([n for n in a if n.endswith(".parquet")]) == 4  # 3 parts + the quarantine
+    assert len([n for n in a if n.endswith(".parquet")]) == shards + 1  # + the quarantine
     assert "OUT/_release.json" in a
     assert a == _files(str(tmp_path / "merged" / "rel"))
     assert a == _files(str(tmp_path / "shuffled" / "rel"))
+    part = pq.ParquetFile(str(tmp_path / "direct" / "rel" / f"part-00000-of-0000{shards}.parquet"))
+    groups = 1 if group is None else -(-part.metadata.num_rows // group)
+    assert part.metadata.num_row_groups == groups > (0 if group is None else 4)
+    assert part.schema_arrow.names == ["id", "emb", "note", "score"]
 
 
 @pytest.mark.slow
@@ -73,10 +93,10 @@ def test_dask_runner_merges_the_same_bytes_as_the_in_order_writer(inputs, tmp_pa
     from dask.distributed import LocalCluster
 
     ordered, _ = inputs
-    assert _run(ordered, str(tmp_path / "fnapi" / "rel"))["writer"] == "in_order"
+    assert _run(ordered, str(tmp_path / "fnapi" / "rel"), "--shards", "3")["writer"] == "in_order"
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster:  # fmt: skip
-        dask = _run(ordered, str(tmp_path / "dask" / "rel"), "--runner=DaskRunner",
+        dask = _run(ordered, str(tmp_path / "dask" / "rel"), "--shards", "3", "--runner=DaskRunner",
                     f"--dask_client_address={cluster.scheduler_address}")  # fmt: skip
     assert dask["writer"] == "merge"
     assert _files(str(tmp_path / "fnapi" / "rel")) == _files(str(tmp_path / "dask" / "rel"))
