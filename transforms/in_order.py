@@ -177,7 +177,11 @@ def _gather_column(pieces: list, n: int) -> pa.Array:
         return pa.concat_arrays([c.slice(0, k) if r is None else c.take(pa.array(r[:k]))
                                  for c, r, k in pieces])  # fmt: skip
     width = typ.list_size if fixed else 1
-    out = np.empty((n, width), base.to_pandas_dtype())
+    dtype = np.dtype(base.to_pandas_dtype())
+    # from Arrow's memory pool, which reuses its pages: a fresh numpy buffer of a row group
+    # (128 MB at d=512) costs a page fault per 4 KiB every time
+    buf = pa.allocate_buffer(n * width * dtype.itemsize)
+    out = np.frombuffer(buf, dtype).reshape(n, width)
     at = 0
     for c, r, k in pieces:
         view = fixed_view(c, None) if fixed else c.to_numpy().reshape(-1, 1)
@@ -186,7 +190,7 @@ def _gather_column(pieces: list, n: int) -> pa.Array:
         else:
             np.take(view, r[:k], axis=0, out=out[at : at + k], mode="clip")  # unbuffered
         at += k
-    values = pa.array(out.reshape(-1), type=base)
+    values = pa.Array.from_buffers(base, n * width, [None, buf])
     return pa.FixedSizeListArray.from_arrays(values, type=typ) if fixed else values
 
 
