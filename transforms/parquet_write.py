@@ -137,6 +137,11 @@ class PartWriter:
         self.stats["rows"] += table.num_rows
         self._sink.write(table)
 
+    @property
+    def pending_rows(self) -> int:
+        """Rows written but not yet in a row group of the file (held by the sink)."""
+        return self._sink._n
+
     def _close(self) -> None:
         self._sink.close(self._schema or self._first_schema or pa.schema([]))
         if self._verify_col is not None:
