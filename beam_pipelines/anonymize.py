@@ -60,7 +60,6 @@ from mass.serving.contract import export_info, server_info
 from mass.serving.manifest import signing_key, verify_version_dir
 from mass.serving.newest import check_not_rolled_back
 from mass.serving.staging import require_signed_export
-from transforms.in_order import ModifyInOrderFn, use_in_order
 from transforms.inference.tensors import ModifierInputs
 from transforms.inference.triton import TritonModelHandler
 from transforms.modify import ModifyRowGroupFn, pick
@@ -288,8 +287,8 @@ def _run(job: AnonymizeJob, staging: Staging, test_pipeline, handler, decided: D
                                 columns=list(job.allow_columns), metadata=meta)  # fmt: skip
     q_schema = quarantine_schema(checked.schema.field(job.id_col).type, job.id_col)
     p = pipeline_for(job.beam_args, test_pipeline)
-    writer = _build(p, job, staging, handler, decided, dim=dim, out_schema=out_schema,
-                    q_schema=q_schema, reference=reference)  # fmt: skip
+    _build(p, job, staging, handler, decided, dim=dim, out_schema=out_schema, q_schema=q_schema,
+           reference=reference)  # fmt: skip
     result = run_to_completion(p)  # staging directories are removed by run_job
     q_doc = publish_quarantine(staging.q_stage, job.quarantine, schema=q_schema)
     q_ids = _quarantined_ids(job, q_doc["rows"])
@@ -322,17 +321,14 @@ def _run(job: AnonymizeJob, staging: Staging, test_pipeline, handler, decided: D
     )
     secs = time.monotonic() - t0
     unchanged["verified_in_process"] = reference is not None
-    summary = _summary(job, decided, result, rows_out, q_doc["rows"], secs, verdict, unchanged)
-    return {**summary, "writer": writer}
+    return _summary(job, decided, result, rows_out, q_doc["rows"], secs, verdict, unchanged)
 
 
-def _build(p, job, staging, handler, decided, *, dim, out_schema, q_schema, reference) -> str:
+def _build(p, job, staging, handler, decided, *, dim, out_schema, q_schema, reference) -> None:
     """The pipeline: one DoFn per input row group reads, quarantines, modifies and spills
-    id-sorted runs; the quarantine is written as one shard, the release merged per shard.
-    On one worker with the ids ascending in read order, one DoFn reads the whole plan and
-    writes the release's parts in order instead (:mod:`transforms.in_order`). Returns which
-    writer: "in_order" or "merge"."""
-    modify_args = dict(
+    id-sorted runs; the quarantine is written as one shard, the release merged per shard."""
+    modify = ModifyRowGroupFn(
+        handler,
         stage=staging.runs,  # the spiller's runs go below it (reachable by every worker)
         columns=[job.id_col, job.emb_col, *job.allow_columns],
         batch_rows=job.serving.batch_rows,
@@ -346,15 +342,11 @@ def _build(p, job, staging, handler, decided, *, dim, out_schema, q_schema, refe
         near=None if decided.audit is None else job.policy.max_cosine - NEAR_SLACK,
         seeds=decided.seeds,
     )
-    plan = plan_row_groups(decided.checked.files)
-    ordered = use_in_order(p, decided.checked, columns=modify_args["columns"],
-                           num_shards=job.serving.shards)  # fmt: skip
-    if ordered:  # one reader, ids ascending: the parts are written directly, nothing merged
-        modify = ModifyInOrderFn(handler, out=staging.stage, schema=out_schema, **modify_args)
-        tagged = p | "Plan" >> beam.Create([tuple(plan)]) | "ReadModifyWrite" >> beam.ParDo(modify)
-    else:
-        modify = ModifyRowGroupFn(handler, **modify_args)
-        tagged = p | "RowGroups" >> beam.Create(plan) | "ReadModifySpill" >> beam.ParDo(modify)
+    tagged = (
+        p
+        | "RowGroups" >> beam.Create(plan_row_groups(decided.checked.files))
+        | "ReadModifySpill" >> beam.ParDo(modify)
+    )
     quarantined = (
         tagged
         | "Quarantined" >> beam.FlatMap(pick, "bad")
@@ -378,7 +370,6 @@ def _build(p, job, staging, handler, decided, *, dim, out_schema, q_schema, refe
     )
     # DaskRunner computes only the graph of the last transform: join both sinks into it.
     _ = (quarantined, released) | "Done" >> beam.Flatten()
-    return "in_order" if ordered else "merge"
 
 
 def _quarantined_ids(job: AnonymizeJob, n_bad: int):

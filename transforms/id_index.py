@@ -35,9 +35,6 @@ class IdIndex:
     num_shards: int
     rows: int
     id_type: pa.DataType
-    # integer ids strictly ascending in read order (files, then row groups, as listed): every
-    # shard's rows then reach a single reader in id order (transforms.in_order)
-    in_order: bool = False
 
     def shard_file(self, shard: int) -> str:
         return fs.join(self.directory, f"ids-{shard:05d}.arrow")
@@ -54,7 +51,6 @@ def build_id_index(files: list[str], id_col: str, num_shards: int, directory: st
     spiller = ShardSpiller(directory, id_col=id_col, num_shards=num_shards)
     runs: dict[int, list[str]] = {}
     id_type = None
-    order = _Order()
     for fi, path in enumerate(files):
         offset = 0
         try:
@@ -72,7 +68,6 @@ def build_id_index(files: list[str], id_col: str, num_shards: int, directory: st
                         "unique id"
                     )
                 id_type = id_type or ids.type
-                order.add(ids)
                 n = len(ids)
                 batch = pa.RecordBatch.from_arrays(
                     [ids, pa.array(np.full(n, fi, np.int32)),
@@ -91,24 +86,7 @@ def build_id_index(files: list[str], id_col: str, num_shards: int, directory: st
     total = 0
     for shard in range(num_shards):
         total += _merge_shard(files, id_col, runs.get(shard, []), directory, shard, id_type)
-    return IdIndex(directory, num_shards, total, id_type or pa.int64(), order.ascending)
-
-
-class _Order:
-    """Whether the ids seen so far are integers in strictly ascending order."""
-
-    def __init__(self) -> None:
-        self.ascending, self._last = True, None
-
-    def add(self, ids: pa.Array) -> None:
-        if not self.ascending or not len(ids):
-            return
-        if not pa.types.is_integer(ids.type):
-            self.ascending = False
-            return
-        a = ids.to_numpy(zero_copy_only=False)
-        self.ascending = bool((a[1:] > a[:-1]).all()) and (self._last is None or a[0] > self._last)
-        self._last = a[-1]
+    return IdIndex(directory, num_shards, total, id_type or pa.int64())
 
 
 def _merge_shard(files, id_col, runs, directory, shard, id_type) -> int:

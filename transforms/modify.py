@@ -86,19 +86,7 @@ class ModifyRowGroupFn(beam.DoFn):
             emb_col=self._emb_col,
             verify_col=self._verify_col,
         )
-        for tag, batch, flags in self._modified([spec]):
-            if tag == "bad":
-                yield "bad", batch
-                continue
-            for run in spiller.add(batch, flags):
-                yield "run", run
-        for run in spiller.flush():
-            yield "run", run
-
-    def _modified(self, specs):
-        """``("bad", quarantined rows, None)`` and ``("out", model output, its flags or None)``
-        for ``specs``' rows in read order; the next batch is read while the model runs."""
-        batches = (b for spec in specs for b in self._validated(spec))
+        batches = self._validated(spec)
         nxt = self._pool.submit(next, batches, None)
         while True:
             item = nxt.result()
@@ -108,11 +96,14 @@ class ModifyRowGroupFn(beam.DoFn):
             good, bad = item
             if bad.num_rows:
                 self._quarantined.inc(bad.num_rows)
-                yield "bad", bad, None
+                yield "bad", bad
             if good.num_rows:
                 (out,) = self._handler.run_inference([good], self._model)
-                yield "out", out, self._flags(out)
+                for run in spiller.add(out, self._flags(out)):
+                    yield "run", run
             self._rate.add(good.num_rows + bad.num_rows)
+        for run in spiller.flush():
+            yield "run", run
 
     def _flags(self, out):
         """The writer's per-row flags, judged against the signed modifier when one is at hand

@@ -6,8 +6,6 @@ GroupByKey(shard -> run paths), merge each shard into its part file with fixed w
 
 from __future__ import annotations
 
-import contextlib
-
 import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -102,64 +100,29 @@ class _MergeShardFn(beam.DoFn):
         shard, runs = element
         shard = int(shard)
         paths = _reduce_runs(sorted(runs), fs.join(self._runs, RUNS_DIR), self._id_col)
-        with part_writer(self._dir, shard, self._n, id_col=self._id_col, schema=self._schema,
-                         verify_col=self._verify_col) as part:  # fmt: skip
-            for table in merge_sorted_runs(paths, self._id_col):
-                part.write(table)
-        for p in paths:
-            fs.remove(p)
-        yield part.stats
-
-
-class PartWriter:
-    """One shard's part file from its id-sorted tables (the merge's, or
-    :mod:`transforms.in_order`'s): ``verify_col`` is counted per flag
-    (:func:`transforms.runs.count_flags`) and dropped, the rows are cast to ``schema`` (fixed
-    column order, types and metadata). Open it with :func:`part_writer`."""
-
-    def __init__(self, sink: _ShardSink, shard: int, *, id_col: str,
-                 schema: pa.Schema | None, verify_col: str | None) -> None:  # fmt: skip
-        self._sink, self._id_col = sink, id_col
-        self._schema, self._verify_col = schema, verify_col
-        self.stats: dict = {"shard": int(shard), "rows": 0}
-        self._counts = {
+        stats = {"shard": shard, "rows": 0}
+        counts = {
             k: v for name, _ in FLAG_NAMES for k, v in ((name, 0), (f"first_{name}_id", None))
         }
-        self._first_schema = None
-
-    def write(self, table: pa.Table) -> None:
+        first_schema = None
+        with fs.atomic_output(shard_path(self._dir, shard, self._n)) as out:
+            sink = _ShardSink(out, self._schema)
+            for table in merge_sorted_runs(paths, self._id_col):
+                if self._verify_col is not None:
+                    count_flags(counts, table, self._id_col, self._verify_col)
+                    table = table.drop_columns([self._verify_col])
+                if self._schema is not None:  # fixed column order, types and metadata
+                    table = table.select(self._schema.names).cast(self._schema)
+                first_schema = first_schema or table.schema
+                stats["rows"] += table.num_rows
+                sink.write(table)
+            sink.close(self._schema or first_schema or pa.schema([]))
+        for p in paths:
+            fs.remove(p)
         if self._verify_col is not None:
-            count_flags(self._counts, table, self._id_col, self._verify_col)
-            table = table.drop_columns([self._verify_col])
-        if self._schema is not None:  # fixed column order, types and metadata
-            table = table.select(self._schema.names).cast(self._schema)
-        self._first_schema = self._first_schema or table.schema
-        self.stats["rows"] += table.num_rows
-        self._sink.write(table)
-
-    @property
-    def pending_rows(self) -> int:
-        """Rows written but not yet in a row group of the file (held by the sink)."""
-        return self._sink._n
-
-    def _close(self) -> None:
-        self._sink.close(self._schema or self._first_schema or pa.schema([]))
-        if self._verify_col is not None:
-            self.stats.update(self._counts)
-
-
-@contextlib.contextmanager
-def part_writer(directory: str, shard: int, num_shards: int, *, id_col: str,
-                schema: pa.Schema | None, verify_col: str | None):  # fmt: skip
-    """A :class:`PartWriter` for ``directory``'s part ``shard``: the part appears (atomically,
-    :func:`mass.fs.atomic_output`) only when the block ends without an error, then its
-    ``_part-*.json`` sidecar (rows, flag counts) for the publisher; an error leaves neither."""
-    with fs.atomic_output(shard_path(directory, shard, num_shards)) as out:
-        part = PartWriter(_ShardSink(out, schema), shard, id_col=id_col, schema=schema,
-                          verify_col=verify_col)  # fmt: skip
-        yield part
-        part._close()
-    fs.write_json(fs.join(directory, f"_part-{int(shard):05d}.json"), part.stats, indent=None)
+            stats.update(counts)
+        fs.write_json(fs.join(self._dir, f"_part-{shard:05d}.json"), stats, indent=None)
+        yield stats
 
 
 class _SpillFn(beam.DoFn):
