@@ -7,14 +7,14 @@
         [--noise-key-file PATH (or env MASS_NOISE_KEY_FILE) [--noise-key-on-worker]]
 
 Steps: decide that OUT and OUT_quarantine may be replaced (only our own marked directories,
-never the input; :func:`transforms.release.check_outputs`); check the server/model, the input
+never the input; :func:`mass.release.commit.check_outputs`); check the server/model, the input
 schema and the audit's labels before reading data; with labels, judge each --allow-columns
-column alone against the suppressed attributes on a sample (:mod:`transforms.allow_check`,
+column alone against the suppressed attributes on a sample (:mod:`mass.batches.allow_check`,
 a proxy is refused unless --force-allow); then one DoFn per input row group reads
-Arrow batches, quarantines bad rows, modifies the rest on Triton and spills id-sorted runs
+Arrow batches, quarantines bad rows, modifies the rest on Triton and spills id-sorted rows
 (:mod:`transforms.modify`); one merge per shard writes the staged part files; verify the
 invariants, audit the STAGED release (the gate: a failing audit publishes nothing), write the
-``_release.json`` marker + manifest and rename into OUT (see :mod:`transforms.release`).
+``_release.json`` marker + manifest and rename into OUT (see :mod:`mass.release.publish`).
 
 The gate runs whenever labels for the model's attributes (export.json suppress + preserve)
 are at hand: as columns of the input, or in ``--labels``. Policy: ``--policy``, else the
@@ -52,23 +52,24 @@ from beam_pipelines.options import (
 from beam_pipelines.plan import AnonymizeJob, Staging, plan_anonymize
 from beam_pipelines.preflight import Decided, check_job_input, check_noise_key, decide
 from mass import fs
+from mass.batches.parquet import plan_row_groups
+from mass.batches.quarantine import publish_quarantine, quarantine_schema
+from mass.batches.validate import release_schema
 from mass.errors import InputError, QuarantineThresholdError, SchemaError
 from mass.io import read_table
 from mass.keys import NOISE_KEY_ENV
 from mass.pseudonym import DESCRIPTION as PSEUDONYMOUS
+from mass.release.columns import release_metadata
+from mass.release.commit import discard_staging, private_dir, recover_output
+from mass.release.publish import publish_release
 from mass.serving.contract import export_info, server_info
 from mass.serving.manifest import signing_key, verify_version_dir
 from mass.serving.newest import check_not_rolled_back
 from mass.serving.staging import require_signed_export
-from transforms.inference.tensors import ModifierInputs
+from mass.serving.tensors import ModifierInputs
 from transforms.inference.triton import TritonModelHandler
 from transforms.modify import ModifyRowGroupFn, pick
-from transforms.parquet_io import plan_row_groups
 from transforms.parquet_write import MergeShards, WriteShardedParquet
-from transforms.publish import private_dir, recover_output
-from transforms.quarantine import publish_quarantine, quarantine_schema
-from transforms.release import discard_staging, publish_release, release_metadata
-from transforms.validate import release_schema
 
 log = logging.getLogger("mass.anonymize")
 INPUT_COPY = "__mass_input"  # the model's input, carried to the writer for the bypass check
@@ -202,7 +203,7 @@ def run_job(job: AnonymizeJob, *, test_pipeline=None, model_handler=None, model_
     except InputError as e:
         if not names:
             raise
-        from transforms.pseudonymize import unmask
+        from mass.batches.pseudonymize import unmask
 
         raise type(e)(unmask(str(e), names)) from e
     finally:
@@ -212,8 +213,8 @@ def run_job(job: AnonymizeJob, *, test_pipeline=None, model_handler=None, model_
 
 def _pseudonymize_inputs(job: AnonymizeJob, staging: Staging) -> tuple[AnonymizeJob, dict]:
     """The job on copies (in its private staging) of --input and --labels whose ids are the
-    owner-keyed pseudonyms (:mod:`transforms.pseudonymize`); removed with the staging."""
-    from transforms.pseudonymize import pseudonymized_copy
+    owner-keyed pseudonyms (:mod:`mass.batches.pseudonymize`); removed with the staging."""
+    from mass.batches.pseudonymize import pseudonymized_copy
 
     kw = dict(id_col=job.id_col, key=job.noise_key)
     where = fs.join(private_dir(staging.aux), "ids")
@@ -331,7 +332,7 @@ def _build(p, job, staging, handler, decided, *, dim, out_schema, q_schema, refe
     id-sorted runs; the quarantine is written as one shard, the release merged per shard."""
     modify = ModifyRowGroupFn(
         handler,
-        stage=staging.runs,  # the spiller's runs go below it (reachable by every worker)
+        stage=staging.spills,  # the spills go below it (reachable by every worker)
         columns=[job.id_col, job.emb_col, *job.allow_columns],
         batch_rows=job.serving.batch_rows,
         id_col=job.id_col,
@@ -354,7 +355,7 @@ def _build(p, job, staging, handler, decided, *, dim, out_schema, q_schema, refe
         | "Quarantined" >> beam.FlatMap(pick, "bad")
         | "WriteQuarantine"
         >> WriteShardedParquet(
-            staging.q_stage, id_col=job.id_col, num_shards=1, schema=q_schema, runs=staging.runs
+            staging.q_stage, id_col=job.id_col, num_shards=1, schema=q_schema, spills=staging.spills
         )  # fmt: skip
     )
     released = (
@@ -367,7 +368,7 @@ def _build(p, job, staging, handler, decided, *, dim, out_schema, q_schema, refe
             num_shards=job.serving.shards,
             schema=out_schema,
             verify_col=INPUT_COPY,
-            runs=staging.runs,
+            spills=staging.spills,
         )  # fmt: skip
     )
     # DaskRunner computes only the graph of the last transform: join both sinks into it.
@@ -456,9 +457,9 @@ NEAR_SLACK = 1e-6  # the writer checks rows a little below the audit's max_cosin
 
 def reference_check(repository: str, model: str, info: dict, *, carry: bool = True):
     """The signed modifier of the verified export, for the in-process recompute of flagged and
-    sampled rows (:mod:`transforms.reference`); None for an export that is no modifier.
+    sampled rows (:mod:`mass.batches.reference`); None for an export that is no modifier.
     ``carry``: ship the checked bytes to the workers (any runner but the default local one)."""
-    from transforms.reference import ReferenceCheck
+    from mass.batches.reference import ReferenceCheck
 
     if not info.get("modifier") or not info.get("weights") or not info.get("sha256"):
         return None

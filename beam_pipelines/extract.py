@@ -32,15 +32,16 @@ from beam_pipelines.options import (
     triton_endpoint,
 )
 from mass import fs
+from mass.batches.parquet import input_schema
+from mass.batches.validate import check_column_names, release_schema
 from mass.errors import MissingInputError, SchemaError, ServingError
 from mass.io import check_ids, read_table
-from transforms.inference.tensors import ImageInputs, TextInputs
+from mass.release.commit import discard_staging, staging_dir
+from mass.release.publish import publish_release
+from mass.serving.tensors import ImageInputs, TextInputs
 from transforms.inference.triton import TritonModelHandler
-from transforms.parquet_io import ReadArrowBatches, input_schema
+from transforms.parquet_io import ReadArrowBatches
 from transforms.parquet_write import WriteShardedParquet
-from transforms.publish import staging_dir
-from transforms.release import discard_staging, publish_release
-from transforms.validate import check_column_names, release_schema
 
 log = logging.getLogger("mass.extract")
 

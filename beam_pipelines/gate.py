@@ -17,10 +17,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mass import fs
+from mass.batches.validate import CheckedInput
 from mass.errors import AuditFailedError, ConfigError, UnreadableInputError
 from mass.io import expand_paths, read_table
-from transforms.publish import private_dir
-from transforms.validate import CheckedInput
+from mass.release.commit import private_dir
 
 if TYPE_CHECKING:
     from beam_pipelines.plan import AnonymizeJob
@@ -44,17 +44,17 @@ class AllowCheck:
     verdict of each allow-listed column."""
 
     forced: tuple[str, ...] = ()
-    verdicts: tuple = ()  # transforms.allow_check verdicts
+    verdicts: tuple = ()  # mass.batches.allow_check verdicts
 
 
 def check_allowed(job: AnonymizeJob, plan: AuditPlan | None, checked: CheckedInput) -> AllowCheck:
     """With the gate's labels at hand, judge each --allow-columns column ALONE against each
     suppressed attribute by the audit's rule, before any inference
-    (:mod:`transforms.allow_check`): a proxy is refused unless --force-allow, which records
+    (:mod:`mass.batches.allow_check`): a proxy is refused unless --force-allow, which records
     it in ``mass.forced_columns``. Without labels (--no-audit) only the name rules apply."""
     if plan is None or not job.allow_columns:
         return AllowCheck()
-    from transforms.allow_check import check_allow_columns
+    from mass.batches.allow_check import check_allow_columns
 
     forced, verdicts = check_allow_columns(
         input_files=list(checked.files), labels=job.labels, id_col=job.id_col,
@@ -124,7 +124,7 @@ def audit_staged(
     written either way) so that nothing is published unless it passes. ``aux``: a private
     directory for the labels without the quarantined rows. ``verified``: rows the writer found
     at or above the policy's max_cosine and verified as the signed modifier's own output
-    (:mod:`transforms.reference`); the audit lets at most that many through."""
+    (:mod:`mass.batches.reference`); the audit lets at most that many through."""
     from mass.audit import AuditRequest
     from mass.audit.into import audit_into
 

@@ -134,7 +134,7 @@ class Serving:
 
 def plan_serving(args: argparse.Namespace) -> Serving:
     """:class:`Serving` from the parsed flags; :class:`ConfigError` for a bad value."""
-    from transforms.parquet_io import MAX_SHARDS
+    from mass.batches.parquet import MAX_SHARDS
 
     for name in ("batch_rows", "shards"):
         if getattr(args, name) < 1:

@@ -15,7 +15,7 @@ from beam_pipelines.options import Serving, plan_serving, temp_location
 from mass import fs
 from mass.errors import ConfigError
 from mass.keys import NOISE_KEY_ENV, OwnerKey, resolve_key
-from transforms.publish import check_outputs, private_dir, staging_dir
+from mass.release.commit import check_outputs, private_dir, staging_dir
 
 
 def resolve_policy(path: str | None) -> tuple[object, str]:
@@ -64,26 +64,26 @@ class Staging:
     stage: str  # the staged release
     q_stage: str  # the staged quarantine
     aux: str  # the audit's filtered labels, when rows were dropped
-    runs: str  # the workers' spill runs: below --temp_location when given, else the stage
+    spills: str  # the workers' spills: below --temp_location when given, else the stage
 
     @classmethod
     def of(cls, job: AnonymizeJob) -> Staging:
         stage, aux = staging_dir(job.output), staging_dir(job.output)
-        runs = stage
+        spills = stage
         if job.temp_location:
-            runs = fs.join(job.temp_location, f"mass-runs-{fs.basename(stage)}")
-        return cls(stage=stage, q_stage=staging_dir(job.quarantine), aux=aux, runs=runs)
+            spills = fs.join(job.temp_location, f"mass-spills-{fs.basename(stage)}")
+        return cls(stage=stage, q_stage=staging_dir(job.quarantine), aux=aux, spills=spills)
 
     def dirs(self) -> list[str]:
-        return list(dict.fromkeys((self.stage, self.q_stage, self.aux, self.runs)))
+        return list(dict.fromkeys((self.stage, self.q_stage, self.aux, self.spills)))
 
     def create_private(self) -> None:
         """Create the staged release, quarantine and spill directories mode 0700 before
-        anything is written into them (the spill runs keep each row's input embedding, for the
+        anything is written into them (the spills keep each row's input embedding, for the
         bypass check). ``aux`` is made private where it is first used, and only then (it is
         needed only when rows were dropped or ids pseudonymized). Publication gives a release
-        or quarantine directory the umask's mode (transforms.publish)."""
-        for d in dict.fromkeys((self.stage, self.q_stage, self.runs)):
+        or quarantine directory the umask's mode (mass.release.commit)."""
+        for d in dict.fromkeys((self.stage, self.q_stage, self.spills)):
             private_dir(d)
 
 

@@ -10,13 +10,13 @@ from dataclasses import dataclass
 
 from beam_pipelines.gate import AllowCheck, AuditPlan, audit_plan, check_allowed
 from beam_pipelines.plan import AnonymizeJob, Staging
+from mass.batches.id_index import IDS_DIR
+from mass.batches.validate import CheckedInput, check_dim, check_input
 from mass.errors import ConfigError
 from mass.fitrows import check_fitted_rows
 from mass.keys import NOISE_KEY_ENV, looked_for
 from mass.noise import KeyedSeeds
-from transforms.parquet_write import IDS_DIR
-from transforms.release import resolve_allow_columns
-from transforms.validate import CheckedInput, check_dim, check_input
+from mass.release.columns import resolve_allow_columns
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def keyed_seeds(job: AnonymizeJob, info: dict) -> KeyedSeeds | None:
 
 
 def check_job_input(job: AnonymizeJob, staging: Staging, dim: int | None) -> CheckedInput:
-    """Files, columns, ids and (when known) dimension (see :mod:`transforms.validate`)."""
+    """Files, columns, ids and (when known) dimension (see :mod:`mass.batches.validate`)."""
     return check_input(
         job.input,
         id_col=job.id_col,

@@ -1,7 +1,7 @@
 """Object store and cluster: the anonymize job's wall time on local disk vs an S3-compatible
 store (moto's server on 127.0.0.1), and on FnApiRunner vs a 2-worker dask.distributed cluster
 (separate processes, no shared local disk), same input, same in-process stand-in model
-(transforms.testing.NumpyModifier: the job's own costs, not a model's). Every release is
+(mass.testing.stand_ins.NumpyModifier: the job's own costs, not a model's). Every release is
 checked byte-identical to the local FnApiRunner one. Prints one JSON document.
 
     python bench/objstore.py --rows 200000 --dim 128 --files 8 --out /tmp/objstore.json
@@ -21,11 +21,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from beam_pipelines import anonymize  # noqa: E402
 from mass import fs  # noqa: E402
-from mass.io import committed_parts
 from mass.keys import NOISE_KEY_ENV, write_key  # noqa: E402
+from mass.release.format import committed_parts
+from mass.testing.services import dask_cluster, moto_s3
+from mass.testing.stand_ins import NumpyModifier, write_embeddings
 from transforms.inference.function import FunctionModelHandler  # noqa: E402
-from transforms.services import dask_cluster, moto_s3  # noqa: E402
-from transforms.testing import NumpyModifier, write_embeddings  # noqa: E402
 
 
 def _job(src: str, out: str, dim: int, shards: int, extra: list[str]) -> float:

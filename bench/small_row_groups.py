@@ -2,7 +2,7 @@
 
     python bench/small_row_groups.py --rows 20000 --row-groups 2000 [--triton] [--work DIR]
 
-Without ``--triton`` the model is the in-process stand-in (transforms.testing.NumpyModifier),
+Without ``--triton`` the model is the in-process stand-in (mass.testing.stand_ins.NumpyModifier),
 so the number isolates the job's reading/planning/spill cost; with ``--triton`` a 16-d
 DataModifier is exported and the job runs as `mass anonymize` against a local tritonserver.
 Prints the job's summary rows/s (its clock starts after input validation and server start).
@@ -66,8 +66,8 @@ def main() -> None:
         print(line[-1] if line else r.stderr[-2000:])
     else:
         from beam_pipelines import anonymize
+        from mass.testing.stand_ins import NumpyModifier
         from transforms.inference.function import FunctionModelHandler
-        from transforms.testing import NumpyModifier
 
         info = {"name": "np", "version": 1, "sha256": "0", "method": "test", "suppress": ["s"],
                 "preserve": [], "config_hash": "h", "dim": DIM}  # fmt: skip

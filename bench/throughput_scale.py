@@ -11,7 +11,7 @@ ratios share the machine's state:
    tritonserver serving the exported modifier, driven by the job's own client, for each of
    ``--jobs``: ``fnapi_local`` (FnApiRunner in memory, local disk), ``dask2_local``
    (DaskRunner on a ``dask scheduler`` + 2 ``dask worker --nthreads 1`` processes, each with
-   its own working and scratch directory, ``transforms.services.dask_cluster``), and the same
+   its own working and scratch directory, ``mass.testing.services.dask_cluster``), and the same
    two on an S3-compatible store (``fnapi_s3``, ``dask2_s3``: moto's server on 127.0.0.1,
    input uploaded before timing, release written there).
 
@@ -82,8 +82,7 @@ def _load() -> float:
 def release_digest(out: str) -> list[str]:
     """sha256 of each committed part file of the release at ``out`` (local or object store)."""
     from mass import fs
-    from mass.io import committed_parts
-    from transforms.publish import part_files
+    from mass.release.format import committed_parts, part_files
 
     files = committed_parts(out) if fs.is_remote(out) else part_files(out)
     if not files:
@@ -100,7 +99,7 @@ def _upload(local: Path, uri: str) -> None:
 def run_jobs(args, work: Path, data: Path, warm: Path, repo: Path, url: str) -> list[dict]:
     """The ``--jobs`` configurations in order, each warmed then timed; releases compared."""
     from mass import fs
-    from transforms.services import dask_cluster, moto_s3
+    from mass.testing.services import dask_cluster, moto_s3
 
     records: list[dict] = []
     digests: dict[str, list[str]] = {}

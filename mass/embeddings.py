@@ -8,7 +8,7 @@
 * :data:`KEEP` (a release under audit, ``mass.audit.data.release_matrix``): null rows become
   NaN rows and NaN/Inf stay, so the audit judges what was released; a ragged column is an
   error;
-* :data:`PER_ROW` (the job's quarantine, ``transforms.quarantine.validate_batch``): null rows
+* :data:`PER_ROW` (the job's quarantine, ``mass.batches.quarantine.validate_batch``): null rows
   and rows of the wrong length become NaN rows, marked in :attr:`Decoded.right_dim`; the caller
   quarantines them.
 

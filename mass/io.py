@@ -25,6 +25,7 @@ from mass.errors import (
     SchemaError,
     UnreadableInputError,
 )
+from mass.release.format import resolve_release
 
 GLOB_CHARS = "*?["
 log = logging.getLogger("mass.io")
@@ -75,31 +76,6 @@ def _below(match: str, root: str) -> list[str]:
     if fs.is_remote(match):
         return posixpath.relpath(match, root).split("/")
     return os.path.relpath(match, root or ".").split(os.sep)
-
-
-RELEASE_MARKER = "_release.json"  # a release's marker + manifest (on a store: its pointer)
-QUARANTINE_MARKER = "_quarantine.json"
-VERSIONS = "_versions"  # object stores: OUT/_versions/<pid>-<uuid>-<host>/ (transforms.publish)
-
-
-def resolve_release(spec: str) -> list[str] | None:
-    """The part files of the release committed at ``spec`` on an object store (its
-    ``_release.json`` / ``_quarantine.json`` pointer names a version prefix and the parts, see
-    :mod:`transforms.publish`), or None when ``spec`` holds no pointer."""
-    return committed_parts(spec) if fs.is_remote(spec) else None
-
-
-def committed_parts(spec: str) -> list[str] | None:
-    """Part files of the version that ``spec``'s pointer names (None: no pointer there)."""
-    for marker in (RELEASE_MARKER, QUARANTINE_MARKER):
-        path = fs.join(spec, marker)
-        if not fs.isfile(path):
-            continue
-        doc = fs.read_json(path)
-        version = doc.get("version") if isinstance(doc, dict) else None
-        if isinstance(version, str) and version.startswith(VERSIONS + "/"):
-            return [fs.join(spec, version, p["file"]) for p in doc.get("parts") or []]
-    return None
 
 
 def expand_paths(spec: str) -> list[str]:

@@ -116,3 +116,13 @@ class PrivateDir:
         if self._installed and signal.getsignal(signal.SIGTERM) is _exit_on_sigterm:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
         self._installed = False
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -201,7 +201,7 @@ def key_file_of():
 def s3(tmp_path_factory):
     """A moto S3 server on 127.0.0.1 (one per test module) with the bucket ``mass-test``; the
     AWS_* variables point at it until the module's last test."""
-    from transforms.services import moto_s3
+    from mass.testing.services import moto_s3
 
     with moto_s3(str(tmp_path_factory.mktemp("moto")), "mass-test") as env:
         yield env

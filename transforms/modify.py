@@ -1,5 +1,5 @@
 """The anonymize job's hot path as one DoFn per work item (an input row group, or consecutive
-tiny row groups planned together, :func:`transforms.parquet_io.plan_row_groups`): read ->
+tiny row groups planned together, :func:`mass.batches.parquet.plan_row_groups`): read ->
 quarantine -> modify -> spill sorted runs.
 
 Beam encodes every element of every PCollection it samples for size estimates, and pickles
@@ -24,10 +24,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import apache_beam as beam
 
+from mass.batches.parquet import RowGroupSpec, read_row_group
+from mass.batches.quarantine import validate_batch
+from mass.batches.spill import BYPASS_COSINE, ShardSpiller, row_flags
 from mass.progress import RateLog
-from transforms.parquet_io import RowGroupSpec, read_row_group
-from transforms.quarantine import validate_batch
-from transforms.runs import BYPASS_COSINE, ShardSpiller, row_flags
 
 log = logging.getLogger("mass.anonymize")
 
@@ -56,7 +56,7 @@ class ModifyRowGroupFn(beam.DoFn):
         self._num_shards, self._verify_col = int(num_shards), verify_col
         self._every = progress_every
         # the signed modifier recomputed in-process on flagged + sampled rows
-        # (transforms.reference); ``near``: the audit's max_cosine (rows above it are checked)
+        # (mass.batches.reference); ``near``: the audit's max_cosine (rows above it are checked)
         self._reference, self._seeds = reference, seeds
         self._near = BYPASS_COSINE if near is None else float(near)
         self._quarantined = beam.metrics.Metrics.counter("mass", "quarantined")

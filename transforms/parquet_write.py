@@ -1,7 +1,7 @@
-"""The sharded Parquet writer every Beam runner can execute: spill id-sorted runs per shard,
-GroupByKey(shard -> run paths), merge each shard into its part file with fixed writer settings
+"""The sharded Parquet writer every Beam runner can execute: spill id-sorted rows per shard,
+GroupByKey(shard -> spill paths), merge each shard into its part file with fixed writer settings
 (byte-identical output on any runner; see :mod:`transforms.parquet_io` for the contract and
-:mod:`transforms.runs` for the external sort). Also the per-part sidecars the publisher reads.
+:mod:`mass.batches.spill` for the external sort). Also the per-part sidecars the publisher reads.
 """
 
 from __future__ import annotations
@@ -11,23 +11,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mass import fs
-from transforms.parquet_io import WRITE_OPTIONS
-from transforms.runs import (
+from mass.batches.parquet import WRITE_OPTIONS
+from mass.batches.spill import (
     FLAG_NAMES,
-    RUNS_DIR,
+    SPILLS_DIR,
     ShardSpiller,
-    _reduce_runs,
+    _reduce_spills,
     count_flags,
     disk_full,
-    merge_sorted_runs,
+    merge_sorted_spills,
 )
-
-
-def shard_path(directory: str, shard: int, num_shards: int) -> str:
-    return fs.join(directory, f"part-{shard:05d}-of-{num_shards:05d}.parquet")
-
-
-IDS_DIR = "_ids"  # the input's id index (transforms.id_index), inside the staging directory
+from mass.release.format import shard_path
 
 
 class _ShardSink:
@@ -66,9 +60,9 @@ class _ShardSink:
 
 
 class _MergeShardFn(beam.DoFn):
-    """Merge a shard's sorted runs into its part file (drops and checks ``verify_col``).
+    """Merge a shard's sorted spills into its part file (drops and checks ``verify_col``).
 
-    With ``verify_col`` the merge counts each flag of :data:`transforms.runs.FLAG_NAMES` (rows
+    With ``verify_col`` the merge counts each flag of :data:`mass.batches.spill.FLAG_NAMES` (rows
     whose output is the input up to scale: a bypassed model; not finite; the modifier's own
     near-identity rows; rows that differ from the signed modifier's in-process output) and
     leaves those counts in a ``_part-*.json`` sidecar for the publisher; the column is never
@@ -83,10 +77,10 @@ class _MergeShardFn(beam.DoFn):
         num_shards: int,
         schema: pa.Schema | None,
         verify_col: str | None,
-        runs: str | None = None,
+        spills: str | None = None,
     ) -> None:
         self._dir = directory
-        self._runs = runs or directory
+        self._spills = spills or directory
         self._id_col = id_col
         self._n = num_shards
         self._schema = schema
@@ -97,9 +91,9 @@ class _MergeShardFn(beam.DoFn):
             yield from self._merge(element)
 
     def _merge(self, element):
-        shard, runs = element
+        shard, spills = element
         shard = int(shard)
-        paths = _reduce_runs(sorted(runs), fs.join(self._runs, RUNS_DIR), self._id_col)
+        paths = _reduce_spills(sorted(spills), fs.join(self._spills, SPILLS_DIR), self._id_col)
         stats = {"shard": shard, "rows": 0}
         counts = {
             k: v for name, _ in FLAG_NAMES for k, v in ((name, 0), (f"first_{name}_id", None))
@@ -107,7 +101,7 @@ class _MergeShardFn(beam.DoFn):
         first_schema = None
         with fs.atomic_output(shard_path(self._dir, shard, self._n)) as out:
             sink = _ShardSink(out, self._schema)
-            for table in merge_sorted_runs(paths, self._id_col):
+            for table in merge_sorted_spills(paths, self._id_col):
                 if self._verify_col is not None:
                     count_flags(counts, table, self._id_col, self._verify_col)
                     table = table.drop_columns([self._verify_col])
@@ -126,10 +120,10 @@ class _MergeShardFn(beam.DoFn):
 
 
 class _SpillFn(beam.DoFn):
-    """Each element's rows -> one sorted run per shard it touches.
+    """Each element's rows -> one sorted spill per shard it touches.
 
-    Runs are emitted from ``process`` (never ``finish_bundle``: DaskRunner drops what
-    ``finish_bundle`` emits); the merge copes with many small runs (see :data:`FAN_IN`).
+    Spills are emitted from ``process`` (never ``finish_bundle``: DaskRunner drops what
+    ``finish_bundle`` emits); the merge copes with many small spills (see :data:`FAN_IN`).
     """
 
     def __init__(self, directory: str, **spiller) -> None:
@@ -142,27 +136,27 @@ class _SpillFn(beam.DoFn):
 
 
 class MergeShards(beam.PTransform):
-    """PCollection of ``(shard, run path)`` -> ``directory/part-XXXXX-of-NNNNN.parquet``.
+    """PCollection of ``(shard, spill path)`` -> ``directory/part-XXXXX-of-NNNNN.parquet``.
 
-    Only run paths travel through the GroupByKey, never rows: every runner (FnApiRunner keeps
+    Only spill paths travel through the GroupByKey, never rows: every runner (FnApiRunner keeps
     a GroupByKey's input in memory) stays within bounded memory whatever the row count.
     """
 
     def __init__(self, directory: str, *, id_col: str, num_shards: int,
                  schema: pa.Schema | None = None, verify_col: str | None = None,
-                 runs: str | None = None) -> None:  # fmt: skip
+                 spills: str | None = None) -> None:  # fmt: skip
         super().__init__()
         self._fn = _MergeShardFn(directory, id_col=id_col, num_shards=int(num_shards),
-                                 schema=schema, verify_col=verify_col, runs=runs)  # fmt: skip
+                                 schema=schema, verify_col=verify_col, spills=spills)  # fmt: skip
 
-    def expand(self, runs):
-        return runs | "GroupRuns" >> beam.GroupByKey() | "MergeShard" >> beam.ParDo(self._fn)
+    def expand(self, spills):
+        return spills | "GroupSpills" >> beam.GroupByKey() | "MergeShard" >> beam.ParDo(self._fn)
 
 
 class WriteShardedParquet(beam.PTransform):
     """PCollection of RecordBatch -> ``directory/part-XXXXX-of-NNNNN.parquet`` (+ sidecars).
 
-    Each worker spills id-sorted runs per shard (bounded buffer); one merge per shard streams
+    Each worker spills id-sorted rows per shard (bounded buffer); one merge per shard streams
     them into the part file. Files depend only on the rows and the shard count.
     """
 
@@ -175,11 +169,11 @@ class WriteShardedParquet(beam.PTransform):
         schema: pa.Schema | None = None,
         emb_col: str | None = None,
         verify_col: str | None = None,
-        runs: str | None = None,
+        spills: str | None = None,
     ) -> None:
         super().__init__()
         self._dir = directory
-        self._runs = runs or directory
+        self._spills = spills or directory
         self._id_col = id_col
         self._n = int(num_shards)
         self._schema = schema
@@ -187,46 +181,17 @@ class WriteShardedParquet(beam.PTransform):
         self._verify_col = verify_col
 
     def expand(self, pcoll):
-        spill = _SpillFn(self._runs, id_col=self._id_col, num_shards=self._n,
+        spill = _SpillFn(self._spills, id_col=self._id_col, num_shards=self._n,
                          emb_col=self._emb_col, verify_col=self._verify_col)  # fmt: skip
         return (
             pcoll
-            | "SpillRuns" >> beam.ParDo(spill)
+            | "Spill" >> beam.ParDo(spill)
             | MergeShards(
                 self._dir,
                 id_col=self._id_col,
                 num_shards=self._n,
                 schema=self._schema,
                 verify_col=self._verify_col,
-                runs=self._runs,
+                spills=self._spills,
             )  # fmt: skip
         )
-
-
-def fill_empty_shards(directory: str, schema: pa.Schema, num_shards: int) -> None:
-    """Write the shards that got no row as empty files, so the file set is always complete."""
-    with disk_full(directory, "an empty shard"):
-        fs.makedirs(directory)
-        have = set(fs.listdir(directory))
-        for s in range(num_shards):
-            path = shard_path(directory, s, num_shards)
-            if fs.basename(path) not in have:
-                with fs.atomic_output(path) as f:
-                    pq.write_table(schema.empty_table(), f, **WRITE_OPTIONS)
-
-
-def _sidecar(name: str) -> bool:
-    return name.startswith("_part-") and name.endswith(".json")
-
-
-def read_sidecars(directory: str) -> list[dict]:
-    return [fs.read_json(fs.join(directory, n)) for n in fs.listdir(directory) if _sidecar(n)]
-
-
-def remove_sidecars(directory: str) -> None:
-    """Drop the writer's bookkeeping (sidecars, and spill runs of retried bundles)."""
-    fs.rmtree(fs.join(directory, RUNS_DIR))
-    fs.rmtree(fs.join(directory, IDS_DIR))
-    for name in fs.listdir(directory):
-        if _sidecar(name):
-            fs.remove(fs.join(directory, name))

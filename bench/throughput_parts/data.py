@@ -15,8 +15,8 @@ MODEL = "bench_modifier"  # the model name the modifier is exported and served u
 
 def write_dataset(path: Path, *, rows: int, dim: int, seed: int, chunk: int = 65536) -> Path:
     """Unit-norm float32 rows in row groups of ``chunk``, written chunk by chunk (bounded RAM)."""
+    from mass.batches.parquet import WRITE_OPTIONS
     from mass.embeddings import embedding_array
-    from transforms.parquet_io import WRITE_OPTIONS
 
     if path.exists():
         return path

@@ -15,10 +15,10 @@ from bench.throughput_parts.data import _tensor, matrix
 def run_limit(data: Path, weights: Path, out: Path, *, batch_rows: int, threads: int) -> dict:
     import torch
 
+    from mass.batches.parquet import WRITE_OPTIONS
     from mass.embeddings import embedding_array
     from mass.modifiers import load_modifier
     from mass.noise import row_seeds
-    from transforms.parquet_io import WRITE_OPTIONS
 
     torch.set_num_threads(threads)
     model = load_modifier(str(weights))

@@ -1,7 +1,7 @@
 """Part 2, Triton alone: the anonymize job's own client, driven from memory (no Parquet).
 
 What is timed is :class:`transforms.inference.triton.TritonModelHandler` over its
-:class:`transforms.inference.triton_client.TritonClient` - the handler the job runs inside
+:class:`mass.serving.triton_client.TritonClient` - the handler the job runs inside
 ``RunInference`` - applied to in-memory RecordBatches: keyed ``ROW_SEED``s,
 requests of ``batch`` rows, ``concurrency`` of them in flight (the job's ``request_rows`` and
 ``in_flight``), gRPC payloads or system shared memory, response validation and the output
@@ -54,9 +54,9 @@ def run_triton(
     ``expected``: the in-process model's output for the first rows (same ``seeds``), checked
     against the warm-up answer, so wrong shared-memory offsets would not go unnoticed.
     """
-    from transforms.inference.tensors import ModifierInputs
+    from mass.serving.tensors import ModifierInputs
+    from mass.serving.triton_client import TritonClient
     from transforms.inference.triton import TritonModelHandler
-    from transforms.inference.triton_client import TritonClient
 
     handler = TritonModelHandler(
         url,

@@ -1,7 +1,7 @@
 """Released columns as an attacker reads them: structure and out-of-fold per-value statistics.
 
 One encoder for every judge of a column that is not the embedding (the up-front proxy check
-of ``--allow-columns``, :mod:`transforms.allow_check`, and the audit, :mod:`mass.audit.runner`,
+of ``--allow-columns``, :mod:`mass.batches.allow_check`, and the audit, :mod:`mass.audit.runner`,
 ids included). A one-hot of the most frequent values misses a column whose information is in
 its rare values or its arithmetic (``zip = 10000 + 4k + 2*gender``, 1,241 gender-specific first
 names, ids assigned in blocks per class, ``F-00001``/``M-00002``), so each column gives:

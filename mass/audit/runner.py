@@ -49,7 +49,7 @@ class AuditRequest:
     noise_key: OwnerKey | None = field(default=None, repr=False)
     partition_rows: int = PARTITION_ROWS  # rows per id-hash partition (mass.audit.stream)
     # rows at or above max_cosine the anonymize job verified as the signed modifier's own
-    # output (transforms.reference); the cosine expectation lets at most this many through
+    # output (mass.batches.reference); the cosine expectation lets at most this many through
     verified_near: int = 0
 
 

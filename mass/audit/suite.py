@@ -61,7 +61,7 @@ class SuiteSpec:
     preserved: dict[str, float]  # attr -> min fraction
     max_cosine: float = 0.9999  # a released row this close to its original is unmodified
     # rows at or above max_cosine that the anonymize job recomputed with the signed modifier
-    # and found to be its own output (transforms.reference): at most this many may pass
+    # and found to be its own output (mass.batches.reference): at most this many may pass
     verified_near: int = 0
     watch_min_kept: float | None = None  # audit.watch_min_kept, when --watch names attributes
 

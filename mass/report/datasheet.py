@@ -3,10 +3,10 @@
 Both names start with ``_`` on purpose: pyarrow, pandas, Spark and Hadoop skip such files when
 they read a directory, so ``pd.read_parquet(release_dir)`` keeps working (a ``RELEASE.md``
 beside the parts makes those readers fail). ``_release.json`` is also the publisher's
-marker + manifest (:data:`transforms.release.RELEASE_MARKER`); the datasheet is merged into it.
+marker + manifest (:data:`mass.release.format.RELEASE_MARKER`); the datasheet is merged into it.
 
 ``write_datasheet`` is called at publication with the release's schema metadata (the
-``mass.*`` keys of :func:`transforms.release.release_metadata`, plus any lineage the caller
+``mass.*`` keys of :func:`mass.release.columns.release_metadata`, plus any lineage the caller
 has) and the audit (audit.json as a dict, or None when the release was not audited). The
 machine-readable copy is merged into ``_release.json`` under ``"datasheet"``, so a manifest
 the publisher wrote there keeps its own fields.
@@ -32,7 +32,7 @@ from mass.report.unnamed import (
 
 VOLATILE = ("time", "release_path", "labels_path", "input_path")  # audit.json lineage only
 RELEASE_MD = "_RELEASE.md"
-RELEASE_JSON = "_release.json"  # == transforms.release.RELEASE_MARKER
+RELEASE_JSON = "_release.json"  # == mass.release.format.RELEASE_MARKER
 SCHEMA = "mass.datasheet/1"
 THREAT_MODEL = (
     "Attacker: has read all code, docs and configuration, holds every release with its ids, "

@@ -21,9 +21,9 @@ import pytest
 from beam_pipelines import anonymize
 from mass.embeddings import embedding_array
 from mass.errors import AuditFailedError, ProxyColumnError
+from mass.release.format import RELEASE_MARKER
 from mass.report.html import REPORT_NAME
 from transforms.inference.function import FunctionModelHandler
-from transforms.release import RELEASE_MARKER
 
 DIM, ROWS = 16, 1600
 INFO = {"name": "gate", "version": 1, "sha256": "abc", "method": "test",

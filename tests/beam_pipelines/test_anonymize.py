@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from beam_pipelines import anonymize
 from mass.errors import QuarantineThresholdError, ReleaseError, ServingError
 from mass.serving import free_port
+from mass.testing.stand_ins import Bypass, NumpyModifier, write_embeddings
 from transforms.inference.function import FunctionModelHandler
-from transforms.testing import Bypass, NumpyModifier, write_embeddings
 
 INFO = {
     "name": "np",

@@ -225,8 +225,8 @@ def test_a_stochastic_modifier_without_a_key_is_refused_before_any_work(
 
 def test_a_modifier_of_unknown_stochasticity_needs_the_key(data, tmp_path, monkeypatch):
     """A remote server without export.json, or an in-process model that does not say."""
+    from mass.testing.stand_ins import NumpyModifier
     from transforms.inference.function import FunctionModelHandler
-    from transforms.testing import NumpyModifier
 
     monkeypatch.delenv(NOISE_KEY_ENV, raising=False)
     out = tmp_path / "release"
@@ -260,8 +260,8 @@ def test_cli_refuses_without_a_key_and_publishes_nothing(data, tmp_path, monkeyp
 
 
 def test_a_deterministic_modifier_runs_without_a_key_and_records_none(data, tmp_path, monkeypatch):
+    from mass.testing.stand_ins import NumpyModifier
     from transforms.inference.function import FunctionModelHandler
-    from transforms.testing import NumpyModifier
 
     monkeypatch.delenv(NOISE_KEY_ENV, raising=False)
     handler = FunctionModelHandler(NumpyModifier(), output_dim=DIM,

@@ -18,11 +18,11 @@ import pytest
 from beam_pipelines import anonymize
 from mass import fs
 from mass.errors import OutputPathError, ReleaseError
-from mass.io import committed_parts, expand_paths, read_table
+from mass.io import expand_paths, read_table
+from mass.release.format import VERSIONS, committed_parts
+from mass.testing.services import BIN, REPO, dask_cluster
+from mass.testing.stand_ins import Bypass, NumpyModifier, write_embeddings
 from transforms.inference.function import FunctionModelHandler
-from transforms.publish import VERSIONS
-from transforms.services import BIN, REPO, dask_cluster
-from transforms.testing import Bypass, NumpyModifier, write_embeddings
 
 INFO = {"name": "np", "version": 3, "sha256": "abc", "method": "test", "suppress": ["digit"],
         "preserve": [], "config_hash": "h", "dim": 16}  # fmt: skip
@@ -98,7 +98,7 @@ def test_a_release_on_the_store_is_byte_identical_to_the_local_one(s3, local_src
     again = {k.split("/")[1] for k in _keys(out) if k.startswith(VERSIONS)}
     assert len(again) == 1 and again != {version}
     assert _store_parts(out) == _local_parts(str(tmp_path / "rel"))
-    assert not [k for k in _keys("s3://mass-test/out1") if "/_runs/" in k or "_ids" in k]
+    assert not [k for k in _keys("s3://mass-test/out1") if "/_spills/" in k or "_ids" in k]
 
 
 def test_a_failed_job_leaves_the_previous_release_readable(s3, local_src):
@@ -181,7 +181,7 @@ def test_dvc_pushes_to_the_same_store(s3, tmp_path):
 KILLED_JOB = """
 import sys
 from beam_pipelines import anonymize
-from transforms.testing import NumpyModifier
+from mass.testing.stand_ins import NumpyModifier
 from transforms.inference.function import FunctionModelHandler
 info = {"name": "np", "version": 3, "sha256": "abc", "method": "test", "suppress": ["digit"],
         "preserve": [], "config_hash": "h", "dim": 16}
@@ -195,7 +195,7 @@ anonymize.run(["--input", sys.argv[1], "--output", sys.argv[2], "--model", "np",
 def test_a_job_killed_at_the_commit_leaves_one_whole_release(s3, local_src, point):
     """SIGKILL right before the pointer PUT: the previous release, byte for byte; right after
     it: the whole new one. The next run clears the dead job's version and matches a clean run."""
-    from transforms.publish import KILL_AT_ENV
+    from mass.release.commit import KILL_AT_ENV
 
     src = _upload(local_src, f"s3://mass-test/in5-{point}/emb.parquet")
     out = f"s3://mass-test/out5-{point}/rel"
@@ -218,8 +218,8 @@ def test_a_job_killed_at_the_commit_leaves_one_whole_release(s3, local_src, poin
     assert _store_parts(out) == before[1]
 
 
-def test_temp_location_holds_the_spill_runs(s3, local_src, tmp_path, monkeypatch):
-    """--temp_location (Beam's flag) moves the spill runs into the store; the job removes
+def test_temp_location_holds_the_spills(s3, local_src, tmp_path, monkeypatch):
+    """--temp_location (Beam's flag) moves the spills into the store; the job removes
     them; the release is the same bytes."""
     _run(local_src, str(tmp_path / "plain"), "--shards", "2", "--batch-rows", "100")
     trace = tmp_path / "trace.log"
@@ -227,8 +227,8 @@ def test_temp_location_holds_the_spill_runs(s3, local_src, tmp_path, monkeypatch
     _run(local_src, str(tmp_path / "rel"), "--shards", "2", "--batch-rows", "100",
          "--temp_location=s3://mass-test/tmp")  # fmt: skip
     written = [p for line in trace.read_text().splitlines() for p in [line.split(" ", 1)[1]]
-               if line.startswith("w ") and "/_runs/run-" in p
+               if line.startswith("w ") and "/_spills/spill-" in p
                and "/_ids/" not in p]  # fmt: skip (the id index is built by the launcher)
-    assert written and all(p.startswith("s3://mass-test/tmp/mass-runs-") for p in written)
+    assert written and all(p.startswith("s3://mass-test/tmp/mass-spills-") for p in written)
     assert _keys("s3://mass-test/tmp") == []
     assert _local_parts(str(tmp_path / "rel")) == _local_parts(str(tmp_path / "plain"))

@@ -19,8 +19,8 @@ import pytest
 from beam_pipelines import anonymize
 from mass.embeddings import embedding_array
 from mass.errors import AuditFailedError, ConfigError, ReleaseError
+from mass.release.format import RELEASE_MARKER
 from transforms.inference.function import FunctionModelHandler
-from transforms.release import RELEASE_MARKER
 
 DIM, ROWS = 16, 2000  # the audit judges 95% upper bounds: 600 rows cannot pass a clean release
 INFO = {"name": "gate", "version": 1, "sha256": "abc", "method": "test",
@@ -251,8 +251,8 @@ def test_the_gate_audits_a_staged_object_store_release_and_uploads_the_report(sr
     from mass import fs
     from mass.audit import AuditRequest, run_audit
     from mass.audit.policy import AuditPolicy
-    from mass.io import committed_parts
-    from transforms.services import moto_s3
+    from mass.release.format import committed_parts
+    from mass.testing.services import moto_s3
 
     with moto_s3(str(tmp_path), "gate"):
         with open(src, "rb") as f:

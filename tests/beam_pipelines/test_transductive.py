@@ -14,8 +14,8 @@ from mass.errors import TransductiveRowsError
 from mass.io import load_embeddings
 from mass.methods import get_method
 from mass.modifiers import save_modifier
+from mass.testing.stand_ins import write_embeddings
 from transforms.inference.function import FunctionModelHandler, TorchModifierFunction
-from transforms.testing import write_embeddings
 
 DIM = 16
 

@@ -44,7 +44,7 @@ def repo(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def emb_input(repo):
-    from transforms.testing import write_embeddings
+    from mass.testing.stand_ins import write_embeddings
 
     path = str(repo / "emb.parquet")
     write_embeddings(path, rows=2000, dim=DIM, row_group=700, nan_rows=(5,))
@@ -202,8 +202,8 @@ def test_shared_memory_and_grpc_payloads_give_byte_identical_releases(
     outlives the job, on the client (/dev/shm) or in the server's registry."""
     import tritonclient.grpc as grpcclient
 
-    from transforms.inference.shm import SHM_PREFIX
-    from transforms.inference.triton_client import TritonClient
+    from mass.serving.shm import SHM_PREFIX
+    from mass.serving.triton_client import TritonClient
 
     client = grpcclient.InferenceServerClient(server.grpc_url)
     mine = f"{SHM_PREFIX}-{os.getpid()}-"
@@ -248,8 +248,8 @@ def test_extract_then_anonymize_on_a_two_worker_cluster_and_object_store(repo, s
     features and the release equal, byte for byte, the local FnApiRunner runs on local disk,
     and every file a worker opened was an s3:// object (no local path crosses the shuffle)."""
     from mass import fs
-    from mass.io import committed_parts
-    from transforms.services import dask_cluster, moto_s3
+    from mass.release.format import committed_parts
+    from mass.testing.services import dask_cluster, moto_s3
 
     rng = np.random.default_rng(1)
     local = tmp_path / "raw"
@@ -277,7 +277,7 @@ def test_extract_then_anonymize_on_a_two_worker_cluster_and_object_store(repo, s
     extract.run(extract_flags(str(local), str(tmp_path / "feat")))
     emb_src = tmp_path / "emb"
     emb_src.mkdir()
-    from transforms.testing import write_embeddings
+    from mass.testing.stand_ins import write_embeddings
 
     for i in range(3):
         write_embeddings(str(emb_src / f"e{i}.parquet"), rows=400, dim=DIM, id_offset=400 * i)

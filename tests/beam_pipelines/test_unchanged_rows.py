@@ -1,5 +1,5 @@
 """Rows a modifier itself leaves (nearly) unchanged are released and counted; a server that
-returns its inputs is still refused (transforms.reference: the job recomputes the flagged and a
+returns its inputs is still refused (mass.batches.reference: the job recomputes the flagged and a
 seeded sample of rows with the signed modifier it verified, and compares).
 
 One repository, one real tritonserver: ``lea`` (LEACE, no release noise, trained where the

@@ -168,7 +168,7 @@ def snapshot(directory: str | Path) -> dict[str, bytes]:
 def fake_previous_release(out: Path) -> dict[str, bytes]:
     """A stand-in previous release (a Parquet part + our _release.json marker, so the job may
     replace it) whose bytes must survive a failed run."""
-    from transforms.release import write_release_manifest
+    from mass.release.manifest import write_release_manifest
 
     out.mkdir(parents=True)
     pq.write_table(pa.table({"id": [1, 2], "note": ["previous", "release"]}),

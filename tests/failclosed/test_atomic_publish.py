@@ -3,7 +3,7 @@ new one, never a partial one, and a re-run produces the same bytes as an uninter
 the release's own invariants hold.
 
 The publication kills happen INSIDE the swap: the job's test-only hook
-(``transforms.publish.KILL_AT_ENV``) SIGKILLs the job right before the directory exchange
+(``mass.release.commit.KILL_AT_ENV``) SIGKILLs the job right before the directory exchange
 (staged, verified, marker written) or right after it (before the previous release is
 removed), so both outcomes are reached on every run, not by timing luck."""
 
@@ -22,8 +22,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from transforms.publish import KILL_AT_ENV, recover_output
-from transforms.release import RELEASE_MARKER, swap_into_place
+from mass.release.commit import KILL_AT_ENV, recover_output, swap_into_place
+from mass.release.format import RELEASE_MARKER
 
 ROWS = 20_000
 CLI = "import sys; from mass.cli import main; sys.exit(main(sys.argv[1:]))"

@@ -504,8 +504,8 @@ INFO = {"name": "mod", "version": 1, "sha256": "0" * 64, "method": "test",
 
 def _anonymize_in_process(src: str, out: Path, *flags: str) -> dict:
     from beam_pipelines import anonymize
+    from mass.testing.stand_ins import NumpyModifier
     from transforms.inference.function import FunctionModelHandler
-    from transforms.testing import NumpyModifier
 
     handler = FunctionModelHandler(NumpyModifier(), output_dim=DIM,
                                    keep_input_as=anonymize.INPUT_COPY)  # fmt: skip
@@ -531,7 +531,7 @@ def small_tmpfs(tmp_path):
 
 
 def _inject_enospc(monkeypatch):
-    """Writes of the release's spill runs raise ENOSPC (the id index still fits): at
+    """Writes of the release's spills raise ENOSPC (the id index still fits): at
     mass.fs.atomic_output, through which every file of the job is written."""
     import contextlib
     import errno
@@ -542,7 +542,7 @@ def _inject_enospc(monkeypatch):
 
     @contextlib.contextmanager
     def full(path):
-        if "/_runs/" in str(path) and "/_ids/" not in str(path):
+        if "/_spills/" in str(path) and "/_ids/" not in str(path):
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         with real(path) as f:
             yield f

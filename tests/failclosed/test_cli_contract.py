@@ -13,8 +13,8 @@ import pytest
 from beam_pipelines import anonymize
 from mass import errors as E
 from mass.cli import COMMANDS, build_parser, main, parse_command, subparser
+from mass.testing.stand_ins import NumpyModifier, write_embeddings
 from transforms.inference.function import FunctionModelHandler
-from transforms.testing import NumpyModifier, write_embeddings
 
 INFO = {"name": "np", "version": 1, "sha256": "abc", "method": "test", "suppress": ["digit"],
         "preserve": [], "config_hash": "h", "dim": 16}  # fmt: skip

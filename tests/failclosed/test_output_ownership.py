@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from mass.errors import OutputPathError
+from mass.release.format import QUARANTINE_MARKER, RELEASE_MARKER
 from mass.serving import free_port
-from transforms.release import QUARANTINE_MARKER, RELEASE_MARKER
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Issue 23 item 7: the job's staging beside --output (spill runs with each row's input
+"""Issue 23 item 7: the job's staging beside --output (spills with each row's input
 embedding, the staged release, the audit's filtered labels) is private while the job runs, and
 a published release is not left private."""
 
@@ -9,7 +9,7 @@ import stat
 from types import SimpleNamespace
 
 from beam_pipelines.plan import Staging
-from transforms.publish import private_dir, swap_into_place
+from mass.release.commit import private_dir, swap_into_place
 
 
 def _mode(path) -> int:
@@ -25,7 +25,7 @@ def test_staging_directories_are_created_0700_before_anything_is_written(tmp_pat
         staging.create_private()
     finally:
         os.umask(old)
-    made = [staging.stage, staging.q_stage, staging.runs]
+    made = [staging.stage, staging.q_stage, staging.spills]
     assert all(_mode(d) == 0o700 for d in made)
     assert not os.path.exists(staging.aux)  # made (private) only where it is first needed
     private_dir(staging.aux)

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from beam_pipelines import anonymize
 from mass.embeddings import embedding_array
+from mass.testing.stand_ins import NumpyModifier
 from transforms.inference.function import FunctionModelHandler
-from transforms.testing import NumpyModifier
 
 DIM = 8
 INFO = {"name": "np", "version": 1, "sha256": "0" * 64, "method": "test", "suppress": ["digit"],

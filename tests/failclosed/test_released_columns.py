@@ -117,7 +117,7 @@ def test_the_shared_encoder_keeps_a_column_at_chance_at_chance(tmp_path):
     """No false alarm from the per-value statistics: random many-valued columns pass. (The
     statistics add nothing to chance: with seed 5, knn on the target-independent features of a
     random zip alone reads 0.54 with or without them; 8 judges x 2 scales on 2000 rows.)"""
-    from transforms.allow_check import judge_columns
+    from mass.batches.allow_check import judge_columns
 
     rng = np.random.default_rng(6)
     g = rng.integers(0, 2, 2000)

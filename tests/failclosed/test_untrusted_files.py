@@ -321,7 +321,7 @@ def test_restricted_apis_and_private_shared_memory(tiny_repo, monkeypatch):
     import tritonclient.http as httpclient
     from tritonclient.utils import InferenceServerException
 
-    from transforms.inference.shm import SHM_PREFIX, ShmSlot
+    from mass.serving.shm import SHM_PREFIX, ShmSlot
 
     with TritonServer(tiny_repo, model_control="explicit") as server:
         stranger = grpcclient.InferenceServerClient(server.grpc_url)
@@ -363,7 +363,7 @@ def test_restricted_apis_and_private_shared_memory(tiny_repo, monkeypatch):
         # a job's connection: with the header it uses shared memory; without, "auto" falls
         # back to gRPC payloads and "on" is a clear error
         from mass.serving import client_headers, write_access_file
-        from transforms.inference.triton_client import TritonClient
+        from mass.serving.triton_client import TritonClient
 
         assert client_headers(server.grpc_url) == h  # what TritonModelHandler picks up
         conns = [TritonClient(server.grpc_url, "double", "", shared_memory=m, headers=hd)

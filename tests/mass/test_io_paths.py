@@ -10,7 +10,7 @@ import pytest
 
 from mass.errors import MissingInputError
 from mass.io import expand_paths
-from transforms.testing import write_embeddings
+from mass.testing.stand_ins import write_embeddings
 
 
 def _write(path, rows=5, offset=0):

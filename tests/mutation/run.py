@@ -141,7 +141,7 @@ NOTES = [
     "tests/mutation/run.py --log L NAME...` and `python tests/mutation/run.py --report-from L`.",
     "- Issue 24 (2026-11-25): 12 mutants added (key-*, ownership-remote-marker-exists, "
     "ownership-symlinked-marker, calibrate-*, signature-gpu-config-unlisted, "
-    "job-noise-key-on-worker-ignored, ids-duplicate-across-chunks, merge-multipass-drops-runs, "
+    "job-noise-key-on-worker-ignored, ids-duplicate-across-chunks, merge-multipass-drops-spills, "
     "rare-*) and the two stale ones re-aimed (audit-cosine-not-measured -> "
     "mass.audit.scan:scan, audit-run-ignores-failures -> mass.audit.suite:Validator.finish). "
     "Those 14 alone: `make mutation MUTANTS=\"...\"`, 2026-11-25 05:11-05:24 UTC, load "
@@ -156,7 +156,7 @@ NOTES = [
     "- Survivors of the first run on the merged code, each killed by a test added then: "
     "noise-context-ignored (tests/mass/test_noise_guards.py: seeds under a context against an "
     "independent BLAKE2b + SipHash construction) and ownership-any-json-marker "
-    "(tests/transforms/test_ownership_guards.py: a _release.json without our format tag). "
+    "(tests/mass/release/test_ownership_guards.py: a _release.json without our format tag). "
     "Written with the new mutants, before they could survive: test_audit_guards.py "
     "(audit-role-unchecked, audit-preserved-counts-frozen: branches no audited release reaches), "
     "test_signature_guards.py (signature-weights-sha-unchecked: an owner-signed inconsistent "
@@ -172,8 +172,8 @@ NOTES = [
     "which expects 'failed expectation' while the audit now names 'digit' (attackers see the "
     "forced column: worst 1.000). Reported to the lead; the gate mutants run against the "
     "failing-release job test that passes and the direct publish_release gate tests "
-    "(tests/transforms/test_publication_guards.py).",
-    "- tests/transforms/test_release_guards.py expected the writer's old bypass message; its "
+    "(tests/mass/release/test_publication_guards.py).",
+    "- tests/mass/release/test_release_guards.py expected the writer's old bypass message; its "
     "regex now matches the current one ('... equal their input embedding up to scale ...').",
 ]
 

@@ -13,12 +13,12 @@ from mass.embeddings import embedding_array
 from mass.errors import ResponseShapeError, ServingError
 from mass.serving import free_port
 from mass.serving.contract import EMBEDDING, PRIVATIZED, ROW_SEED
+from mass.serving.shm import SHM_PREFIX
+from mass.serving.tensors import ModifierInputs, check_response
+from mass.serving.triton_client import RequestPolicy, TritonClient
+from mass.testing.stand_ins import NumpyModifier, WrongWidth
 from transforms.inference.function import FunctionModelHandler
-from transforms.inference.shm import SHM_PREFIX
-from transforms.inference.tensors import ModifierInputs, check_response
 from transforms.inference.triton import TritonModelHandler
-from transforms.inference.triton_client import RequestPolicy, TritonClient
-from transforms.testing import NumpyModifier, WrongWidth
 
 
 def _batch(n=5, d=4, start=0):
@@ -130,7 +130,7 @@ def test_the_client_alone_retries_as_the_handler_does():
 
 
 def test_extractor_inputs_are_uint8_images_and_byte_strings():
-    from transforms.inference.tensors import ImageInputs, TextInputs
+    from mass.serving.tensors import ImageInputs, TextInputs
 
     images = np.arange(2 * 2352, dtype=np.uint64).astype(np.uint8).reshape(2, 2352)
     batch = pa.RecordBatch.from_pydict(

@@ -9,10 +9,12 @@ import pyarrow.parquet as pq
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
+from mass.batches import parquet as batches_parquet
+from mass.batches.parquet import plan_row_groups, read_row_group
 from mass.errors import UnreadableInputError
-from transforms.parquet_io import ReadArrowBatches, plan_row_groups, read_row_group
+from mass.testing.stand_ins import write_embeddings
+from transforms.parquet_io import ReadArrowBatches
 from transforms.parquet_write import WriteShardedParquet
-from transforms.testing import write_embeddings
 
 
 def test_plan_row_groups_lists_every_row_group(tmp_path):
@@ -34,8 +36,8 @@ def test_tiny_row_groups_are_planned_together_and_read_across_boundaries(tmp_pat
 
 
 def test_a_footer_is_parsed_once_per_process_and_reread_when_the_file_changes(tmp_path):
-    import transforms.parquet_io as pio
-    from transforms.validate import check_input
+    import mass.batches.parquet as pio
+    from mass.batches.validate import check_input
 
     path = str(tmp_path / "a.parquet")
     write_embeddings(path, rows=100, dim=4, row_group=10)
@@ -115,8 +117,8 @@ def test_rows_are_sorted_by_id_within_a_shard(tmp_path, beam_pipeline):
 
 def _spill_and_merge(tmp_path, tables, *, shards=1, verify=False):
     """Spill each table as its own runs, then merge every shard (no Beam: the pieces)."""
+    from mass.batches.spill import ShardSpiller
     from transforms.parquet_write import _MergeShardFn
-    from transforms.runs import ShardSpiller
 
     out = str(tmp_path / "out")
     runs: dict[int, list[str]] = {}
@@ -146,14 +148,13 @@ def _table(ids, dim=3, seed=0):
 def test_merge_is_byte_identical_to_writing_the_sorted_shard_at_once(tmp_path, monkeypatch):
     import pyarrow as pa
 
-    from transforms import parquet_io as P
-    from transforms import runs as R
+    from mass.batches import spill as R
 
     # small row groups and many tiny runs: several row groups and a multi-pass merge
-    monkeypatch.setitem(P.WRITE_OPTIONS, "row_group_size", 100)
-    # the merge reads these from transforms.runs (patching parquet_io's re-exports did nothing)
+    monkeypatch.setitem(batches_parquet.WRITE_OPTIONS, "row_group_size", 100)
+    # the merge reads these from mass.batches.spill (patching parquet_io's re-exports did nothing)
     monkeypatch.setattr(R, "FAN_IN", 3)
-    monkeypatch.setattr(R, "RUN_BYTES", 200)  # a few rows per run record batch
+    monkeypatch.setattr(R, "SPILL_BATCH_BYTES", 200)  # a few rows per run record batch
     ids = np.random.default_rng(1).permutation(1000)
     full = _table(ids)
     pieces = [full.slice(i, 73) for i in range(0, 1000, 73)]
@@ -161,15 +162,15 @@ def test_merge_is_byte_identical_to_writing_the_sorted_shard_at_once(tmp_path, m
     got = open(os.path.join(out, "part-00000-of-00001.parquet"), "rb").read()
     ref = str(tmp_path / "ref.parquet")
     pq.write_table(full.take(pa.compute.sort_indices(full, [("id", "ascending")])), ref,
-                   **P.WRITE_OPTIONS)  # fmt: skip
+                   **batches_parquet.WRITE_OPTIONS)  # fmt: skip
     assert got == open(ref, "rb").read()
     assert stats[0]["rows"] == 1000
     assert pq.ParquetFile(ref).metadata.num_row_groups == 10
-    assert os.listdir(os.path.join(out, R.RUNS_DIR)) == []  # merged runs are removed
+    assert os.listdir(os.path.join(out, R.SPILLS_DIR)) == []  # merged runs are removed
 
 
 def test_merge_handles_string_ids_and_duplicate_free_interleaving(tmp_path, monkeypatch):
-    from transforms import runs as R
+    from mass.batches import spill as R
 
     monkeypatch.setattr(R, "FAN_IN", 2)
     ids = [f"user-{i:05d}" for i in np.random.default_rng(2).permutation(500)]

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from mass.batches.spill import BYPASS_COSINE, UNMODIFIED, row_flags
 from mass.embeddings import embedding_array
-from transforms.runs import BYPASS_COSINE, UNMODIFIED, row_flags
 
 
 def _flags(src, out) -> list[int]:

@@ -1,7 +1,7 @@
 """What every handler of this package shares: one ``pa.RecordBatch`` in, one out.
 
 Same contract as ``apache_beam.ml.inference``: a handler loads a "model" once per worker
-(``load_model``; for Triton, one client, :mod:`transforms.inference.triton_client`) and
+(``load_model``; for Triton, one client, :mod:`mass.serving.triton_client`) and
 ``run_inference`` applies it; use it with ``RunInference(handler)``. Batching is skipped because
 every element already is a batch of ``--batch-rows`` rows. Backends, one module each as in
 Beam: :mod:`.triton` (a remote server) and :mod:`.function` (a Python function, in-process).
@@ -19,12 +19,7 @@ import pyarrow as pa
 from apache_beam.metrics import Metrics
 
 from mass.noise import KeyedSeeds
-from transforms.inference.tensors import (
-    ModifierInputs,
-    Tensors,
-    check_response,
-    with_output_column,
-)
+from mass.serving.tensors import ModifierInputs, Tensors, check_response, with_output_column
 
 NAMESPACE = "mass"
 

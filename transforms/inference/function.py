@@ -10,8 +10,8 @@ import pyarrow as pa
 from apache_beam.ml.inference.base import ModelHandler
 
 from mass.serving.contract import EMBEDDING, ROW_SEED
+from mass.serving.tensors import ModifierInputs, Tensors
 from transforms.inference.base import ArrowBatchInference
-from transforms.inference.tensors import ModifierInputs, Tensors
 
 
 class FunctionModelHandler(ArrowBatchInference, ModelHandler):

@@ -11,9 +11,9 @@ from apache_beam.metrics import Metrics
 from apache_beam.ml.inference.base import RemoteModelHandler
 
 from mass.serving.contract import PRIVATIZED
+from mass.serving.tensors import ModifierInputs, Tensors
+from mass.serving.triton_client import RequestPolicy, TritonClient
 from transforms.inference.base import NAMESPACE, ArrowBatchInference
-from transforms.inference.tensors import ModifierInputs, Tensors
-from transforms.inference.triton_client import RequestPolicy, TritonClient
 
 
 class TritonModelHandler(ArrowBatchInference, RemoteModelHandler):

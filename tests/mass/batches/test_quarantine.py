@@ -6,9 +6,9 @@ import pyarrow as pa
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
+from mass.batches.quarantine import validate_batch
 from mass.embeddings import embedding_array
 from mass.errors import SchemaError
-from transforms.quarantine import validate_batch
 
 
 def _batch():
@@ -53,13 +53,13 @@ def test_fixed_size_column_of_the_wrong_dimension_is_a_schema_error():
 
 
 def test_modify_fn_routes_each_row_once(beam_pipeline, tmp_path):
-    """The job's DoFn sends valid rows to the model and the spill runs, bad rows to quarantine."""
+    """The job's DoFn sends valid rows to the model and the spills, bad rows to quarantine."""
     import pyarrow.parquet as pq
 
+    from mass.batches.parquet import plan_row_groups
+    from mass.testing.stand_ins import NumpyModifier
     from transforms.inference.function import FunctionModelHandler
     from transforms.modify import ModifyRowGroupFn, pick
-    from transforms.parquet_io import plan_row_groups
-    from transforms.testing import NumpyModifier
 
     src = str(tmp_path / "in.parquet")
     pq.write_table(pa.Table.from_batches([_batch()]), src)
@@ -92,7 +92,7 @@ def _fixed(rows: np.ndarray) -> pa.RecordBatch:
 
 
 def test_degenerate_norms_are_quarantined_by_the_documented_bounds():
-    from transforms.quarantine import NORM_MAX, NORM_MIN
+    from mass.batches.quarantine import NORM_MAX, NORM_MIN
 
     d = 16
     low = NORM_MIN * np.sqrt(d)

@@ -230,7 +230,7 @@ def check_allow_columns(*, input_files: list[str], labels: str | None, id_col: s
     attribute above ``policy``; with ``force`` return it as forced instead (to record).
 
     Returns (forced columns, every verdict). Columns of ``suppress`` themselves are left to
-    the name rule (:func:`transforms.release.resolve_allow_columns`); callers pass the rest.
+    the name rule (:func:`mass.release.columns.resolve_allow_columns`); callers pass the rest.
     """
     columns = [c for c in columns if c not in suppress]
     if not columns or not suppress:

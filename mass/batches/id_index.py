@@ -2,8 +2,8 @@
 memory.
 
 Before any inference, :func:`build_id_index` streams every row group's id column, rejects
-null ids (naming file and row), spills id-sorted runs per release shard (the shard is a
-function of the id, :func:`transforms.parquet_io.shard_of`) and merges each shard's runs into
+null ids (naming file and row), spills id-sorted rows per release shard (the shard is a
+function of the id, :func:`mass.batches.spill.shard_of`) and merges each shard's spills into
 one sorted file, rejecting repeated ids on the way (equal ids are adjacent after the merge;
 the error names the files and rows). After the job, :func:`verify_against_index` checks that
 each staged part file holds exactly its shard's input ids minus the quarantined ones, by
@@ -21,10 +21,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mass import fs
+from mass.batches.parquet import footer, open_parquet
+from mass.batches.spill import (
+    SPILLS_DIR,
+    ShardSpiller,
+    _chunk_rows,
+    _reduce_spills,
+    merge_sorted_spills,
+)
 from mass.errors import InvalidValueError, ReleaseError, UnreadableInputError
-from transforms.parquet_io import footer, open_parquet
-from transforms.parquet_write import shard_path
-from transforms.runs import RUNS_DIR, ShardSpiller, _chunk_rows, _reduce_runs, merge_sorted_runs
+from mass.release.format import shard_path
 
 FILE, ROW = "__file", "__row"
 
@@ -49,7 +55,7 @@ class IdIndex:
 def build_id_index(files: list[str], id_col: str, num_shards: int, directory: str) -> IdIndex:
     """Stream ``files``' ids into ``directory`` (see the module docstring)."""
     spiller = ShardSpiller(directory, id_col=id_col, num_shards=num_shards)
-    runs: dict[int, list[str]] = {}
+    spills: dict[int, list[str]] = {}
     id_type = None
     for fi, path in enumerate(files):
         offset = 0
@@ -75,27 +81,27 @@ def build_id_index(files: list[str], id_col: str, num_shards: int, directory: st
                     names=[id_col, FILE, ROW],
                 )  # fmt: skip
                 offset += n
-                for s, run in spiller.add(batch):
-                    runs.setdefault(s, []).append(run)
+                for s, spill in spiller.add(batch):
+                    spills.setdefault(s, []).append(spill)
         except (pa.ArrowInvalid, OSError) as e:
             raise UnreadableInputError(
                 f"{path}: id column '{id_col}' unreadable ({e}); re-export the file"
             ) from e
-    for s, run in spiller.flush():
-        runs.setdefault(s, []).append(run)
+    for s, spill in spiller.flush():
+        spills.setdefault(s, []).append(spill)
     total = 0
     for shard in range(num_shards):
-        total += _merge_shard(files, id_col, runs.get(shard, []), directory, shard, id_type)
+        total += _merge_shard(files, id_col, spills.get(shard, []), directory, shard, id_type)
     return IdIndex(directory, num_shards, total, id_type or pa.int64())
 
 
-def _merge_shard(files, id_col, runs, directory, shard, id_type) -> int:
-    runs = _reduce_runs(sorted(runs), fs.join(directory, RUNS_DIR), id_col)
+def _merge_shard(files, id_col, spills, directory, shard, id_type) -> int:
+    spills = _reduce_spills(sorted(spills), fs.join(directory, SPILLS_DIR), id_col)
     path = fs.join(directory, f"ids-{shard:05d}.arrow")
     schema = pa.schema([(id_col, id_type or pa.int64())])
     rows, last = 0, None
     with fs.atomic_output(path) as sink, pa.ipc.new_file(sink, schema) as writer:
-        for table in merge_sorted_runs(runs, id_col):
+        for table in merge_sorted_spills(spills, id_col):
             ids = table.column(id_col).combine_chunks()
             if len(ids) and (
                 (last is not None and ids[0].as_py() == last[0])
@@ -106,7 +112,7 @@ def _merge_shard(files, id_col, runs, directory, shard, id_type) -> int:
             rows += len(ids)
             out = pa.table({id_col: ids})
             writer.write_table(out, max_chunksize=_chunk_rows(out))
-    for p in runs:
+    for p in spills:
         fs.remove(p)
     return rows
 
@@ -118,7 +124,7 @@ def _raise_duplicate(files, id_col, table: pa.Table, last) -> None:
     same = pc.equal(ids.slice(1), ids.slice(0, len(ids) - 1)).to_numpy(zero_copy_only=False)
     dup = ids[int(np.flatnonzero(same)[0]) + 1]
     hits = table.filter(pc.equal(table.column(id_col), dup))
-    where = [  # in input order (the merge's order of equal ids depends on its run names)
+    where = [  # in input order (the merge's order of equal ids depends on its spill names)
         f"{files[f]} row {r}"
         for f, r in sorted(zip(hits.column(FILE).to_pylist(), hits.column(ROW).to_pylist(),
                                strict=True))  # fmt: skip
@@ -180,3 +186,6 @@ def _same_stream(a: Iterator[pa.Array], b: Iterator[pa.Array]) -> bool:
         if not abuf.slice(0, n).cast(bbuf.type).equals(bbuf.slice(0, n)):
             return False
         abuf, bbuf = abuf.slice(n), bbuf.slice(n)
+
+
+IDS_DIR = "_ids"  # the input's id index (mass.batches.id_index), inside the staging directory

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from mass.errors import ResponseShapeError, ServingError
-from transforms.inference.shm import ShmSlot, clear_stale_regions, pow2
-from transforms.inference.tensors import Tensors
+from mass.serving.shm import ShmSlot, clear_stale_regions, pow2
+from mass.serving.tensors import Tensors
 
 log = logging.getLogger(__name__)
 RETRYABLE = ("StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED")

@@ -1,4 +1,4 @@
-"""transforms.allow_check: the bounded, seeded, streamed sample of labelled rows, its join by
+"""mass.batches.allow_check: the bounded, seeded, streamed sample of labelled rows, its join by
 id, and the audit's rule applied to one column alone (floors from the preserved labels)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from mass.audit.policy import policy_from_dict
+from mass.batches.allow_check import check_allow_columns, labelled_sample, sample_rows
 from mass.errors import InvalidValueError, ProxyColumnError
-from transforms.allow_check import check_allow_columns, labelled_sample, sample_rows
 
 POLICY = policy_from_dict({"families": ["logreg", "knn"], "folds": 5})
 

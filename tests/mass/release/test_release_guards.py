@@ -12,12 +12,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from mass.batches.spill import NONFINITE, UNMODIFIED, row_flags
 from mass.embeddings import embedding_array
 from mass.errors import ReleaseError
-from transforms import publish as P
-from transforms import release as R
-from transforms.parquet_write import shard_path
-from transforms.runs import NONFINITE, UNMODIFIED, row_flags
+from mass.release import columns as release_columns
+from mass.release import commit as P
+from mass.release import publish as R
+from mass.release.format import shard_path
 
 INFO = {"name": "m", "version": 1, "sha256": "s", "method": "mass", "suppress": ["colour"],
         "preserve": ["digit"], "config_hash": "h"}  # fmt: skip
@@ -29,7 +30,7 @@ def _stage(tmp_path, sidecar: dict | None = None):
     table = pa.table({
         "id": pa.array([0, 1, 2], pa.int64()),
         "emb": embedding_array(np.tile(np.array([[0.6, 0.8]], np.float32), (3, 1))),
-    }).replace_schema_metadata(R.release_metadata(INFO))  # fmt: skip
+    }).replace_schema_metadata(release_columns.release_metadata(INFO))  # fmt: skip
     pq.write_table(table, shard_path(str(stage), 0, 1))
     if sidecar is not None:
         (stage / "_part-00000.json").write_text(json.dumps({"shard": 0, "rows": 3, **sidecar}))
@@ -105,8 +106,8 @@ def test_media_columns_are_refused_by_name_as_well_as_by_type():
                         ("text", pa.string()), ("note", pa.string())])  # fmt: skip
     kw = dict(schema=schema, suppress=[], id_col="id", emb_col="emb")
     with pytest.raises(ReleaseError, match="'text', a raw media column"):
-        R.resolve_allow_columns(["text"], **kw)
-    assert R.resolve_allow_columns(["note"], **kw) == []
+        release_columns.resolve_allow_columns(["text"], **kw)
+    assert release_columns.resolve_allow_columns(["note"], **kw) == []
 
 
 def test_row_flags_mark_unmodified_and_non_finite_outputs():

@@ -1,5 +1,5 @@
 """The writer's bypass flags skip float64 work on rows whose float32 cosine is far below the
-threshold (transforms.runs.near_parallel); the flags must equal the float64 test applied to
+threshold (mass.batches.spill.near_parallel); the flags must equal the float64 test applied to
 every row, on ordinary rows and on the edge cases the prefilter has to keep."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from mass.batches.spill import BYPASS_COSINE, NONFINITE, UNMODIFIED, near_parallel, row_flags
 from mass.embeddings import embedding_array
-from transforms.runs import BYPASS_COSINE, NONFINITE, UNMODIFIED, near_parallel, row_flags
 
 
 def _reference(out: np.ndarray, src: np.ndarray) -> np.ndarray:

@@ -7,10 +7,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from mass.batches import spill as R
+from mass.batches.id_index import build_id_index, verify_against_index
 from mass.errors import InvalidValueError, ReleaseError
-from transforms import runs as R
-from transforms.id_index import build_id_index, verify_against_index
-from transforms.parquet_write import shard_path
+from mass.release.format import shard_path
 
 
 def _write(path, ids, row_group=50):
@@ -19,24 +19,24 @@ def _write(path, ids, row_group=50):
 
 
 @pytest.fixture
-def small_runs(monkeypatch):
-    """Many small runs merged in several passes. The merge reads these from transforms.runs
+def small_spills(monkeypatch):
+    """Many small runs merged in several passes. The merge reads these from mass.batches.spill
     (patching the names parquet_io re-exports changed nothing: the cases never ran)."""
     monkeypatch.setattr(R, "FAN_IN", 2)
-    monkeypatch.setattr(R, "RUN_BYTES", 64)  # 256-row record batches (the floor)
+    monkeypatch.setattr(R, "SPILL_BATCH_BYTES", 64)  # 256-row record batches (the floor)
     monkeypatch.setattr(R, "SPILL_BYTES", 2000)  # a run every ~250 ids
     passes = []
-    real = R.merge_sorted_runs
+    real = R.merge_sorted_spills
 
     def counted(paths, id_col):
         passes.append(len(paths))
         return real(paths, id_col)
 
-    monkeypatch.setattr(R, "merge_sorted_runs", counted)
+    monkeypatch.setattr(R, "merge_sorted_spills", counted)
     return passes
 
 
-def test_index_holds_every_id_sorted_per_shard(tmp_path, small_runs):
+def test_index_holds_every_id_sorted_per_shard(tmp_path, small_spills):
     rng = np.random.default_rng(0)
     ids = rng.permutation(1000)
     files = [_write(tmp_path / "a.parquet", ids[:600]), _write(tmp_path / "b.parquet", ids[600:])]
@@ -49,10 +49,10 @@ def test_index_holds_every_id_sorted_per_shard(tmp_path, small_runs):
         assert np.all(R.shard_of(pa.array(got), 3) == s)
         seen += got.tolist()
     assert sorted(seen) == list(range(1000))
-    assert len(small_runs) > 3  # the multi-pass merge really ran (intermediate merges)
+    assert len(small_spills) > 3  # the multi-pass merge really ran (intermediate merges)
 
 
-def test_duplicate_across_files_names_both_places(tmp_path, small_runs):
+def test_duplicate_across_files_names_both_places(tmp_path, small_spills):
     a = _write(tmp_path / "a.parquet", np.arange(0, 300))
     b = _write(tmp_path / "b.parquet", np.array([500, 501, 123, 502]))
     with pytest.raises(
@@ -61,7 +61,7 @@ def test_duplicate_across_files_names_both_places(tmp_path, small_runs):
         build_id_index([a, b], "id", 2, str(tmp_path / "idx"))
 
 
-def test_a_duplicate_split_across_two_merge_chunks_is_found(tmp_path, small_runs):
+def test_a_duplicate_split_across_two_merge_chunks_is_found(tmp_path, small_spills):
     """One run, sorted: 255 at positions 255 and 256, either side of its first 256-row record
     batch, so the two copies leave the merge in different chunks (kills
     ids-duplicate-across-chunks)."""

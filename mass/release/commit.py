@@ -26,7 +26,6 @@ ours: a first run that crashed before its first commit).
 from __future__ import annotations
 
 import glob
-import hashlib
 import os
 import shutil
 import signal
@@ -35,14 +34,17 @@ import uuid
 from collections.abc import Callable
 
 from mass import fs
-from mass.digest import sha256_file
 from mass.errors import OutputPathError, ReleaseError
-from mass.io import QUARANTINE_MARKER, RELEASE_MARKER, VERSIONS
-from transforms.parquet_io import footer
+from mass.release.format import (
+    QUARANTINE_MARKER,
+    RELEASE_FORMAT,
+    RELEASE_MARKER,
+    VERSIONS,
+    holds_marker,
+)
+from mass.release.manifest import part_entries
+from mass.scratch import pid_alive
 
-RELEASE_FORMAT = "mass-release/1"
-QUARANTINE_FORMAT = "mass-quarantine/1"
-MARKER_FORMATS = {RELEASE_MARKER: RELEASE_FORMAT, QUARANTINE_MARKER: QUARANTINE_FORMAT}
 # Test-only: SIGKILL the job at a publication point ("before-swap", "after-swap") so the
 # crash tests kill inside the swap itself (tests/failclosed/test_atomic_publish.py).
 KILL_AT_ENV = "MASS_TEST_KILL_AT"
@@ -66,31 +68,6 @@ def private_dir(path: str) -> str:
         os.makedirs(path, mode=0o700, exist_ok=True)
         os.chmod(path, 0o700)
     return path
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def holds_marker(directory: str, marker: str = RELEASE_MARKER) -> bool:
-    """True when ``directory`` holds our ``marker`` file with its format tag."""
-    path = fs.join(directory, marker)
-    if fs.is_remote(path):
-        if not fs.isfile(path):
-            return False
-    elif os.path.islink(path) or not os.path.isfile(path) or os.path.getsize(path) > 1 << 24:
-        return False
-    try:
-        doc = fs.read_json(path)
-    except (OSError, ValueError):
-        return False
-    return isinstance(doc, dict) and doc.get("format") == MARKER_FORMATS[marker]
 
 
 def _real(path: str) -> str:
@@ -334,33 +311,9 @@ def _pointer(staging: str) -> tuple[str, dict]:
     for marker in (RELEASE_MARKER, QUARANTINE_MARKER):
         if fs.isfile(fs.join(staging, marker)):
             return marker, fs.read_json(fs.join(staging, marker))
-    parts = _parts(staging)
+    parts = part_entries(staging)
     return RELEASE_MARKER, {"format": RELEASE_FORMAT, "rows": sum(p["rows"] for p in parts),
                             "parts": parts}  # fmt: skip
-
-
-def part_files(directory: str) -> list[str]:
-    """``directory``'s ``part-*.parquet`` files, sorted (any filesystem)."""
-    names = fs.listdir(directory) if fs.isdir(directory) else []
-    return [fs.join(directory, n) for n in names
-            if n.startswith("part-") and n.endswith(".parquet")]  # fmt: skip
-
-
-def _sha256(path: str) -> str:
-    if not fs.is_remote(path):
-        return sha256_file(path)
-    h = hashlib.sha256()  # an object: streamed, never staged on local disk
-    with fs.open_input(path) as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _parts(directory: str) -> list[dict]:
-    return [
-        {"file": fs.basename(p), "rows": footer(p).num_rows, "sha256": _sha256(p)}
-        for p in part_files(directory)
-    ]  # fmt: skip
 
 
 def _commit_remote(staging: str, out: str, published: Callable[[], None] | None) -> None:

@@ -1,5 +1,5 @@
 """The in-process recompute that tells a bypass from a modifier's own near-identity rows
-(transforms/reference.py), on a real saved modifier, without a server."""
+(mass/batches/reference.py), on a real saved modifier, without a server."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import pyarrow as pa
 import pytest
 import torch
 
+from mass.batches.reference import ReferenceCheck
+from mass.batches.spill import MISMATCH, NEAR, OWN_UNCHANGED, UNMODIFIED, row_flags
 from mass.embeddings import embedding_array
 from mass.errors import ChecksumMismatchError
 from mass.modifiers import save_modifier
 from mass.modifiers.affine import AffineModifier, AffineSpec
-from transforms.reference import ReferenceCheck
-from transforms.runs import MISMATCH, NEAR, OWN_UNCHANGED, UNMODIFIED, row_flags
 
 D = 8
 

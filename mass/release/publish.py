@@ -16,13 +16,12 @@ refused before any work. The marker names start with ``_`` so Parquet readers th
 directory (pyarrow, pandas, Spark, :func:`mass.io.expand_paths`) never read them as data.
 
 Where a release is committed (staging names, ownership checks, recovery, the swap; on an object
-store a versioned prefix plus a pointer written last) lives in :mod:`transforms.publish`; its
+store a versioned prefix plus a pointer written last) lives in :mod:`mass.release.commit`; its
 names are re-exported here. Every file is read and written through :mod:`mass.fs`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -30,174 +29,24 @@ from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from mass import fs
-from mass.errors import ReleaseError, SchemaError
-from transforms.parquet_io import footer, open_parquet
-from transforms.parquet_write import fill_empty_shards, read_sidecars, remove_sidecars
-from transforms.publish import (
-    QUARANTINE_FORMAT,
-    QUARANTINE_MARKER,
-    RELEASE_FORMAT,
+from mass.batches.id_index import IDS_DIR
+from mass.batches.parquet import WRITE_OPTIONS, open_parquet
+from mass.batches.spill import (
+    SPILLS_DIR,
+    disk_full,
+)
+from mass.errors import ReleaseError
+from mass.release.columns import META_KEYS
+from mass.release.commit import discard_staging, kill_point, swap_into_place
+from mass.release.format import (
     RELEASE_MARKER,
-    _parts,
-    discard_staging,
-    kill_point,
     part_files,
-    swap_into_place,
+    shard_path,
 )
-
-META_KEYS = (
-    "mass.model",
-    "mass.model_version",
-    "mass.sha256",
-    "mass.method",
-    "mass.suppress",
-    "mass.preserve",
-    "mass.config_hash",
-    "mass.forced_columns",
-    "mass.audited",
-    "mass.noise_key_fingerprint",
-    "mass.modifier",
-)
-RAW_MEDIA_NAMES = {
-    "image",
-    "images",
-    "audio",
-    "text",
-    "raw",
-    "pixels",
-    "video",
-    "bytes",
-    "binary",
-    "blob",
-}
-
-
-def resolve_allow_columns(
-    allow: list[str],
-    *,
-    schema: pa.Schema,
-    suppress: list[str],
-    id_col: str,
-    emb_col: str,
-    force: bool = False,
-) -> list[str]:
-    """Check the allow-list; return the columns kept only because of ``force`` (recorded)."""
-    forced = []
-    for col in allow:
-        if col in (id_col, emb_col):
-            raise ReleaseError(
-                f"--allow-columns names '{col}', which is always released; remove it from the list"
-            )
-        if col not in schema.names:
-            raise SchemaError(
-                f"--allow-columns names '{col}', not a column of the input "
-                f"(columns: {schema.names})"
-            )
-        typ = schema.field(col).type
-        media = (
-            col.lower() in RAW_MEDIA_NAMES
-            or pa.types.is_binary(typ)
-            or pa.types.is_large_binary(typ)
-            or (pa.types.is_list(typ) or pa.types.is_fixed_size_list(typ))
-            and pa.types.is_integer(typ.value_type)
-            and typ.value_type.bit_width == 8
-        )
-        why = (
-            "a suppressed attribute" if col in suppress else "a raw media column" if media else None
-        )
-        if why is None:
-            continue
-        if not force:
-            raise ReleaseError(
-                f"--allow-columns names '{col}', {why}: releasing it would undo "
-                "the anonymization; drop it or pass --force-allow (recorded in "
-                "the release metadata)"
-            )
-        forced.append(col)
-    return forced
-
-
-def release_metadata(
-    info: dict,
-    *,
-    forced_columns: list[str] | tuple[str, ...] = (),
-    audited: bool = True,
-    noise_key_fingerprint: str = "",
-    ids: str = "",
-) -> dict[bytes, bytes]:
-    """``mass.*`` schema metadata of every part. ``mass.audited`` is "false" only for a release
-    published with ``--no-audit`` (an audited one is published only if it passed);
-    ``noise_key_fingerprint`` names the owner key that seeded the noise ("" if none was used)
-    and never reveals it. ``ids``: how the released ids were made, recorded as ``mass.ids``
-    when not verbatim (:data:`mass.pseudonym.DESCRIPTION`)."""
-    values = {
-        "mass.model": str(info.get("name") or ""),
-        "mass.model_version": str(info.get("version") or ""),
-        "mass.sha256": str(info.get("sha256") or ""),
-        "mass.method": str(info.get("method") or ""),
-        "mass.suppress": json.dumps(list(info.get("suppress") or [])),
-        "mass.preserve": json.dumps(list(info.get("preserve") or [])),
-        "mass.config_hash": str(info.get("config_hash") or ""),
-        "mass.forced_columns": json.dumps(list(forced_columns)),
-        "mass.audited": "true" if audited else "false",
-        "mass.noise_key_fingerprint": str(noise_key_fingerprint or ""),
-        "mass.modifier": json.dumps(info.get("modifier") or {}, sort_keys=True),
-    }
-    if ids:
-        values["mass.ids"] = ids
-    return {k.encode(): v.encode() for k, v in values.items()}
-
-
-def _write_json(path: str, doc: dict) -> None:
-    fs.write_json(path, doc)
-
-
-def write_release_manifest(
-    directory: str,
-    *,
-    audit: dict | None,
-    quarantine: dict | None = None,
-    unchanged: dict | None = None,
-) -> dict:
-    """Write ``directory/_release.json``: the marker that makes the directory ours, and the
-    manifest. Deterministic (no time, no host), so a re-run gives the same bytes.
-
-    ``audit``: ``{"verdict", "report", "policy"}`` of the gate, or None (``--no-audit``).
-    """
-    parts = _parts(directory)
-    meta = {}
-    if parts:
-        raw = footer(fs.join(directory, parts[0]["file"])).schema.to_arrow_schema().metadata or {}
-        meta = {k.decode(): v.decode(errors="replace") for k, v in sorted(raw.items())
-                if k.startswith(b"mass.")}  # fmt: skip
-    modifier = meta.get("mass.modifier")
-    try:
-        modifier = json.loads(modifier) if modifier else None
-    except ValueError:
-        pass
-    doc = {
-        "format": RELEASE_FORMAT,
-        "written_by": "mass anonymize",
-        "rows": sum(p["rows"] for p in parts),
-        "parts": parts,
-        "audited": audit is not None,
-        "audit": audit,
-        "model": meta.get("mass.model"),
-        "model_version": meta.get("mass.model_version"),
-        "sha256": meta.get("mass.sha256"),
-        "method": meta.get("mass.method"),
-        "config_hash": meta.get("mass.config_hash"),
-        "noise_key_fingerprint": meta.get("mass.noise_key_fingerprint"),
-        "modifier": modifier,
-        "metadata": meta,
-        "quarantine": quarantine,
-    }
-    if unchanged and any(unchanged.values()):  # rows the modifier itself left (verified)
-        doc["unchanged"] = dict(unchanged)
-    _write_json(fs.join(directory, RELEASE_MARKER), doc)
-    return doc
+from mass.release.manifest import write_release_manifest
 
 
 def _write_datasheet(staging: str, manifest: dict, audit: dict | None) -> None:
@@ -231,15 +80,6 @@ def _write_datasheet(staging: str, manifest: dict, audit: dict | None) -> None:
         for name in names:
             with open(os.path.join(tmp, name), "rb") as f:
                 fs.write_bytes(fs.join(staging, name), f.read())
-
-
-def write_quarantine_manifest(directory: str) -> dict:
-    """``directory/_quarantine.json``: the marker of a quarantine directory, with its parts."""
-    parts = _parts(directory)
-    doc = {"format": QUARANTINE_FORMAT, "written_by": "mass anonymize",
-           "rows": sum(p["rows"] for p in parts), "parts": parts}  # fmt: skip
-    _write_json(fs.join(directory, QUARANTINE_MARKER), doc)
-    return doc
 
 
 # A modifier that leaves more than this fraction of rows equal to their input (cosine > 1 -
@@ -282,7 +122,7 @@ def verify_release(
 ) -> int:
     """Raise :class:`ReleaseError` unless the staged release satisfies every invariant.
 
-    ``expected_ids``: the valid input ids (an array), or a :class:`transforms.id_index.IdIndex`
+    ``expected_ids``: the valid input ids (an array), or a :class:`mass.batches.id_index.IdIndex`
     of all input ids with the ``quarantined`` ones to leave out (streamed, bounded memory).
     """
     stats = read_sidecars(staging)
@@ -328,7 +168,7 @@ def verify_release(
         if isinstance(expected_ids, pa.Array | pa.ChunkedArray):
             ids.append(pf.read(columns=[id_col]).column(id_col))
     if not isinstance(expected_ids, pa.Array | pa.ChunkedArray):
-        from transforms.id_index import verify_against_index
+        from mass.batches.id_index import verify_against_index
 
         return verify_against_index(staging, expected_ids, id_col=id_col, quarantined=quarantined)
     got = pa.chunked_array([c for a in ids for c in a.chunks], type=expected_ids.type)
@@ -402,3 +242,30 @@ def publish_release(
             shutil.rmtree(staging, ignore_errors=True)
 
 
+def fill_empty_shards(directory: str, schema: pa.Schema, num_shards: int) -> None:
+    """Write the shards that got no row as empty files, so the file set is always complete."""
+    with disk_full(directory, "an empty shard"):
+        fs.makedirs(directory)
+        have = set(fs.listdir(directory))
+        for s in range(num_shards):
+            path = shard_path(directory, s, num_shards)
+            if fs.basename(path) not in have:
+                with fs.atomic_output(path) as f:
+                    pq.write_table(schema.empty_table(), f, **WRITE_OPTIONS)
+
+
+def _sidecar(name: str) -> bool:
+    return name.startswith("_part-") and name.endswith(".json")
+
+
+def read_sidecars(directory: str) -> list[dict]:
+    return [fs.read_json(fs.join(directory, n)) for n in fs.listdir(directory) if _sidecar(n)]
+
+
+def remove_sidecars(directory: str) -> None:
+    """Drop the writer's bookkeeping (sidecars, and spills of retried bundles)."""
+    fs.rmtree(fs.join(directory, SPILLS_DIR))
+    fs.rmtree(fs.join(directory, IDS_DIR))
+    for name in fs.listdir(directory):
+        if _sidecar(name):
+            fs.remove(fs.join(directory, name))

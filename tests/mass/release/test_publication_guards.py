@@ -15,9 +15,10 @@ import pytest
 
 from mass.embeddings import embedding_array
 from mass.errors import AuditFailedError
-from transforms import publish
-from transforms import release as R
-from transforms.parquet_write import shard_path
+from mass.release import columns as release_columns
+from mass.release import format as release_format
+from mass.release import publish as R
+from mass.release.format import shard_path
 
 INFO = {"name": "m", "version": 1, "sha256": "s", "method": "mass", "suppress": ["colour"],
         "preserve": ["digit"], "config_hash": "h"}  # fmt: skip
@@ -29,7 +30,7 @@ def _stage(tmp_path):
     stage.mkdir()
     emb = np.array([[0.6, 0.8], [0.8, 0.6], [0.0, 1.0]], np.float32)
     table = pa.table({"id": IDS, "emb": embedding_array(emb)}).replace_schema_metadata(
-        R.release_metadata(INFO)
+        release_columns.release_metadata(INFO)
     )
     pq.write_table(table, shard_path(str(stage), 0, 1))
     return str(stage), table.schema
@@ -66,14 +67,14 @@ def test_the_manifest_records_the_gates_verdict_and_marks_the_release_ours(tmp_p
     verdict = {"verdict": "pass", "report": str(report), "policy": "default"}
     out = tmp_path / "OUT"
     _publish(tmp_path, out, lambda staged: verdict)
-    doc = json.loads((out / R.RELEASE_MARKER).read_text())
+    doc = json.loads((out / release_format.RELEASE_MARKER).read_text())
     assert doc["audited"] is True and doc["audit"] == verdict and doc["rows"] == 3
-    assert publish.holds_marker(str(out), R.RELEASE_MARKER)
+    assert release_format.holds_marker(str(out), release_format.RELEASE_MARKER)
 
 
 def test_an_ungated_release_is_recorded_as_unaudited(tmp_path):
     out = tmp_path / "OUT"
     _publish(tmp_path, out, None)
-    doc = json.loads((out / R.RELEASE_MARKER).read_text())
+    doc = json.loads((out / release_format.RELEASE_MARKER).read_text())
     assert doc["audited"] is False and doc["audit"] is None
-    assert publish.holds_marker(str(out), R.RELEASE_MARKER)
+    assert release_format.holds_marker(str(out), release_format.RELEASE_MARKER)

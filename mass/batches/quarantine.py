@@ -37,9 +37,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from mass.batches.parquet import decode_dictionaries
 from mass.embeddings import PER_ROW, decode, embedding_array
-from transforms.parquet_io import decode_dictionaries
-from transforms.parquet_write import fill_empty_shards, remove_sidecars
+from mass.release.publish import fill_empty_shards, remove_sidecars
 
 REASONS = ("ok", "null", "wrong-dimension", "non-finite", "zero-vector", "tiny-norm",
            "huge-norm")  # fmt: skip
@@ -120,7 +120,8 @@ def publish_quarantine(staging: str, out: str, *, schema: pa.Schema) -> dict:
     fill_empty_shards(staging, schema, 1)
     remove_sidecars(staging)
     # one publication path (and one ownership marker scheme) for both outputs
-    from transforms.release import swap_into_place, write_quarantine_manifest
+    from mass.release.manifest import write_quarantine_manifest
+    from mass.release.publish import swap_into_place
 
     doc = write_quarantine_manifest(staging)
     swap_into_place(staging, out)

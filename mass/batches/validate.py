@@ -23,7 +23,7 @@ and schema metadata are dropped (they may hold anything: notes, pandas index, li
 ``mass.*`` keys written by the job are kept.
 
 Row-level value faults (NaN/Inf, degenerate norms, ragged or null embeddings) need every
-value read, which is the job itself: they are quarantined by :mod:`transforms.quarantine` and
+value read, which is the job itself: they are quarantined by :mod:`mass.batches.quarantine` and
 fail the job at the end (``--max-quarantined``, default 0) with nothing published.
 """
 
@@ -35,11 +35,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from mass.batches.id_index import FILE, ROW, IdIndex, build_id_index
+from mass.batches.parquet import open_parquet
+from mass.batches.spill import disk_full
 from mass.errors import MissingInputError, SchemaError
 from mass.io import expand_paths
-from transforms.id_index import FILE, ROW, IdIndex, build_id_index
-from transforms.parquet_io import open_parquet
-from transforms.runs import disk_full
 
 # Columns the job adds next to the user's: the model input carried to the writer for the
 # bypass check (beam_pipelines.anonymize.INPUT_COPY, and any other "__mass" name), the id
@@ -173,7 +173,7 @@ def check_input(
     """Validate ``spec`` for the anonymize job (see the module docstring); read ids only.
 
     The ids are not kept in memory: they are external-sorted per release shard into
-    ``index_dir`` (:mod:`transforms.id_index`), which the publisher checks the release with.
+    ``index_dir`` (:mod:`mass.batches.id_index`), which the publisher checks the release with.
     """
     files = expand_paths(spec)
     check_column_names(spec, id_col=id_col, emb_col=emb_col, columns=columns)

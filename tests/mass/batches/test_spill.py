@@ -1,4 +1,4 @@
-"""The external sort's sort step (transforms/runs.py): rows already in id order (a worker that
+"""The external sort's sort step (mass/batches/spill.py): rows already in id order (a worker that
 reads its row groups in order) are passed on without the take that copies every row."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from transforms.runs import _sorted, merge_sorted_runs, write_run
+from mass.batches.spill import _sorted, merge_sorted_spills, write_spill
 
 
 def _table(ids) -> pa.Table:
@@ -32,6 +32,6 @@ def test_rows_out_of_order_within_or_across_chunks_are_sorted():
 
 def test_a_run_of_chunked_rows_reads_back_sorted(tmp_path):
     parts = [_table([7, 8]), _table([1, 2]), _table([9, 10])]
-    path = write_run(str(tmp_path), pa.concat_tables(parts), "id")
-    out = pa.concat_tables(list(merge_sorted_runs([path], "id")))
+    path = write_spill(str(tmp_path), pa.concat_tables(parts), "id")
+    out = pa.concat_tables(list(merge_sorted_spills([path], "id")))
     assert out.column("id").to_pylist() == [1, 2, 7, 8, 9, 10]

@@ -17,7 +17,7 @@ import time
 from mass.serving.server import free_port
 
 BIN = os.path.dirname(sys.executable)
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 60) -> None:

@@ -72,7 +72,7 @@ class ShmSlot:
 
 def clear_stale_regions(client, headers=None) -> None:
     """Unregister and unlink regions of dead processes (a killed job cannot clean up)."""
-    from transforms.publish import pid_alive
+    from mass.scratch import pid_alive
 
     dead = set()
     for path in glob.glob(f"/dev/shm/{SHM_PREFIX}-*"):

@@ -1,9 +1,9 @@
-"""External sort by id, per release shard: the write path's spill runs and their k-way merge.
+"""External sort by id, per release shard: the write path's spills and their k-way merge.
 
 A worker buffers rows per shard (``row_seeds(id) % num_shards``) and spills each buffer as an
-id-sorted Arrow IPC run file; one merge per shard streams the runs back holding one record
-batch per open run (:data:`FAN_IN` at a time, multi-pass above that), so memory stays bounded
-whatever the number of rows. Run files live under the staging location (:mod:`mass.fs`: a local
+id-sorted Arrow IPC spill file; one merge per shard streams the spills back holding one record
+batch per open spill (:data:`FAN_IN` at a time, multi-pass above that), so memory stays bounded
+whatever the number of rows. Spill files live under the staging location (:mod:`mass.fs`: a local
 directory or an object-store prefix); only their paths cross the GroupByKey, so with staging in
 a store every worker can reach (the default for an object-store ``--output``, or
 ``--temp_location``), no worker ever opens a path local to another machine.
@@ -52,10 +52,10 @@ def shard_of(ids: pa.Array, num_shards: int) -> np.ndarray:
     return (row_seeds(ids) % num_shards).astype(np.int64)
 
 
-RUNS_DIR = "_runs"  # sorted spill runs inside the staging directory (removed before publishing)
-RUN_BYTES = 1 << 20  # bytes per record batch of a run file: what the merge holds per open run
-FAN_IN = 32  # runs merged at once; more are first merged into longer runs (bounded memory)
-SPILL_BYTES = 64 << 20  # rows a writer buffers per worker before it spills sorted runs
+SPILLS_DIR = "_spills"  # sorted spills inside the staging directory (removed before publishing)
+SPILL_BATCH_BYTES = 1 << 20  # bytes per record batch of a spill file: what the merge holds per open spill
+FAN_IN = 32  # spills merged at once; more are first merged into longer spills (bounded memory)
+SPILL_BYTES = 64 << 20  # rows a writer buffers per worker before it spills them, sorted
 
 
 def _sorted(table: pa.Table, id_col: str) -> pa.Table:
@@ -84,24 +84,24 @@ def _ascending(ids: pa.ChunkedArray | pa.Array) -> bool:
 
 def _chunk_rows(table: pa.Table) -> int:
     row = max(1, table.nbytes // max(1, table.num_rows)) if table.num_rows else 1
-    return max(256, RUN_BYTES // row)
+    return max(256, SPILL_BATCH_BYTES // row)
 
 
-def write_run(directory: str, table: pa.Table, id_col: str) -> str:
-    """Sort ``table`` by id and write it as one Arrow IPC run file; return its path (a run is
+def write_spill(directory: str, table: pa.Table, id_col: str) -> str:
+    """Sort ``table`` by id and write it as one Arrow IPC spill file; return its path (a spill is
     referenced only once complete: :func:`mass.fs.atomic_output`)."""
     table = _sorted(table, id_col)  # chunks are kept: the IPC writer slices them anyway
-    path = fs.join(directory, f"run-{uuid.uuid4().hex}.arrow")
-    with disk_full(directory, "a sorted spill run"):
+    path = fs.join(directory, f"spill-{uuid.uuid4().hex}.arrow")
+    with disk_full(directory, "a sorted spill"):
         with fs.atomic_output(path) as sink, pa.ipc.new_file(sink, table.schema) as w:
             w.write_table(table, max_chunksize=_chunk_rows(table))
     return path
 
 
 class ShardSpiller:
-    """Buffers a worker's rows per shard and spills them as id-sorted run files.
+    """Buffers a worker's rows per shard and spills them as id-sorted spill files.
 
-    Memory is bounded by ``budget`` bytes whatever the number of rows; each spilled run is
+    Memory is bounded by ``budget`` bytes whatever the number of rows; each spill is
     reported as ``(shard, path)`` for the merge. With ``verify_col`` (the model input
     carried next to the output), the comparison happens here and one flag byte per row
     replaces the input copy (see :func:`row_flags`).
@@ -117,7 +117,7 @@ class ShardSpiller:
         verify_col: str | None = None,
         budget: int | None = None,
     ) -> None:
-        self._dir = fs.join(directory, RUNS_DIR)
+        self._dir = fs.join(directory, SPILLS_DIR)
         self._id_col, self._n = id_col, num_shards
         self._emb_col, self._verify_col = emb_col, verify_col
         self._budget = SPILL_BYTES if budget is None else budget  # read now: tests shrink it
@@ -126,7 +126,7 @@ class ShardSpiller:
 
     def add(self, batch: pa.RecordBatch, flags: np.ndarray | None = None) -> list[tuple[int, str]]:
         """Buffer ``batch``; ``flags``: its :func:`row_flags` when the caller computed (and
-        checked, :mod:`transforms.reference`) them, else computed here."""
+        checked, :mod:`mass.batches.reference`) them, else computed here."""
         if self._verify_col is not None:
             if flags is None:
                 flags = row_flags(batch, self._emb_col, self._verify_col)
@@ -142,13 +142,13 @@ class ShardSpiller:
     def flush(self) -> list[tuple[int, str]]:
         out = []
         for s, parts in sorted(self._buf.items()):
-            out.append((s, write_run(self._dir, pa.Table.from_batches(parts), self._id_col)))
+            out.append((s, write_spill(self._dir, pa.Table.from_batches(parts), self._id_col)))
         self._buf, self._bytes = {}, 0
         return out
 
 
 class _Cursor:
-    """Read position in one sorted run file (one record batch in memory at a time)."""
+    """Read position in one sorted spill file (one record batch in memory at a time)."""
 
     def __init__(self, path: str, id_col: str) -> None:
         self._file = fs.open_input(path)
@@ -170,7 +170,7 @@ class _Cursor:
         return self.batch.column(self._id_col)[-1].as_py()
 
     def take_upto(self, bound) -> pa.RecordBatch:
-        """Rows with id <= ``bound`` (a prefix: the run is sorted); loads the next batch."""
+        """Rows with id <= ``bound`` (a prefix: the spill is sorted); loads the next batch."""
         ids = self.batch.column(self._id_col)
         k = pc.sum(pc.less_equal(ids, pa.scalar(bound, ids.type))).as_py() or 0
         head = self.batch.slice(0, k)
@@ -180,8 +180,8 @@ class _Cursor:
         return head
 
 
-def merge_sorted_runs(paths: list[str], id_col: str):
-    """k-way merge of id-sorted runs: yields id-sorted tables, holding one batch per run."""
+def merge_sorted_spills(paths: list[str], id_col: str):
+    """k-way merge of id-sorted spills: yields id-sorted tables, holding one batch per spill."""
     cursors = [c for c in (_Cursor(p, id_col) for p in paths) if c.batch is not None]
     while cursors:
         # every row <= the smallest "last id" of the loaded batches is final: none can follow
@@ -192,8 +192,8 @@ def merge_sorted_runs(paths: list[str], id_col: str):
         cursors = [c for c in cursors if c.batch is not None]
 
 
-def _reduce_runs(paths: list[str], directory: str, id_col: str) -> list[str]:
-    """Merge runs FAN_IN at a time until at most FAN_IN remain (multi-pass external sort)."""
+def _reduce_spills(paths: list[str], directory: str, id_col: str) -> list[str]:
+    """Merge spills FAN_IN at a time until at most FAN_IN remain (multi-pass external sort)."""
     while len(paths) > FAN_IN:
         merged = []
         for i in range(0, len(paths), FAN_IN):
@@ -201,10 +201,10 @@ def _reduce_runs(paths: list[str], directory: str, id_col: str) -> list[str]:
             if len(group) == 1:
                 merged.append(group[0])
                 continue
-            out = fs.join(directory, f"run-{uuid.uuid4().hex}.arrow")
+            out = fs.join(directory, f"spill-{uuid.uuid4().hex}.arrow")
             writer = None
             with fs.atomic_output(out) as sink:
-                for table in merge_sorted_runs(group, id_col):
+                for table in merge_sorted_spills(group, id_col):
                     if writer is None:
                         writer = pa.ipc.new_file(sink, table.schema)
                     writer.write_table(table, max_chunksize=_chunk_rows(table))
@@ -220,7 +220,7 @@ def _reduce_runs(paths: list[str], directory: str, id_col: str) -> list[str]:
 
 # Bits of the per-row flags that replace the input copy. UNMODIFIED and MISMATCH refuse the
 # release; OWN_UNCHANGED / OWN_NEAR rows are the signed modifier's own output, recomputed
-# in-process (transforms.reference): released and counted. NEAR marks a row above the caller's
+# in-process (mass.batches.reference): released and counted. NEAR marks a row above the caller's
 # ``near`` cosine before that check (it becomes OWN_NEAR or MISMATCH).
 UNMODIFIED, NONFINITE, OWN_UNCHANGED, NEAR, MISMATCH = 1, 2, 4, 8, 16
 FLAG_NAMES = (("unmodified", UNMODIFIED), ("nonfinite", NONFINITE),
@@ -293,7 +293,7 @@ def near_parallel(out: np.ndarray, src: np.ndarray, near: float = BYPASS_COSINE)
 
 
 def count_flags(counts: dict, table: pa.Table, id_col: str, verify_col: str) -> None:
-    """Add one sorted chunk's flags to ``counts`` (first ids are the smallest: runs are sorted)."""
+    """Add one sorted chunk's flags to ``counts`` (first ids are the smallest: spills are sorted)."""
     flags = table.column(verify_col).combine_chunks().to_numpy(zero_copy_only=False)
     ids = table.column(id_col)
     for key, bit in FLAG_NAMES:

@@ -1,6 +1,6 @@
 """The served model checked against the signed modifier, recomputed in-process on a sample.
 
-The writer's cosine test (:func:`transforms.runs.row_flags`) cannot tell a bypassed server (one
+The writer's cosine test (:func:`mass.batches.spill.row_flags`) cannot tell a bypassed server (one
 that returns its inputs) from a modifier that leaves some rows where they were: a deterministic
 eraser (LEACE, an affine map) barely moves the rows whose erased component is near zero. The
 job has the export it verified (``export.json`` + the signed weights) and the rows' seeds, so it
@@ -20,10 +20,10 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from mass.batches.spill import MISMATCH, NEAR, OWN_UNCHANGED, UNMODIFIED
 from mass.embeddings import fixed_view
 from mass.errors import ChecksumMismatchError
 from mass.noise import row_seeds
-from transforms.runs import MISMATCH, NEAR, OWN_UNCHANGED, UNMODIFIED
 
 SAMPLE_EVERY = 256  # rows whose public hash is 0 mod this are recomputed (plus one per batch)
 # A recomputed row agrees when no coordinate differs by more than this (outputs are unit
