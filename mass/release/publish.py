@@ -5,19 +5,15 @@ The job writes into ``OUT.tmp-<pid>-<uuid>``; :func:`publish_release` checks the
 to scale (cosine similarity > 1 - 1e-6), finite values, only allow-listed columns, provenance
 metadata on every file), runs the audit gate on them, and only then swaps the directory into ``OUT`` (one atomic ``renameat2`` exchange on Linux; elsewhere via
 ``OUT.old-<pid>-<uuid>``), so a crash leaves the previous release or none, never a partial
-one; :func:`recover_output` clears a killed job's leftovers before the next run.
+one; :func:`mass.release.commit.recover_output` clears a killed job's leftovers before the next run.
 
-Ownership: a release directory carries ``_release.json`` (a quarantine ``_quarantine.json``),
-written by us last before the swap: a format tag plus the manifest (part files with sha256 and
-row counts, audit verdict and report path, provenance). :func:`check_outputs` lets the job
-replace only a directory holding that marker (or a path that does not exist), never the input,
-a parent or child of it, or the other output; files, symbolic links and mount points are
-refused before any work. The marker names start with ``_`` so Parquet readers that expand a
-directory (pyarrow, pandas, Spark, :func:`mass.io.expand_paths`) never read them as data.
-
-Where a release is committed (staging names, ownership checks, recovery, the swap; on an object
-store a versioned prefix plus a pointer written last) lives in :mod:`mass.release.commit`; its
-names are re-exported here. Every file is read and written through :mod:`mass.fs`.
+The marker + manifest (:mod:`mass.release.manifest`) is written last before the swap, so a
+staged directory without it was never complete; the names are :mod:`mass.release.format`'s,
+the column rules :mod:`mass.release.columns`', and where and how the release is committed
+(ownership checks, staging, recovery, the swap; on an object store a versioned prefix plus a
+pointer written last) :mod:`mass.release.commit`'s. Also here: the writer's per-part sidecars
+(``_part-NNNNN.json``, read by :func:`verify_release`) and the empty shards that complete a
+part set. Every file is read and written through :mod:`mass.fs`.
 """
 
 from __future__ import annotations
