@@ -47,7 +47,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def modify(ds):
         with torch.no_grad():
-            return model(torch.from_numpy(normalize_rows(ds.x)), torch.from_numpy(row_seeds(ds.ids))).numpy()
+            return model(
+                torch.from_numpy(normalize_rows(ds.x)), torch.from_numpy(row_seeds(ds.ids))
+            ).numpy()
 
     xtr, xte = modify(tr), modify(te)
     out: dict = {"name": args.name, "fit_s": round(fit_s, 1)}

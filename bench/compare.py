@@ -54,6 +54,7 @@ METHOD_ROWS = [
     ("inlp", "inlp", {}, {"iterations": 4}),
 ]  # fmt: skip
 
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="reports/compare", help="output directory")
     parser.add_argument("--features", help="DIR with {train,val,test} embedding Parquet")

@@ -67,5 +67,3 @@ def raw_baselines(images: dict[str, np.ndarray], extractor) -> dict[str, tuple]:
         x_te = embed_images(extractor, image_op(images["test"], op, value, k))
         out[label] = (x_tr, x_te, time.perf_counter() - t0)
     return out
-
-

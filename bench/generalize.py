@@ -77,9 +77,13 @@ def calibrate_run(name, d, train_path, suppress, preserve, budget, release_rows,
            "command": " ".join(cmd[1:])}  # fmt: skip
     cal_path = os.path.join(d, "run", "calibration.json")
     cal = json.load(open(cal_path)) if os.path.exists(cal_path) else {}
-    row.update(verdict=cal.get("verdict"), stopped=cal.get("stopped"),
-               chosen=(cal.get("chosen") or {}).get("candidate"),
-               noise=(cal.get("chosen") or {}).get("noise"), leace_noise=leace_noise(cal))
+    row.update(
+        verdict=cal.get("verdict"),
+        stopped=cal.get("stopped"),
+        chosen=(cal.get("chosen") or {}).get("candidate"),
+        noise=(cal.get("chosen") or {}).get("noise"),
+        leace_noise=leace_noise(cal),
+    )
     if proc.returncode != 0:
         row["error"] = proc.stderr.strip().splitlines()[-12:]
     return row

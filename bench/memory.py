@@ -58,7 +58,7 @@ def _partition_lines(log_path: str) -> list[dict]:
     with open(log_path) as f:
         for line in f:
             if line.startswith("MEMPART "):
-                out.append(json.loads(line[len("MEMPART "):]))
+                out.append(json.loads(line[len("MEMPART ") :]))
     return out
 
 
@@ -167,7 +167,8 @@ def measure_one(command: str, d: str, rows: int, dim: int, args) -> dict:
                                               "last": per[-1]["rss_mib"],
                                               "max": max(p["rss_mib"] for p in per)}  # fmt: skip
             res["peak_after_scan_mib"] = next(
-                (p["peak_mib"] for p in parts if p["partition"] == "scan-done"), None)
+                (p["peak_mib"] for p in parts if p["partition"] == "scan-done"), None
+            )
     if command == "anonymize":
         with open(log) as f:
             lines = [ln for ln in f if ln.startswith("{")]
@@ -214,8 +215,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--train-method", default="leace")
     ap.add_argument("--keep", action="store_true", help="keep the generated data")
     ap.add_argument("--out", help="write every result as JSON here")
-    ap.add_argument("--table", nargs="+", metavar="JSON",
-                    help="only print the table of earlier --out files")
+    ap.add_argument(
+        "--table", nargs="+", metavar="JSON", help="only print the table of earlier --out files"
+    )
 
 
 def run(a: argparse.Namespace) -> int:

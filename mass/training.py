@@ -326,6 +326,3 @@ def audit(res, train_ds, val, attrs: list[str], *, families: tuple[str, ...]) ->
                                                       max_rows=ATTACKER_ROWS)  # fmt: skip
         out[a] = row
     return out
-
-
-

@@ -177,7 +177,8 @@ def _row_checks(part: _Part) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
     both = finite & np.isfinite(x).all(axis=1)
     xd = np.where(both[:, None], xr, 0.0).astype(np.float64)
     cos = np.einsum("ij,ij->i", xd, np.where(both[:, None], x, 0.0)) / np.maximum(
-        np.linalg.norm(xd, axis=1), 1e-30)  # x rows are unit-norm already
+        np.linalg.norm(xd, axis=1), 1e-30
+    )  # x rows are unit-norm already
     del xd
     rows = pd.DataFrame({"id": part.ids.to_pandas(), "in_labels": part.pos >= 0,
                          "finite": finite, "norm": np.where(finite, norm, np.nan)})  # fmt: skip

@@ -108,8 +108,7 @@ def partition(
                 ids = decode_ids(batch.column(id_col), id_col, source=spec)
                 if ids.null_count:
                     at = int(np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))[0])
-                    raise InvalidValueError(
-                        f"{spec}: id column '{id_col}' row {row + at} is null")
+                    raise InvalidValueError(f"{spec}: id column '{id_col}' row {row + at} is null")
                 if on_batch is not None:
                     on_batch(path, batch, row)
                 arrays = [ids if n == id_col else batch.column(n) for n in batch.schema.names]

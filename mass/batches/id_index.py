@@ -126,8 +126,9 @@ def _raise_duplicate(files, id_col, table: pa.Table, last) -> None:
     hits = table.filter(pc.equal(table.column(id_col), dup))
     where = [  # in input order (the merge's order of equal ids depends on its spill names)
         f"{files[f]} row {r}"
-        for f, r in sorted(zip(hits.column(FILE).to_pylist(), hits.column(ROW).to_pylist(),
-                               strict=True))  # fmt: skip
+        for f, r in sorted(
+            zip(hits.column(FILE).to_pylist(), hits.column(ROW).to_pylist(), strict=True)
+        )  # fmt: skip
     ]
     raise InvalidValueError(
         f"id column '{id_col}': duplicate id {dup.as_py()!r} at {', '.join(where[:4])}; "
@@ -141,8 +142,7 @@ def verify_against_index(
     """Raise :class:`ReleaseError` unless part k of ``staging`` holds exactly shard k's input
     ids minus ``quarantined``; returns the number of released rows."""
     released = sum(
-        footer(shard_path(staging, s, index.num_shards)).num_rows
-        for s in range(index.num_shards)
+        footer(shard_path(staging, s, index.num_shards)).num_rows for s in range(index.num_shards)
     )
     n_bad = 0 if quarantined is None else len(quarantined)
     if released != index.rows - n_bad:

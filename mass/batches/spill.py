@@ -53,7 +53,9 @@ def shard_of(ids: pa.Array, num_shards: int) -> np.ndarray:
 
 
 SPILLS_DIR = "_spills"  # sorted spills inside the staging directory (removed before publishing)
-SPILL_BATCH_BYTES = 1 << 20  # bytes per record batch of a spill file: what the merge holds per open spill
+SPILL_BATCH_BYTES = (
+    1 << 20
+)  # bytes per record batch of a spill file: what the merge holds per open spill
 FAN_IN = 32  # spills merged at once; more are first merged into longer spills (bounded memory)
 SPILL_BYTES = 64 << 20  # rows a writer buffers per worker before it spills them, sorted
 
@@ -215,7 +217,6 @@ def _reduce_spills(paths: list[str], directory: str, id_col: str) -> list[str]:
             merged.append(out)
         paths = merged
     return paths
-
 
 
 # Bits of the per-row flags that replace the input copy. UNMODIFIED and MISMATCH refuse the

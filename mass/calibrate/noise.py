@@ -43,8 +43,9 @@ def apply(model: torch.nn.Module, x: np.ndarray, seeds: np.ndarray, batch: int =
     with torch.no_grad():
         for i in range(0, len(x), batch):
             out.append(
-                model(torch.from_numpy(x[i : i + batch]), torch.from_numpy(seeds[i : i + batch]))
-                .numpy()
+                model(
+                    torch.from_numpy(x[i : i + batch]), torch.from_numpy(seeds[i : i + batch])
+                ).numpy()
             )
     return np.concatenate(out) if out else x.copy()
 
@@ -58,8 +59,9 @@ def release_of(parts, audit, level: float) -> np.ndarray:
     return xp
 
 
-def bisect_noise(parts, audit, deadline: float, comfortable: float = 2.0,
-                 now=time.perf_counter) -> dict[str, Any]:
+def bisect_noise(
+    parts, audit, deadline: float, comfortable: float = 2.0, now=time.perf_counter
+) -> dict[str, Any]:
     """Smallest level of :data:`NOISE_LEVELS` whose release passes the privacy half, and whose
     next level passes too, found by bisection (privacy is taken to fall with noise), or a
     measured level above it with more privacy room where utility stays >= ``comfortable``;
@@ -75,8 +77,7 @@ def bisect_noise(parts, audit, deadline: float, comfortable: float = 2.0,
         xp = release_of(parts, audit, NOISE_LEVELS[i])
         prior = cache.get(i)
         m = audit.measure(xp, full=full, known=prior)
-        m.update(noise=NOISE_LEVELS[i],
-                 seconds=now() - t + (prior["seconds"] if prior else 0.0))
+        m.update(noise=NOISE_LEVELS[i], seconds=now() - t + (prior["seconds"] if prior else 0.0))
         if prior is not None:
             points.remove(prior)
         cache[i] = m
@@ -126,5 +127,3 @@ def bisect_noise(parts, audit, deadline: float, comfortable: float = 2.0,
                                       if cut else ""))  # fmt: skip
         return {"points": points, "chosen": None, "reason": reason}
     return {"points": points, "chosen": pt, "reason": f"passes at noise {pt['noise']}"}
-
-

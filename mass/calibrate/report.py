@@ -95,12 +95,16 @@ def verdict(infeasible: list[str], points: list[dict], policy, base: Baselines) 
         best = max(p["fraction"] for p in private)
         need = max((policy.fraction(r) + base.safety[r] for r in base.preserve),
                    default=policy.min_utility_fraction)  # fmt: skip
-        parts.append(f"the best utility with suppression held was {best:.3f} (needs "
-                     f"{need:.3f}: the policy's fraction + one standard error)")
+        parts.append(
+            f"the best utility with suppression held was {best:.3f} (needs "
+            f"{need:.3f}: the policy's fraction + one standard error)"
+        )
     if useful:
         least = min(p["excess"] for p in useful)
-        parts.append(f"the best privacy with utility kept was {least:+.3f} "
-                     "(worst upper bound over its baseline)")
+        parts.append(
+            f"the best privacy with utility kept was {least:+.3f} "
+            "(worst upper bound over its baseline)"
+        )
     if not private and not useful:
         parts.append("looks infeasible within this search: neither half of the policy was met")
     return "; ".join(parts)
@@ -111,8 +115,10 @@ def failure_message(report: dict, base: Baselines) -> str:
     for s in base.suppress:
         lines.append(f"  {s}: majority {base.majority[s]:.3f}, leakage floor {base.floor[s]:.3f}, "
                      f"original {base.best_original(s):.3f}")  # fmt: skip
-    lines.append("  frontier (best privacy at each utility level; excess = worst judge's 95% "
-                 "upper bound minus its baseline, max(majority, floor) or max(1/k, floor)):")
+    lines.append(
+        "  frontier (best privacy at each utility level; excess = worst judge's 95% "
+        "upper bound minus its baseline, max(majority, floor) or max(1/k, floor)):"
+    )
     for p in report["frontier"] or [{"candidate": "-", "noise": 0, "fraction": float("nan"),
                                       "excess": float("nan")}]:  # fmt: skip
         lines.append(f"    {p['candidate']:<24} noise {p['noise']:<5} utility {p['fraction']:.3f} "

@@ -125,7 +125,8 @@ def sample_table(
         code = np.zeros(batch.num_rows, dtype=np.int64)
         for c in strata_cols:
             idx = pc.index_in(batch.column(c), value_set=value_sets[c]).to_numpy(
-                zero_copy_only=False)
+                zero_copy_only=False
+            )
             code = code * len(value_sets[c]) + idx.astype(np.int64)
         return code
 
@@ -161,7 +162,13 @@ def sample_table(
 
 
 def stream_sample(
-    spec: str, *, id_col: str, emb_col: str, label_cols: list[str], max_rows: int, seed: int,
+    spec: str,
+    *,
+    id_col: str,
+    emb_col: str,
+    label_cols: list[str],
+    max_rows: int,
+    seed: int,
     batch_rows: int = 65536,
 ) -> tuple[EmbeddingDataset, dict[str, Any]]:
     """:func:`sample_table` of (ids, embeddings, labels), stratified on the labels, as an

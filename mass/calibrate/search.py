@@ -179,7 +179,9 @@ def calibrate(
 def _start(train, suppress, preserve, policy, cfg, val, watch, space) -> _Search:
     now = budget_clock(cfg.budget_clock)
     wall0, t0 = time.perf_counter(), now()
-    strata = joint_codes(train.labels, [*suppress, *preserve])  # S x R; rare ones pooled (strata.py)
+    strata = joint_codes(
+        train.labels, [*suppress, *preserve]
+    )  # S x R; rare ones pooled (strata.py)
     folds, fit_ds, val_ds, val_how = _validation_plan(train, val, cfg, strata)
     audit = ValidationAudit(val_ds, suppress, preserve, policy, cfg, watch=watch)
     last_resorts = preserve and any(c.last_resort for c in space)

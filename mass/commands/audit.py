@@ -34,11 +34,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="attributes neither suppressed nor preserved whose retention is "
                         "reported (and gated by audit.watch_min_kept), w[,...] (default: the "
                         "policy's audit.watch)")  # fmt: skip
-    parser.add_argument("--report", required=True, help="report directory (local, or an object-store prefix: uploaded)")
+    parser.add_argument(
+        "--report",
+        required=True,
+        help="report directory (local, or an object-store prefix: uploaded)",
+    )
     parser.add_argument("--run-dir", help="training run (branches.pt, encodings.json)")
     parser.add_argument("--params", help="params.yaml holding the audit: policy")
-    parser.add_argument("--id-col", default="id", help="row id column (int64, unique; what keyed noise and joins use)")
-    parser.add_argument("--emb-col", default="emb", help="embedding column (fixed-size list of float32)")
+    parser.add_argument(
+        "--id-col",
+        default="id",
+        help="row id column (int64, unique; what keyed noise and joins use)",
+    )
+    parser.add_argument(
+        "--emb-col", default="emb", help="embedding column (fixed-size list of float32)"
+    )
     parser.add_argument("--input", help="original embeddings Parquet (ids must match)")
     parser.add_argument(
         "--allow-columns",

@@ -27,13 +27,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = TrainConfig()
     parser.add_argument("--data", default="data/raw/train.parquet", help="raw training split")
     parser.add_argument("--out", default="models/extractor", help="output directory")
-    parser.add_argument("--epochs", type=int, default=d.epochs, help=f"SimCLR epochs (default {d.epochs})")
     parser.add_argument(
-        "--batch-size", type=int, default=d.batch_size, help=f"images per SimCLR batch (default {d.batch_size})"
+        "--epochs", type=int, default=d.epochs, help=f"SimCLR epochs (default {d.epochs})"
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=d.batch_size,
+        help=f"images per SimCLR batch (default {d.batch_size})",
     )
     parser.add_argument("--lr", type=float, default=d.lr, help=f"learning rate (default {d.lr})")
     parser.add_argument(
-        "--temperature", type=float, default=d.temperature, help=f"NT-Xent temperature (default {d.temperature})"
+        "--temperature",
+        type=float,
+        default=d.temperature,
+        help=f"NT-Xent temperature (default {d.temperature})",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of weights and augmentations")
     parser.add_argument(

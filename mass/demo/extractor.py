@@ -247,7 +247,6 @@ def load_extractor(path: str) -> ImageEncoder:
     return model.eval()
 
 
-
 def linear_probe(
     train_x: np.ndarray,
     train_y: dict[str, np.ndarray],

@@ -198,9 +198,7 @@ class _GenFilterBase(Method):
             )
         return FitResult(modifier=model.eval(), history=history, extra=extra)
 
-    def _train_filter(
-        self, model, mu, logvar, labels, suppress, preserve, ks, p, gen, use_labels
-    ):
+    def _train_filter(self, model, mu, logvar, labels, suppress, preserve, ks, p, gen, use_labels):
         """Step 2: alternate adversary/utility updates with filter updates (eqs. 2-5)."""
         rho = p.rho
         advs = nn.ModuleList(classifier(model.spec.latent, ks[a]) for a in suppress)

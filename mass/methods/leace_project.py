@@ -55,8 +55,11 @@ class LeaceProject(Method):
             erased = erase(x)
         basis, mu = discriminant_basis(erased, {r: train.labels[r] for r in preserve}, p.ridge)
         proj = basis @ basis.T
-        keep = AffineModifier(AffineSpec(dim=x.shape[1])).set(proj.float(),
-                                                              (-(proj @ mu)).float()).eval()
+        keep = (
+            AffineModifier(AffineSpec(dim=x.shape[1]))
+            .set(proj.float(), (-(proj @ mu)).float())
+            .eval()
+        )
         return FitResult(modifier=ChainModifier.of(erase, keep).eval(),
                          extra={"kept_dims": int(basis.shape[1]),
                                 "given_preserved": p.given_preserved})  # fmt: skip

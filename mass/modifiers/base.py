@@ -62,7 +62,9 @@ def register_modifier(kind: str):
 def build(kind: str, spec: dict, *, where: str = "modifier") -> nn.Module:
     """A fresh (untrained) modifier of registered ``kind`` from its spec dict."""
     if kind not in MODIFIER_KINDS:
-        raise ValueError(f"{where}: unknown modifier kind {kind!r}; known: {sorted(MODIFIER_KINDS)}")
+        raise ValueError(
+            f"{where}: unknown modifier kind {kind!r}; known: {sorted(MODIFIER_KINDS)}"
+        )
     cls = MODIFIER_KINDS[kind]
     return cls(cls.spec_from_dict(spec))  # type: ignore[attr-defined]
 

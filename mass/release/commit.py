@@ -159,7 +159,13 @@ def check_outputs(*, output: str, quarantine: str, inputs: str, report: str | No
     if report is None:
         return
     r = fs.normpath(report)
-    if fs.is_remote(r) and fs.isfile(r) or not fs.is_remote(r) and os.path.lexists(r) and not os.path.isdir(r):
+    if (
+        fs.is_remote(r)
+        and fs.isfile(r)
+        or not fs.is_remote(r)
+        and os.path.lexists(r)
+        and not os.path.isdir(r)
+    ):
         raise OutputPathError(f"--report {report}: is an existing file; pass a directory")
     for flag, path, _ in outs:
         if _inside(_real(r), _real(path)):
@@ -323,7 +329,9 @@ def _commit_remote(staging: str, out: str, published: Callable[[], None] | None)
     if fs.normpath(fs.join(out, version)) != fs.normpath(staging):
         raise ReleaseError(f"{staging}: not a version of {out}; nothing published")
     marker, doc = _pointer(staging)
-    previous = fs.read_json(fs.join(out, marker)).get("version") if holds_marker(out, marker) else None
+    previous = (
+        fs.read_json(fs.join(out, marker)).get("version") if holds_marker(out, marker) else None
+    )
     fs.write_json(fs.join(out, marker), {**doc, "version": version})
     _COMMITTED.add(fs.normpath(staging))
     if published is not None:

@@ -19,7 +19,6 @@ _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
 _PBTXT_SAFE = re.compile(r"[A-Za-z0-9_.:/+=@ -]*")
 
 
-
 # The stub runs Python isolated (PYTHONPATH ignored, see mass.serving.install): add those folders,
 # with .pth processing, ahead of the base interpreter's site-packages, then import the adapter.
 MODEL_PY = '''"""Triton python-backend adapter written by `mass export`; re-export rather than edit."""

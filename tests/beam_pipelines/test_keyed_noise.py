@@ -185,8 +185,10 @@ def test_same_key_same_bytes_other_key_other_noise_and_no_key_bytes_anywhere(
     assert (ids_a == ids_b).all()
     cos = (xa * xb).sum(1)
     assert (cos < 0.99).all()  # every row got other noise
-    assert meta_b[b"mass.noise_key_fingerprint"] == key_b.fingerprint.encode() != (
-        meta_a[b"mass.noise_key_fingerprint"]
+    assert (
+        meta_b[b"mass.noise_key_fingerprint"]
+        == key_b.fingerprint.encode()
+        != (meta_a[b"mass.noise_key_fingerprint"])
     )
     assert json.loads(meta_a[b"mass.modifier"]) == {"kind": "gaussian_noise",
                                                     "spec": {"dim": DIM, "sigma": 2.0}}  # fmt: skip
@@ -235,8 +237,10 @@ def test_a_modifier_of_unknown_stochasticity_needs_the_key(data, tmp_path, monke
                    url="127.0.0.1:1")  # fmt: skip
     handler = FunctionModelHandler(NumpyModifier(), output_dim=DIM,
                                    keep_input_as=anonymize.INPUT_COPY)  # fmt: skip
-    for info in ({"name": "np", "dim": DIM},  # says nothing
-                 {"name": "np", "dim": DIM, "stochastic": False}):  # an export before `modifier`
+    for info in (
+        {"name": "np", "dim": DIM},  # says nothing
+        {"name": "np", "dim": DIM, "stochastic": False},
+    ):  # an export before `modifier`
         with pytest.raises(ConfigError, match="may be stochastic"):
             anonymize.run(["--input", data["src"], "--output", str(out), "--model", "np", "--no-audit"],
                           model_handler=handler, model_info=info)  # fmt: skip
@@ -272,9 +276,10 @@ def test_a_deterministic_modifier_runs_without_a_key_and_records_none(data, tmp_
                   model_handler=handler,
                   model_info={"name": "np", "dim": DIM, "stochastic": False,
                               "modifier": {"kind": "np", "spec": {}}})  # fmt: skip
-    assert pq.read_schema(glob.glob(f"{out}/*.parquet")[0]).metadata[
-        b"mass.noise_key_fingerprint"
-    ] == b""
+    assert (
+        pq.read_schema(glob.glob(f"{out}/*.parquet")[0]).metadata[b"mass.noise_key_fingerprint"]
+        == b""
+    )
 
 
 def test_the_in_process_handler_gets_the_jobs_keyed_seeds(data, tmp_path):

@@ -226,9 +226,12 @@ def test_temp_location_holds_the_spills(s3, local_src, tmp_path, monkeypatch):
     monkeypatch.setenv(fs.TRACE_ENV, str(trace))
     _run(local_src, str(tmp_path / "rel"), "--shards", "2", "--batch-rows", "100",
          "--temp_location=s3://mass-test/tmp")  # fmt: skip
-    written = [p for line in trace.read_text().splitlines() for p in [line.split(" ", 1)[1]]
-               if line.startswith("w ") and "/_spills/spill-" in p
-               and "/_ids/" not in p]  # fmt: skip (the id index is built by the launcher)
+    written = [
+        p
+        for line in trace.read_text().splitlines()
+        for p in [line.split(" ", 1)[1]]
+        if line.startswith("w ") and "/_spills/spill-" in p and "/_ids/" not in p
+    ]  # fmt: skip (the id index is built by the launcher)
     assert written and all(p.startswith("s3://mass-test/tmp/mass-spills-") for p in written)
     assert _keys("s3://mass-test/tmp") == []
     assert _local_parts(str(tmp_path / "rel")) == _local_parts(str(tmp_path / "plain"))

@@ -578,7 +578,9 @@ def test_rows_under_underscore_and_dot_names_are_never_released(tmp_path, fc):
     fc.write_input(d / ".part-2.parquet", rows=300, id_offset=600)
     (d / "_SUCCESS").write_text("")
     users = _users_files(fc, tmp_path)
-    summary = _anonymize_in_process(str(d), tmp_path / "release", "--no-audit")  # reading, not privacy
+    summary = _anonymize_in_process(
+        str(d), tmp_path / "release", "--no-audit"
+    )  # reading, not privacy
     assert summary["rows_in"] == summary["rows_out"] == 300
     assert sorted(pq.read_table(tmp_path / "release").column("id").to_pylist()) == list(range(300))
     assert _users_files(fc, tmp_path) == users
@@ -591,8 +593,9 @@ def test_the_input_field_and_schema_metadata_stay_out_of_the_release(tmp_path, f
     fields = [f.with_metadata({"note": "patients of ward 3"}) for f in table.schema]
     table = table.cast(pa.schema(fields, metadata={"owner": "alice", "mass.model": "forged"}))
     pq.write_table(table, src)
-    _anonymize_in_process(str(src), tmp_path / "release", "--allow-columns", "note,tags",
-                          "--no-audit")  # metadata handling, not privacy (600 rows)
+    _anonymize_in_process(
+        str(src), tmp_path / "release", "--allow-columns", "note,tags", "--no-audit"
+    )  # metadata handling, not privacy (600 rows)
     for part in (tmp_path / "release").glob("*.parquet"):
         schema = pq.read_schema(part)
         assert [f.metadata for f in schema] == [None, None, None, None]
@@ -613,8 +616,9 @@ def test_dictionary_encoded_ids_and_columns_are_released_as_their_values(tmp_pat
     assert summary["rows_out"] == 600
     released = pq.read_table(tmp_path / "release")
     assert released.schema.field("id").type == released.schema.field("note").type == pa.string()
-    assert dict(zip(released.column("id").to_pylist(), released.column("note").to_pylist(),
-                    strict=True)) == dict(zip(ids.to_pylist(), notes.to_pylist(), strict=True))
+    assert dict(
+        zip(released.column("id").to_pylist(), released.column("note").to_pylist(), strict=True)
+    ) == dict(zip(ids.to_pylist(), notes.to_pylist(), strict=True))
     assert sorted(released.column("id").to_pylist()) == sorted(ids.to_pylist())
     q = pq.read_schema(next((tmp_path / "release_quarantine").glob("*.parquet")))
     assert q.field("id").type == pa.string()

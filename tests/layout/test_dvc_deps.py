@@ -35,11 +35,15 @@ def _stages() -> dict[str, dict]:
 
 
 def _deps(stage: dict) -> list[str]:
-    return [str(next(iter(d)) if isinstance(d, dict) else d).rstrip("/") for d in stage.get("deps", [])]
+    return [
+        str(next(iter(d)) if isinstance(d, dict) else d).rstrip("/") for d in stage.get("deps", [])
+    ]
 
 
 def _outs(stage: dict) -> list[str]:
-    return [str(next(iter(o)) if isinstance(o, dict) else o).rstrip("/") for o in stage.get("outs", [])]
+    return [
+        str(next(iter(o)) if isinstance(o, dict) else o).rstrip("/") for o in stage.get("outs", [])
+    ]
 
 
 def _commands(stage: dict) -> list[list[str]]:
@@ -83,7 +87,9 @@ def _closure(stage: dict) -> dict:
 
 def _served(stage: dict, stages: dict[str, dict]) -> list[str]:
     """Adapter modules that Triton imports from repositories this stage serves."""
-    repos = [t[i + 1] for t in _commands(stage) for i, a in enumerate(t[:-1]) if a == "--repository"]
+    repos = [
+        t[i + 1] for t in _commands(stage) for i, a in enumerate(t[:-1]) if a == "--repository"
+    ]
     served = []
     for dep in _deps(stage):
         if not any(dep == r or dep.startswith(r.rstrip("/") + "/") for r in repos):

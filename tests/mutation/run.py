@@ -74,9 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("names", nargs="*", help="mutants to run (default: all)")
     p.add_argument("--list", action="store_true", help="list the mutants and exit")
-    p.add_argument("--out", default=None,
-                   help="report file (default: docs/mutation.md for a full run or --report-from; "
-                        "a subset run writes no report unless --out is given)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="report file (default: docs/mutation.md for a full run or --report-from; "
+        "a subset run writes no report unless --out is given)",
+    )
     p.add_argument("--timeout", type=int, default=900, help="seconds per pytest run")
     p.add_argument("--log", help="append each result to this JSON-lines file")
     p.add_argument("--report-from", help="write the report from this log's latest results")
@@ -136,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
 
 NOTES = [
     "- Command: `make mutation` (all mutants, one after another; rewrites this file), or "
-    "`make mutation MUTANTS=\"NAME ...\"` (prints the results, leaves this file alone), or "
+    '`make mutation MUTANTS="NAME ..."` (prints the results, leaves this file alone), or '
     "subsets with a shared log, then one report: `PYTHONPATH=$PWD python "
     "tests/mutation/run.py --log L NAME...` and `python tests/mutation/run.py --report-from L`.",
     "- Issue 24 (2026-11-25): 12 mutants added (key-*, ownership-remote-marker-exists, "
@@ -144,7 +147,7 @@ NOTES = [
     "job-noise-key-on-worker-ignored, ids-duplicate-across-chunks, merge-multipass-drops-spills, "
     "rare-*) and the two stale ones re-aimed (audit-cosine-not-measured -> "
     "mass.audit.scan:scan, audit-run-ignores-failures -> mass.audit.suite:Validator.finish). "
-    "Those 14 alone: `make mutation MUTANTS=\"...\"`, 2026-11-25 05:11-05:24 UTC, load "
+    'Those 14 alone: `make mutation MUTANTS="..."`, 2026-11-25 05:11-05:24 UTC, load '
     "average 13-16 on 2 shared cores: 14 killed.",
     "- Last full run: `PYTHONPATH=$PWD nice -n 5 python tests/mutation/run.py --log "
     "full.jsonl` (every mutant in one process, 2026-11-25 05:24-06:02 UTC, 38 min on 2 shared "
@@ -205,8 +208,9 @@ def report_from(log: Path, out: Path) -> int:
             results.append((m, "error", "not run (no result in the log)", 0.0))
         else:
             results.append((m, r["status"], r["detail"], float(r["secs"])))
-    write_report(out, results, partial=False,
-                 source=f"; results: the latest of each mutant in `{log.name}`")
+    write_report(
+        out, results, partial=False, source=f"; results: the latest of each mutant in `{log.name}`"
+    )
     unexplained = [m.name for m, s, *_ in results if s == "survived" and not m.survives]
     return 1 if unexplained or any(r[1] in ("error", "baseline-failed") for r in results) else 0
 
@@ -231,7 +235,8 @@ def write_report(path: Path, results, *, partial: bool, source: str = "") -> Non
         "first failure is named); each subset first passes unmutated (baseline).",
         "",
         f"Run: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
-        + (" (a subset of the mutants)" if partial else "") + source,
+        + (" (a subset of the mutants)" if partial else "")
+        + source,
         "",
         f"**{len(results)} mutants: {counts['killed']} killed, {counts['survived']} survived, "
         f"{counts['stale']} stale, {counts['error']} error, "

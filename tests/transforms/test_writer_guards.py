@@ -12,8 +12,12 @@ from mass.embeddings import embedding_array
 
 
 def _flags(src, out) -> list[int]:
-    batch = pa.RecordBatch.from_pydict({"emb": embedding_array(np.asarray(out, np.float32)),
-                                        "__src": embedding_array(np.asarray(src, np.float32))})
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "emb": embedding_array(np.asarray(out, np.float32)),
+            "__src": embedding_array(np.asarray(src, np.float32)),
+        }
+    )
     return row_flags(batch, "emb", "__src").tolist()  # fmt: skip
 
 

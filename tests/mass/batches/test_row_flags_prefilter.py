@@ -84,7 +84,7 @@ def test_random_near_threshold_rows_agree_with_the_float64_test():
     src = rng.standard_normal((4000, d)).astype(np.float32)
     noise = rng.standard_normal((4000, d)).astype(np.float32)
     scale = 10.0 ** rng.uniform(-5, -1, size=(4000, 1))  # 1 - cos from ~1e-10 to ~1e-2
-    out = (src + scale * noise * np.linalg.norm(src, axis=1, keepdims=True) / np.sqrt(d))
+    out = src + scale * noise * np.linalg.norm(src, axis=1, keepdims=True) / np.sqrt(d)
     out = out.astype(np.float32)
     want = _reference(out, src)
     assert 0 < (want & UNMODIFIED).sum() < 4000

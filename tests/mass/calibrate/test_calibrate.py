@@ -352,8 +352,14 @@ def test_noise_search_takes_privacy_room_when_utility_is_to_spare(monkeypatch):
         def measure(self, xp, *, full=False, known=None):
             level = round(float(xp[0, 0]), 2)
             e = excess.get(level, 0.2 - level / 4)
-            return {"privacy_ok": e <= 0.05, "utility_ok": True, "passed": e <= 0.05,
-                    "excess": e, "fraction": self.fraction(level), "complete": full}
+            return {
+                "privacy_ok": e <= 0.05,
+                "utility_ok": True,
+                "passed": e <= 0.05,
+                "excess": e,
+                "fraction": self.fraction(level),
+                "complete": full,
+            }
 
     far = 1e12
     roomy = N.bisect_noise([(None, np.arange(4))], Audit(lambda lv: 0.99), far, comfortable=0.95)
@@ -421,8 +427,12 @@ def test_trained_candidates_validate_on_one_holdout_fit_and_skip_useless_erasers
               "n_models": len(models)}  # fmt: skip
         if trained:
             return {"points": [pt], "chosen": pt, "reason": "passes at noise 1.2"}
-        return {"points": [pt], "chosen": None, "max_noise_failed": True,
-                "reason": "privacy fails even at noise 1.2"}
+        return {
+            "points": [pt],
+            "chosen": None,
+            "max_noise_failed": True,
+            "reason": "privacy fails even at noise 1.2",
+        }
 
     monkeypatch.setattr(S, "bisect_noise", fake_bisect)
     ds = load_embeddings(str(files / "ring.parquet"), label_cols=["s", "u"])
@@ -473,8 +483,11 @@ def test_the_last_resort_runs_only_when_nothing_else_passes_and_keeps_its_budget
         pt = {**_point(0.0, {"logreg": passes}), "privacy_ok": passes, "utility_ok": True,
               "passed": passes, "excess": 0.0, "fraction": 0.95, "fidelity": 0.5,
               "utility": {"u": {"logreg": 0.9}}}  # fmt: skip
-        return {"points": [pt], "chosen": pt if passes else None,
-                "reason": "passes" if passes else "budget exhausted during the noise search"}
+        return {
+            "points": [pt],
+            "chosen": pt if passes else None,
+            "reason": "passes" if passes else "budget exhausted during the noise search",
+        }
 
     monkeypatch.setattr(S, "bisect_noise", fake_bisect)
     ds = load_embeddings(str(files / "ring.parquet"), label_cols=["s", "u"])
@@ -522,7 +535,9 @@ def test_the_validation_margin_widens_for_a_release_audited_on_fewer_rows():
     assert validation_z(z, 1000, 500) > validation_z(z, 1000, 1000) + 0.8
     assert validation_z(z, 1000, 10**6) == pytest.approx(z + SAFETY_SE)
     ds = toy_dataset(300, seed=3)
-    kw = dict(suppress=["a"], preserve=["b"], policy=AuditPolicy(max_rows=400, families=("logreg",)))
+    kw = dict(
+        suppress=["a"], preserve=["b"], policy=AuditPolicy(max_rows=400, families=("logreg",))
+    )
     same = ValidationAudit(ds, cfg=CalibrationConfig(), **kw)
     small = ValidationAudit(ds, cfg=CalibrationConfig(release_rows=100), **kw)
     capped = ValidationAudit(ds, cfg=CalibrationConfig(release_rows=10**6), **kw)
@@ -593,8 +608,14 @@ def test_noise_search_needs_the_next_level_to_pass_too(monkeypatch):
         def measure(self, xp, *, full=False, known=None):
             level = min(N.NOISE_LEVELS, key=lambda lv: abs(lv - float(xp[0, 0])))
             measured.append(level)
-            return {"privacy_ok": ok[level], "utility_ok": True, "passed": ok[level],
-                    "excess": 0.0 if ok[level] else 0.1, "fraction": 0.95, "complete": full}
+            return {
+                "privacy_ok": ok[level],
+                "utility_ok": True,
+                "passed": ok[level],
+                "excess": 0.0 if ok[level] else 0.1,
+                "fraction": 0.95,
+                "complete": full,
+            }
 
     found = N.bisect_noise([(None, np.arange(4))], Audit(), 1e12)
     assert N.NOISE_LEVELS[fluke + 1] in measured

@@ -171,7 +171,9 @@ def test_a_method_without_judges_of_its_own_still_writes_frozen_judges(files, tm
     with torch.no_grad():
         pred = classifiers["s"](x)[1].argmax(1).numpy()
     # trained on the original rows: it reads s there well above the majority rate
-    assert (pred == ds.labels["s"]).mean() > max(ds.labels["s"].mean(), 1 - ds.labels["s"].mean()) + 0.1
+    assert (pred == ds.labels["s"]).mean() > max(
+        ds.labels["s"].mean(), 1 - ds.labels["s"].mean()
+    ) + 0.1
 
 
 def test_frozen_judges_train_on_a_seeded_subsample_of_large_inputs(files, monkeypatch):

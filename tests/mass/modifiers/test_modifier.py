@@ -116,8 +116,9 @@ def _one_of_each_kind(dim: int = 6) -> dict:
         "affine": affine,
         "gaussian_noise": GaussianNoiseModifier(NoiseSpec(dim, 0.3)),
         "quadratic_erasure": QuadraticErasureModifier(QuadraticSpec(dim, (2, 3))),
-        "genfilter": GenFilterModifier(GenFilterSpec(dim, latent=3, hidden=8, noise_dim=2,
-                                                     label_classes=(2,))),  # fmt: skip
+        "genfilter": GenFilterModifier(
+            GenFilterSpec(dim, latent=3, hidden=8, noise_dim=2, label_classes=(2,))
+        ),  # fmt: skip
     }
     repair = SlicedRepairModifier(SlicedRepairSpec(dim, classes=2, steps=2, knots=5, hidden=4))
     repair.class_knots.copy_(torch.randn(2, 2, dim, 5).sort(dim=-1).values)
@@ -162,7 +163,7 @@ def test_an_unknown_kind_is_refused_naming_it(tmp_path):
         load_modifier(str(tmp_path / "m.pt"))
 
 
-SERVED_IMPORTS = r'''
+SERVED_IMPORTS = r"""
 import sys, types
 pb = types.ModuleType("triton_python_backend_utils")  # exists only inside Triton's python backend
 sys.modules["triton_python_backend_utils"] = pb
@@ -174,7 +175,7 @@ training = sorted(m for m in sys.modules if m.split(".")[:2] in (
     ["mass", "methods"], ["mass", "trainer"], ["mass", "losses"], ["mass", "branches"],
     ["mass", "calibrate"], ["mass", "training"]))
 print("TRAINING:" + ",".join(training))
-'''
+"""
 
 
 def test_the_served_model_imports_nothing_from_training(tmp_path):

@@ -40,8 +40,13 @@ def release(tmp_path, synthetic_release):
 
 def test_datasheet_says_what_the_release_is_and_how_to_cite_it(release):
     rel, meta = release
-    write_datasheet(str(rel), metadata=meta, audit=AUDIT, report_path="reports/audit/report.html",
-                    name="release")
+    write_datasheet(
+        str(rel),
+        metadata=meta,
+        audit=AUDIT,
+        report_path="reports/audit/report.html",
+        name="release",
+    )
     md = (rel / "_RELEASE.md").read_text()
     for needle in ("mass_modifier version 1", "1600 rows in 1 Parquet part", "columns id, emb",
                    "Suppressed: s", "Preserved: r", "Verdict: **PASSED**",

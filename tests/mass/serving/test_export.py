@@ -232,8 +232,12 @@ def test_export_json_records_the_modifier_and_whether_it_draws_noise(tmp_path):
         "genfilter": (GenFilterModifier(GenFilterSpec(8, latent=4, hidden=8, noise_dim=4)), True),
         "affine": (AffineModifier(AffineSpec(8)), False),
         "sliced_repair": (SlicedRepairModifier(SlicedRepairSpec(8, 2, steps=2, knots=5)), False),
-        "chain": (ChainModifier.of(AffineModifier(AffineSpec(8)),
-                                   GaussianNoiseModifier(NoiseSpec(8, 0.5))), True),  # fmt: skip
+        "chain": (
+            ChainModifier.of(
+                AffineModifier(AffineSpec(8)), GaussianNoiseModifier(NoiseSpec(8, 0.5))
+            ),
+            True,
+        ),  # fmt: skip
     }
     for name, (model, stochastic) in cases.items():
         run = tmp_path / name
