@@ -313,7 +313,7 @@ MUTANTS = [
            'if r["role"] == "preserved" and r["judge"] != "frozen"',
            'if r["role"] == "preserved"', AUDIT,
            "the frozen judge (not retrained) counts as proof of preservation"),
-    Mutant("audit-cosine-bypass-unchecked", "mass.audit.suite:build_suites",
+    Mutant("audit-cosine-bypass-unchecked", "mass.audit.suite:cosine_expectation",
            'column="cosine", max_value=spec.max_cosine,', 'column="cosine", max_value=2.0,',
            AUDIT, "a release (nearly) parallel to its input passes the audit"),
     Mutant("audit-cosine-not-measured", "mass.audit.scan:_row_checks",  # was runner:measure
@@ -398,7 +398,7 @@ MUTANTS = [
            ("tests/mass/serving/test_signature_guards.py",),
            "configs/gpu.pbtxt is served unsigned: an edited GPU config loads"),
     Mutant("job-noise-key-on-worker-ignored", "beam_pipelines.preflight:keyed_seeds",
-           'read_on_worker=getattr(args, "noise_key_on_worker", False)', "read_on_worker=False",
+           "read_on_worker=job.noise_key_on_worker", "read_on_worker=False",
            (f"{_KEYED}test_the_noise_key_on_worker_flag_keeps_every_key_out_of_the_job_pickle",),
            "--noise-key-on-worker is ignored: the staged job pickle carries key material"),
     Mutant("ids-duplicate-across-chunks", "mass.batches.id_index:_merge_shard",
