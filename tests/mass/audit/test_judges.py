@@ -21,7 +21,10 @@ from mass.audit.suite import REQUIRED_METADATA
 from mass.embeddings import embedding_array
 from tests.mass.audit.test_audit import _failed, _unit
 
-N, D = 3000, 24  # a clean release failed these judges by chance in 3 of 8 seeds at 1,500 rows, 0 of 8 at 3,000
+N, D = (
+    3000,
+    24,
+)  # a clean release failed these judges by chance in 3 of 8 seeds at 1,500 rows, 0 of 8 at 3,000
 FAST = {"families": ["logreg", "knn"], "folds": 3}
 SUPPRESSED = ("attribute_privacy", "expect_attribute_to_be_suppressed")
 PRESERVED = ("attribute_privacy", "expect_attribute_to_be_preserved")

@@ -17,7 +17,10 @@ from mass.demo.summary import summarize
 from mass.embeddings import embedding_array
 from mass.synthetic import block_attributes
 
-N, D = 3000, 24  # a clean release failed the judges by chance in 3 of 8 seeds at 1,500 rows, 0 of 8 at 3,000
+N, D = (
+    3000,
+    24,
+)  # a clean release failed the judges by chance in 3 of 8 seeds at 1,500 rows, 0 of 8 at 3,000
 
 
 def _audit(tmp_path, *, drop_s: bool) -> tuple[dict, str]:
