@@ -34,7 +34,7 @@ from mass.rows import normalize_rows
 
 log = logging.getLogger(__name__)
 OUTPUT_NOISE_OFFSET = 0x5EED  # mass.modifiers.DataModifier: output noise uses seed + 0x5EED
-DETERMINISTIC = {"affine", "quadratic_erasure", "sliced_repair"}
+DETERMINISTIC = {"affine", "quadratic_erasure", "sliced_repair", "codebook"}
 
 
 @dataclass(frozen=True)

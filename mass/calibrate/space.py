@@ -58,6 +58,10 @@ SEARCH_SPACE: tuple[Candidate, ...] = (
     Candidate("leace|R x3", "leace_iterated", {"given_preserved": True, "rounds": 3}),
     Candidate("quadratic", "leace_quadratic"),
     Candidate("ot-repair", "ot_repair"),
+    # the repair released as the nearest of ~n/(10 k) k-means centres of its repaired fit rows:
+    # privacy without release noise at the level of a pure-noise release on the demo
+    # (docs/calibration.md, "cells")
+    Candidate("ot-repair+cells", "ot_repair", {"cell_rows": 10}),
     # --transductive only, where `ordered` puts it first: fitted on the release rows, judged on
     # their release (no noise when it passes). On the demo it passed the gate's audit without
     # noise once and missed calibration's stricter validation by a remapped judge (+0.004):

@@ -99,6 +99,8 @@ def _one_of_each_kind(dim: int = 6) -> dict:
         AffineModifier,
         AffineSpec,
         ChainModifier,
+        CodebookModifier,
+        CodebookSpec,
         GaussianNoiseModifier,
         GenFilterModifier,
         GenFilterSpec,
@@ -125,6 +127,7 @@ def _one_of_each_kind(dim: int = 6) -> dict:
     repair.center_knots.copy_(torch.randn(2, dim, 5).sort(dim=-1).values)
     repair.rotations.copy_(torch.linalg.qr(torch.randn(2, dim, dim)).Q)
     kinds["sliced_repair"] = repair
+    kinds["codebook"] = CodebookModifier(CodebookSpec(dim, cells=3)).set(torch.randn(3, dim))
     kinds["chain"] = ChainModifier.of(kinds["affine"], kinds["mass"])
     return kinds
 
