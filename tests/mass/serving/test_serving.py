@@ -49,12 +49,14 @@ def _run(tmp: Path, name: str, *, noise_dim: int, seed: int) -> Path:
 
 
 def _repair_run(tmp: Path) -> Path:
-    """An ot_repair fit (kind sliced_repair: searchsorted and gathers in the python backend)."""
+    """An ot_repair fit with cells (a chain of sliced_repair: searchsorted and gathers, and
+    codebook: nearest centre, in the python backend)."""
     from mass.methods import get_method
     from mass.methods._common import toy_dataset
 
     ds = toy_dataset(400, dim=DIM, classes={"s": 3, "u": 2}, seed=3)
-    fit = get_method("ot_repair").fit(ds, suppress=["s"], preserve=["u"], params={"steps": 4},
+    params = {"steps": 4, "cell_rows": 10}
+    fit = get_method("ot_repair").fit(ds, suppress=["s"], preserve=["u"], params=params,
                                       progress=False)  # fmt: skip
     run = tmp / "repair"
     run.mkdir()
