@@ -217,6 +217,7 @@ class OtRepair(Method):
         for i in range(p.passes):
             spec = SlicedRepairSpec(dim=cur.shape[1], classes=k, steps=p.steps, knots=p.knots,
                                     hidden=p.hidden, renormalize=p.renormalize, **bound)  # fmt: skip
+            torch.manual_seed(p.seed + i)  # the predictor's initial weights: reproducible fits
             mod = SlicedRepairModifier(spec)
             fit_predictor(mod, cur, y, k, p, seed=p.seed + i)
             with torch.no_grad():
