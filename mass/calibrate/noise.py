@@ -60,13 +60,23 @@ def release_of(parts, audit, level: float) -> np.ndarray:
 
 
 def bisect_noise(
-    parts, audit, deadline: float, comfortable: float = 2.0, now=time.perf_counter
+    parts,
+    audit,
+    deadline: float,
+    comfortable: float = 2.0,
+    now=time.perf_counter,
+    key_gate: bool = False,
 ) -> dict[str, Any]:
     """Smallest level of :data:`NOISE_LEVELS` whose release passes the privacy half, and whose
     next level passes too, found by bisection (privacy is taken to fall with noise), or a
     measured level above it with more privacy room where utility stays >= ``comfortable``;
     the chosen level is then measured whole. ``parts``: (fitted modifier, validation rows) pairs;
-    ``deadline`` is read on the clock ``now`` (the search's budget clock)."""
+    ``deadline`` is read on the clock ``now`` (the search's budget clock).
+
+    ``key_gate`` (the policy's ``gate_key_compromised``): the gate also judges the release with
+    its noise removed, which for release noise is the level-0 release, so a candidate whose
+    level 0 fails privacy is refused at once - no noise level can pass that gate. (A MaSS G
+    with noise inputs has more noise than this; the gate judges its full key view.)"""
     points: list[dict] = []
     cache: dict[int, dict] = {}
 
@@ -87,6 +97,10 @@ def bisect_noise(
     last = len(NOISE_LEVELS) - 1
     if at(0)["privacy_ok"]:
         hi = 0
+    elif key_gate:
+        reason = ("privacy fails without release noise, and the policy gates the "
+                  "key-compromised view (audit.gate_key_compromised): no noise level can pass")  # fmt: skip
+        return {"points": points, "chosen": None, "key_view_failed": True, "reason": reason}
     elif now() > deadline:
         reason = "budget exhausted during the noise search"
         return {"points": points, "chosen": None, "reason": reason}

@@ -336,7 +336,7 @@ def _try(s: _Search, c: Candidate) -> bool:
         s.measured_rates.append(entry["fit_seconds"] / (len(c_fit) * units * (len(c_folds) or 1)))
     entry["validated_on"] = "holdout" if c_audit is not s.audit else "main"
     found = bisect_noise(parts, c_audit, c_deadline, comfortable=min(0.99, s.room_fraction),
-                         now=s.now)  # fmt: skip
+                         now=s.now, key_gate=s.policy.gate_key_compromised)  # fmt: skip
     entry["points"] = [{k: v for k, v in p.items() if k != "reports"} for p in found["points"]]
     s.points += [{"candidate": c.name, **p} for p in found["points"]]
     entry["status"] = "passed" if found["chosen"] is not None else "failed"

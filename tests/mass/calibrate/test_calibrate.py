@@ -638,3 +638,38 @@ def test_validation_bounds_follow_the_gates_confidence():
         assert audit.confidence == pytest.approx(2 * norm_cdf(z) - 1)
         seen[conf] = audit.confidence
     assert seen[0.99] > seen[0.95] > 0.95
+
+
+def test_noise_search_refuses_a_candidate_whose_privacy_rests_on_noise_when_the_key_is_gated(
+    monkeypatch,
+):
+    """With audit.gate_key_compromised the gate judges the release with its noise removed:
+    a candidate that fails privacy at level 0 is refused at once (no level is tried), and one
+    that passes at level 0 is kept as without the gate."""
+    from mass.calibrate import noise as N
+
+    monkeypatch.setattr(N, "with_output_noise", lambda model, level: level)
+    monkeypatch.setattr(N, "apply", lambda level, x, seeds: np.full_like(x, level))
+
+    class Audit:
+        x, seeds = np.zeros((4, 2), np.float32), np.zeros(4, np.int64)
+
+        def __init__(self, excess_at_zero):
+            self.e0, self.levels = excess_at_zero, []
+
+        def measure(self, xp, *, full=False, known=None):
+            level = round(float(xp[0, 0]), 2)
+            self.levels.append(level)
+            e = self.e0 if level == 0 else 0.02
+            return {"privacy_ok": e <= 0.05, "utility_ok": True, "passed": e <= 0.05,
+                    "excess": e, "fraction": 0.99, "complete": full}  # fmt: skip
+
+    one = [(None, np.arange(4))]
+    noisy = Audit(0.2)
+    assert N.bisect_noise(one, noisy, 1e12)["chosen"]["noise"] > 0  # the ungated search
+    gated = Audit(0.2)
+    found = N.bisect_noise(one, gated, 1e12, key_gate=True)
+    assert found["chosen"] is None and found["key_view_failed"] and gated.levels == [0.0]
+    assert "gate_key_compromised" in found["reason"]
+    clean = N.bisect_noise(one, Audit(0.03), 1e12, key_gate=True)
+    assert clean["chosen"]["noise"] == 0.0
