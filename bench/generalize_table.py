@@ -6,7 +6,8 @@ transductive repair excepted): ``identity``; ``calibrated`` (what `mass train` c
 from its run); ``last resort`` (``leace_project``: R's discriminant span); ``leace + noise``
 (one LEACE round, release noise at the smallest level calibration found private for it,
 else 1.2, the largest it tries); ``ot-repair`` (held out: its class predictor and transport fitted on the
-training rows, as the product applies it); ``ot-repair (transductive)``: the transport
+training rows, as the product applies it); ``ot-repair+cells`` (the same, each row released as
+the nearest of ~n/(10 k) k-means centres: calibration's candidate); ``ot-repair (transductive)``: the transport
 fitted on the release rows themselves with their true S (a batch job that knows S for the
 rows it releases: total repair, S-independent by construction).
 
@@ -111,6 +112,8 @@ def releases(train, xt, seeds, s_codes, suppress, preserve, calibrated=None,
     out["leace + noise"] = (*run(with_output_noise(leace, noise)), f"noise {noise} ({src})")
     ot = fitted("ot_repair", train, suppress, preserve)
     out["ot-repair"] = (*run(ot), "fitted on the training rows")
+    cells = fitted("ot_repair", train, suppress, preserve, {"cell_rows": 10})
+    out["ot-repair+cells"] = (*run(cells), "fitted on the training rows, released in cells")
     tr = transductive_repair(xt, s_codes)
     out["ot-repair (transductive)"] = (tr, tr, "fitted on the release rows, true S")
     return out

@@ -11,7 +11,8 @@ from bench.generalize_table import FrozenJudge, dataset, evaluate, markdown, rel
 from mass.audit.policy import policy_from_dict
 from mass.noise import row_seeds
 
-METHODS = ["identity", "last resort", "leace + noise", "ot-repair", "ot-repair (transductive)"]
+METHODS = ["identity", "last resort", "leace + noise", "ot-repair", "ot-repair+cells",
+           "ot-repair (transductive)"]  # fmt: skip
 
 
 def _synthetic(n: int, seed: int):
