@@ -153,6 +153,11 @@ class ValidationAudit:
         keep = seeded_rows(n, cfg.attacker_rows, cfg.seed + 1)
         self.rows = np.arange(n) if keep is None else keep
         self.watch = list(watch)  # ranks the passing candidates (mass.metrics.unnamed)
+        # out of fold (set by the search): the fold of each validation row. A suppressed
+        # attribute's attackers are then cross-validated within each fold's release only - one
+        # fitted model's output, as the gate sees one - because attackers trained across four
+        # models' outputs miss what each fit leaves (docs/calibration.md, "one map per attack")
+        self.groups: np.ndarray | None = None
         self.labels = {a: val.labels[a][self.rows] for a in [*suppress, *preserve, *watch]}
         self.names = {a: e.classes for a, e in val.encodings.items()}
         # the gate's attackers see at most policy.max_rows of the release
@@ -197,6 +202,8 @@ class ValidationAudit:
             families=tuple(families), folds=self.folds, seed=self.cfg.seed,
             confidence=self.confidence, curve=False,
             original=self.base.original[attr], class_names=self.names.get(attr),
+            groups=(self.groups[self.rows]
+                    if self.groups is not None and role == "suppressed" else None),
         )  # fmt: skip
 
     def measure(self, xp: np.ndarray, *, full: bool = False, known: dict | None = None

@@ -7,6 +7,8 @@ import logging
 import math
 import os
 
+import numpy as np
+
 from mass.audit.policy import AuditPolicy
 from mass.calibrate.judge import Baselines
 
@@ -48,6 +50,8 @@ def report_head(s, sample_note, policy_source, noise_levels) -> dict:
     the search state, mass.calibrate.search._Search)."""
     audit, policy, base = s.audit, s.policy, s.audit.base
     n_tr = base.n_eval * (audit.folds - 1) // audit.folds
+    groups = 1 if audit.groups is None else len(np.unique(audit.groups))
+    n_tr //= groups  # out of fold: each fold's release is attacked on its own
     return {
         "policy": policy.to_dict(),
         "policy_source": policy_source,
@@ -59,7 +63,10 @@ def report_head(s, sample_note, policy_source, noise_levels) -> dict:
                                f"a release of more than {n_tr * 10 // 9} "
                                "rows faces attackers trained on more rows than validated",
                        "judge": f"the audit's rule (mass.metrics.attribute_report), "
-                                f"{audit.folds}-fold CV, upper bounds at {audit.confidence:.4f} "
+                                f"{audit.folds}-fold CV"
+                                + (f" within each of the {groups} out-of-fold releases "
+                                   "(suppressed attributes)" if groups > 1 else "")
+                                + f", upper bounds at {audit.confidence:.4f} "
                                 f"(the gate's {policy.confidence} widened for the release "
                                 f"size: mass.calibrate.judge.validation_z)",
                        "release_rows": s.cfg.release_rows,

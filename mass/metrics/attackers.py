@@ -60,6 +60,18 @@ def _fit_score(family, seed, x_tr, y_tr, x_te, y_te) -> int:
     return int((_fit_predict(family, seed, x_tr, y_tr, x_te) == y_te).sum())
 
 
+def grouped_folds(
+    y: np.ndarray, groups, folds: int, seed: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The (train, test) splits of :func:`cv_folds` run within each group, in row indices."""
+    groups = np.asarray(groups)
+    out = []
+    for g in np.unique(groups):
+        idx = np.flatnonzero(groups == g)
+        out += [(idx[tr], idx[te]) for tr, te in cv_folds(y[idx], folds, seed)]
+    return out
+
+
 def attack_predictions(
     x,
     y,
@@ -69,6 +81,7 @@ def attack_predictions(
     seed: int = 0,
     fractions: tuple[float, ...] = (1.0,),
     stats=None,
+    groups=None,
 ) -> dict[str, dict[float, np.ndarray]]:
     """Out-of-fold predictions of each family retrained on ``(x, y)``: family -> fraction ->
     one prediction per row.
@@ -81,12 +94,18 @@ def attack_predictions(
     ``stats`` (a :class:`mass.audit.columns.Statistics` of the same rows, or None): per-value
     label statistics of released columns, appended to ``x`` per split from the training
     rows' labels only (:meth:`~mass.audit.columns.Statistics.split`).
+
+    ``groups`` (one code per row, or None): cross-validate within each group only, so every
+    row is predicted by an attacker trained on rows of its own group - calibration's
+    out-of-fold release, where each group is the output of another fitted model.
     """
     for fam in families:
         _attacker(fam, seed, 1)  # fail fast on a typo before any fitting
     x = np.asarray(x, dtype=np.float32)
     y = np.asarray(y)
-    splits = list(cv_folds(y, folds, seed))
+    splits = (
+        list(cv_folds(y, folds, seed)) if groups is None else grouped_folds(y, groups, folds, seed)
+    )
     out = {fam: {f: np.empty_like(y) for f in fractions} for fam in families}
     use_stats = stats is not None and not stats.empty
     for i, (tr, te) in enumerate(splits):

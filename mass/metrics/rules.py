@@ -300,6 +300,7 @@ def attribute_report(
     columns: Mapping[str, Any] | None = None,
     class_names=None,
     original_balanced: float | None = None,
+    groups=None,
 ) -> AttributeReport:
     """Audit one attribute: baselines, frozen judge on x and x', attackers retrained on x'.
 
@@ -315,6 +316,9 @@ def attribute_report(
     (name -> :class:`mass.audit.columns.Released`) are released columns judged ALONE, ids
     included: each family retrained on one column is a judge named ``family@column``, held
     to the family's margin.
+    ``groups`` (one code per row): the retrained attackers are cross-validated within each
+    group only (:func:`mass.metrics.attackers.attack_predictions`); ``original`` must then be
+    given (it is measured without groups).
     Classes with fewer rows than ``folds`` are judged by the rare-class rule
     (:mod:`mass.metrics.strata`) and listed in ``rare_classes`` (by ``class_names[code]``
     when given).
@@ -334,6 +338,8 @@ def attribute_report(
     kw: dict[str, Any] = dict(families=families, folds=folds, seed=seed)
     if original is None:
         original, original_balanced = _original(x, y, kw)
+    if groups is not None:
+        kw["groups"] = np.asarray(groups)[rows]
     feats = x_prime if extra is None or extra.shape[1] == 0 else np.hstack([x_prime, extra])
     fractions = CURVE_FRACTIONS if sup and curve else (1.0,)
     preds = attack_predictions(feats, y, fractions=fractions, stats=stats, **kw)

@@ -414,7 +414,7 @@ def test_trained_candidates_validate_on_one_holdout_fit_and_skip_useless_erasers
 
     monkeypatch.setattr("mass.methods.get_method", lambda name: Counting(name))
 
-    def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None):
+    def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False):
         models = {id(m) for m, _ in parts}
         covered = sorted(np.concatenate([rows for _, rows in parts]).tolist())
         assert covered == list(range(len(audit.x)))  # every validation row released once
@@ -473,7 +473,7 @@ def test_the_last_resort_runs_only_when_nothing_else_passes_and_keeps_its_budget
     monkeypatch.setattr(S, "budget_clock", lambda kind: lambda: clock[0])
     seen = []
 
-    def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None):
+    def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False):
         model = parts[0][0]
         last = isinstance(model, ChainModifier)  # leace_project serves a chain of two affines
         seen.append(("last" if last else "other", deadline))
@@ -568,7 +568,7 @@ def test_trained_candidates_are_planned_on_the_slowest_rate_measured(files, monk
 
     monkeypatch.setattr("mass.methods.get_method", lambda name: Timed())
 
-    def failing(parts, audit, deadline, comfortable=2.0, now=None):
+    def failing(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False):
         return {"points": [], "chosen": None, "reason": "privacy fails"}
 
     monkeypatch.setattr(S, "bisect_noise", failing)

@@ -22,7 +22,7 @@ LEACE = C.Candidate("leace", "leace_iterated", {"given_preserved": False, "round
 def equal_privacy(monkeypatch):
     """Every candidate passes at noise 0 with the same privacy and named-utility numbers."""
 
-    def passing(parts, audit, deadline, comfortable=2.0, now=None):
+    def passing(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False):
         pt = {"noise": 0.0, "privacy": {}, "privacy_ok": True, "utility_ok": True,
               "passed": True, "excess": 0.0, "fraction": 0.97, "fidelity": 0.5,
               "utility": {"u": {"logreg": 0.9}}}  # fmt: skip
