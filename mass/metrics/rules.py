@@ -315,13 +315,10 @@ def attribute_report(
     those columns, computed per attacker split from its training rows only. ``columns``
     (name -> :class:`mass.audit.columns.Released`) are released columns judged ALONE, ids
     included: each family retrained on one column is a judge named ``family@column``, held
-    to the family's margin.
-    ``groups`` (one code per row): the retrained attackers are cross-validated within each
-    group only (:func:`mass.metrics.attackers.attack_predictions`); ``original`` must then be
-    given (it is measured without groups).
-    Classes with fewer rows than ``folds`` are judged by the rare-class rule
-    (:mod:`mass.metrics.strata`) and listed in ``rare_classes`` (by ``class_names[code]``
-    when given).
+    to the family's margin. ``groups`` (a code per row): attackers cross-validated within each
+    group only (``original`` is measured without). Classes with fewer rows than ``folds`` are
+    judged by the rare-class rule (:mod:`mass.metrics.strata`) and listed in ``rare_classes``
+    (by ``class_names[code]`` when given).
     """
     if role not in ("suppressed", "preserved"):
         raise ValueError(f"role must be 'suppressed' or 'preserved', got {role!r}")
@@ -338,8 +335,7 @@ def attribute_report(
     kw: dict[str, Any] = dict(families=families, folds=folds, seed=seed)
     if original is None:
         original, original_balanced = _original(x, y, kw)
-    if groups is not None:
-        kw["groups"] = np.asarray(groups)[rows]
+    kw.update({} if groups is None else {"groups": np.asarray(groups)[rows]})
     feats = x_prime if extra is None or extra.shape[1] == 0 else np.hstack([x_prime, extra])
     fractions = CURVE_FRACTIONS if sup and curve else (1.0,)
     preds = attack_predictions(feats, y, fractions=fractions, stats=stats, **kw)

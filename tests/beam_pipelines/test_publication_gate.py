@@ -113,8 +113,9 @@ def src(tmp_path_factory):
     return _write(tmp_path_factory.mktemp("gate") / "in.parquet")
 
 
-def test_a_passing_audit_publishes_with_its_verdict_in_the_manifest(src, tmp_path):
+def test_a_passing_audit_publishes_with_its_verdict_in_the_manifest(src, tmp_path, monkeypatch):
     out, report = tmp_path / "rel", tmp_path / "rep"
+    monkeypatch.chdir(tmp_path)  # the built-in policy, not the checkout's params.yaml
     summary = _run(src, out, Erase(), "--report", str(report), quick=False)  # the defaults
     assert summary["audited"] and summary["rows_out"] == ROWS
     audit = json.loads((report / "audit.json").read_text())
