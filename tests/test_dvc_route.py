@@ -24,7 +24,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".venv"
-SMALL = ["-S", "extractor.epochs=2", "-S", "calibration.budget_minutes=2"]
+# the demo's own extractor (its 15 epochs): with a 2-epoch extractor the noise-free release sat
+# at the 1,000-row gate's resolution and was refused by 0.004 (docs/demo.md, "Current run")
+SMALL = ["-S", "calibration.budget_minutes=2"]
 SUMMARY = ("pass", "method", "noise", "privacy_excess", "utility_kept", "rows")
 
 
