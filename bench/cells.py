@@ -22,12 +22,9 @@ LABELS = ("digit", "colour", "thickness")
 FAMILIES = ("logreg", "mlp", "gboost", "knn")
 
 
-def unit(x: np.ndarray) -> np.ndarray:
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
 def judged(x: np.ndarray, xp: np.ndarray, labels: dict) -> dict:
     from mass.metrics.rules import attribute_report
+    from mass.metrics.unnamed import normalised_kept
 
     r = attribute_report("digit", labels["digit"], x, xp, role="suppressed",
                          preserved={"colour": labels["colour"]}, folds=10,
@@ -37,13 +34,15 @@ def judged(x: np.ndarray, xp: np.ndarray, labels: dict) -> dict:
     for a in ("colour", "thickness"):
         q = attribute_report(a, labels[a], x, xp, role="preserved", folds=5,
                              families=("logreg", "knn", "mlp"), curve=False)  # fmt: skip
-        out[a] = round((q.worst - q.majority) / (q.original - q.majority), 3)
+        kept = normalised_kept(q.worst, q.original, q.majority)
+        out[a] = None if kept is None else round(kept, 3)
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     from mass.io import load_embeddings
     from mass.methods import get_method
+    from mass.rows import normalize_rows as unit
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--features", default="data/features")

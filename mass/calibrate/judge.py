@@ -134,7 +134,7 @@ class ValidationAudit:
 
     def __init__(self, val: EmbeddingDataset, suppress, preserve, policy: AuditPolicy,
                  cfg: CalibrationConfig, folds: int | None = None,
-                 watch: list[str] | tuple[str, ...] = ()):  # fmt: skip
+                 watch: list[str] | tuple[str, ...] = (), fold_rows=()):  # fmt: skip
         from mass import metrics as M
         from mass.modifiers import normalize_rows
         from mass.noise import row_seeds
@@ -153,11 +153,16 @@ class ValidationAudit:
         keep = seeded_rows(n, cfg.attacker_rows, cfg.seed + 1)
         self.rows = np.arange(n) if keep is None else keep
         self.watch = list(watch)  # ranks the passing candidates (mass.metrics.unnamed)
-        # out of fold (set by the search): the fold of each validation row. A suppressed
-        # attribute's attackers are then cross-validated within each fold's release only - one
-        # fitted model's output, as the gate sees one - because attackers trained across four
-        # models' outputs miss what each fit leaves (docs/calibration.md, "one map per attack")
+        # out of fold (``fold_rows``: the search's folds): the fold of each validation row. A
+        # suppressed attribute's attackers are then cross-validated within each fold's release
+        # only - one fitted model's output, as the gate sees one - because attackers trained
+        # across four models' outputs miss what each fit leaves (docs/calibration.md, "one map
+        # per attack")
         self.groups: np.ndarray | None = None
+        if len(fold_rows):
+            self.groups = np.empty(n, dtype=np.int64)
+            for k, rows in enumerate(fold_rows):
+                self.groups[rows] = k
         self.labels = {a: val.labels[a][self.rows] for a in [*suppress, *preserve, *watch]}
         self.names = {a: e.classes for a, e in val.encodings.items()}
         # the gate's attackers see at most policy.max_rows of the release

@@ -7,8 +7,6 @@ import logging
 import math
 import os
 
-import numpy as np
-
 from mass.audit.policy import AuditPolicy
 from mass.calibrate.judge import Baselines
 
@@ -50,8 +48,8 @@ def report_head(s, sample_note, policy_source, noise_levels) -> dict:
     the search state, mass.calibrate.search._Search)."""
     audit, policy, base = s.audit, s.policy, s.audit.base
     n_tr = base.n_eval * (audit.folds - 1) // audit.folds
-    groups = 1 if audit.groups is None else len(np.unique(audit.groups))
-    n_tr //= groups  # out of fold: each fold's release is attacked on its own
+    groups = len(s.folds) or 1  # out of fold: each fold's release is attacked on its own
+    n_tr //= groups
     return {
         "policy": policy.to_dict(),
         "policy_source": policy_source,

@@ -183,11 +183,8 @@ def _start(train, suppress, preserve, policy, cfg, val, watch, space) -> _Search
         train.labels, [*suppress, *preserve]
     )  # S x R; rare ones pooled (strata.py)
     folds, fit_ds, val_ds, val_how = _validation_plan(train, val, cfg, strata)
-    audit = ValidationAudit(val_ds, suppress, preserve, policy, cfg, watch=watch)
-    if folds:  # out of fold: privacy is attacked within each fold's release (one model each)
-        audit.groups = np.empty(len(val_ds), dtype=np.int64)
-        for k, rows in enumerate(folds):
-            audit.groups[rows] = k
+    # out of fold, privacy is attacked within each fold's release (one model each)
+    audit = ValidationAudit(val_ds, suppress, preserve, policy, cfg, watch=watch, fold_rows=folds)
     last_resorts = preserve and any(c.last_resort for c in space)
     return _Search(
         train, list(suppress), list(preserve), policy, cfg, watch, now, t0, wall0,
