@@ -4,7 +4,7 @@ Trains method "mass" on a features split, applies the modifier to train and test
 logreg / MLP / kNN attackers on x'(train) and scores them on x'(test). Prints one JSON line.
 
     python bench/adaptive_study.py NAME '{"mode": "adaptive", ...}' SUPPRESS PRESERVE \
-        [--features data/features]
+        [--train data/features/train] [--test data/heldout/test]
 
 The README's "Measured privacy" table comes from this script on the DVC pipeline's features.
 """
@@ -30,13 +30,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("params", help="JSON of the train: parameters")
     ap.add_argument("suppress")
     ap.add_argument("preserve")
-    ap.add_argument("--features", default="data/features")
+    ap.add_argument("--train", default="data/features/train")
+    ap.add_argument("--test", default="data/heldout/test")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     attrs = [args.suppress, args.preserve]
-    tr = load_embeddings(f"{args.features}/train", label_cols=attrs)
-    te = load_embeddings(f"{args.features}/test", label_cols=attrs, encodings=tr.encodings)
+    tr = load_embeddings(args.train, label_cols=attrs)
+    te = load_embeddings(args.test, label_cols=attrs, encodings=tr.encodings)
     t0 = time.time()
     res = get_method("mass").fit(
         tr, suppress=[args.suppress], preserve=[args.preserve],

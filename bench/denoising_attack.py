@@ -1,6 +1,6 @@
 """The public-id denoising attack on a release (issue 10, docs/threat-model.md); prints JSON.
 
-    python bench/denoising_attack.py --release release --labels data/features/test \
+    python bench/denoising_attack.py --release release --labels data/heldout/test \
         --attribute digit [--key-file .mass/owner.key]
 
 For each released row it recomputes the noise the modifier added before its last
