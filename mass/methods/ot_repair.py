@@ -29,7 +29,11 @@ anti-learnable (docs/calibration.md, "transductive repair").
 out of sample, a row's nearest released neighbours still share its class (kNN reads the
 demo's digit at 0.23 after the repair). With ``cell_rows`` the release is the nearest of a
 few k-means centres of the repaired fit rows (:mod:`mass.modifiers.codebook`), so what is
-finer than a cell is not released (docs/calibration.md, "cells").
+finer than a cell is not released (docs/calibration.md, "cells"). ``cells_by_preserved``:
+the centres are fitted within each class of the preserved attributes' joint label and a
+linear predictor on the repaired row picks the class at release time, so coarse cells no
+longer average a preserved attribute away (on small data sets plain cells kept R at
+0.60-0.84 of its original; docs/calibration.md, "cells by R").
 """
 
 from __future__ import annotations
@@ -72,20 +76,24 @@ class RepairParams(Params):
                           "M = n / (cell_rows * classes) k-means centres of the repaired "
                           "fit rows (about cell_rows rows of each class per cell), so what "
                           "is finer than a cell is not released (kind codebook)")  # fmt: skip
+    cells_by_preserved: bool = knob(False, help="with cell_rows: centres within each class of "
+                                    "the preserved attributes' joint label, the class read "
+                                    "from the repaired row by a linear predictor")  # fmt: skip
     transductive: bool = knob(False, help="the training rows ARE the release: the modifier "
                               "records their ids' digest and the anonymize job refuses any "
                               "other input (mass.fitrows)")  # fmt: skip
 
 
-def joint_label(train, suppress: list[str]) -> tuple[torch.Tensor, int]:
-    """One label over the suppressed attributes' joint classes, and how many there are."""
-    labels = label_tensors(train, suppress)
+def joint_label(train, attrs: list[str], role: str = "suppressed") -> tuple[torch.Tensor, int]:
+    """One label over the attributes' joint classes, and how many there are."""
+    labels = label_tensors(train, attrs)
     code, k = torch.zeros(len(train.x), dtype=torch.long), 1
-    for a in suppress:
+    for a in attrs:
         code, k = code * n_classes(train, a) + labels[a], k * n_classes(train, a)
     if k > MAX_JOINT_CLASSES:
-        raise ConfigError(f"ot_repair: the suppressed attributes {suppress} have {k} joint "
-                          f"classes (> {MAX_JOINT_CLASSES}); suppress fewer attributes at once")  # fmt: skip
+        verb = "suppress" if role == "suppressed" else "preserve"
+        raise ConfigError(f"ot_repair: the {role} attributes {attrs} have {k} joint "
+                          f"classes (> {MAX_JOINT_CLASSES}); {verb} fewer attributes at once")  # fmt: skip
     return code, k
 
 
@@ -173,18 +181,53 @@ def fit_transport(mod: SlicedRepairModifier, x: torch.Tensor, cls: torch.Tensor,
     return cur.float()
 
 
-def fit_cells(z: torch.Tensor, y: torch.Tensor, k: int, p: RepairParams) -> CodebookModifier:
-    """The codebook of ``cell_rows``: k-means (k-means++, 3 starts, seeded) on the repaired
-    fit rows ``z``, M = n / (cell_rows * classes present) centres (at least 2, at most n);
-    unit-normalised when the output is."""
+def _kmeans(z: np.ndarray, cells: int, seed: int) -> np.ndarray:
     from sklearn.cluster import KMeans
 
+    if cells <= 1:
+        return z.mean(axis=0, keepdims=True)
+    return KMeans(n_clusters=cells, n_init=3, random_state=seed).fit(z).cluster_centers_
+
+
+def fit_cells(z: torch.Tensor, y: torch.Tensor, k: int, p: RepairParams,
+              r: tuple[torch.Tensor, int] | None = None) -> CodebookModifier:  # fmt: skip
+    """The codebook of ``cell_rows``: k-means (k-means++, 3 starts, seeded) on the repaired
+    fit rows ``z``, M = n / (cell_rows * classes present) centres (at least 2, at most n);
+    unit-normalised when the output is. ``r`` (the preserved joint label and its class
+    count): the same rule within each class of it (at least 1 centre each), and a
+    multinomial logistic regression on ``z`` stored to pick a row's class."""
     present = int((torch.bincount(y, minlength=k) > 0).sum())
-    cells = int(min(len(z), max(2, round(len(z) / (p.cell_rows * max(present, 1))))))
-    km = KMeans(n_clusters=cells, n_init=3, random_state=p.seed).fit(z.double().numpy())
-    centres = torch.from_numpy(km.cluster_centers_).float()
+    zz = z.double().numpy()
+    if r is None:
+        cells = int(min(len(z), max(2, round(len(z) / (p.cell_rows * max(present, 1))))))
+        centres = torch.from_numpy(_kmeans(zz, cells, p.seed)).float()
+        centres = l2_normalize(centres) if p.renormalize else centres
+        return CodebookModifier(CodebookSpec(dim=z.shape[1], cells=cells)).set(centres).eval()
+    from sklearn.linear_model import LogisticRegression
+
+    code, kr = r
+    rr = code.numpy()
+    parts, owner = [], []
+    for c in np.unique(rr):
+        rows = zz[rr == c]
+        m = int(min(len(rows), max(1, round(len(rows) / (p.cell_rows * max(present, 1))))))
+        parts.append(_kmeans(rows, m, p.seed))
+        owner += [int(c)] * len(parts[-1])
+    centres = torch.from_numpy(np.vstack(parts)).float()
     centres = l2_normalize(centres) if p.renormalize else centres
-    return CodebookModifier(CodebookSpec(dim=z.shape[1], cells=cells)).set(centres).eval()
+    weight, bias = torch.zeros(kr, z.shape[1]), torch.full((kr,), -1e9)
+    seen = np.unique(rr)
+    if len(seen) == 1:
+        bias[int(seen[0])] = 0.0
+    else:
+        lr = LogisticRegression(max_iter=1000).fit(zz, rr)
+        coef, icpt = lr.coef_, lr.intercept_
+        if len(seen) == 2:  # sklearn's binary form: one logit for the second class
+            coef, icpt = np.vstack([np.zeros_like(coef), coef]), np.r_[0.0, icpt]
+        weight[torch.as_tensor(seen)] = torch.from_numpy(coef).float()
+        bias[torch.as_tensor(seen)] = torch.from_numpy(icpt).float()
+    spec = CodebookSpec(dim=z.shape[1], cells=len(centres), classes=kr)
+    return CodebookModifier(spec).set(centres, torch.tensor(owner), weight, bias).eval()
 
 
 @register_method("ot_repair")
@@ -231,7 +274,9 @@ class OtRepair(Method):
         extra = {"predictor_accuracy": accuracy, "mean_displacement": moved,
                  "chance": float(np.bincount(y.numpy()).max() / len(y))}  # fmt: skip
         if p.cell_rows:
-            book = fit_cells(out, y, k, p)  # the last part's output, as served
+            r = joint_label(train, preserve, "preserved") if (
+                p.cells_by_preserved and preserve) else None  # fmt: skip
+            book = fit_cells(out, y, k, p, r)  # the last part's output, as served
             parts.append(book)
             extra["cells"] = book.spec.cells
         modifier = parts[0] if len(parts) == 1 else ChainModifier.of(*parts)

@@ -140,3 +140,48 @@ def test_cells_remove_what_the_repair_leaves_at_a_fine_scale_and_keep_u():
     assert all(v <= base + 0.05 for v in read["cells"]["s"].values()), read
     original_u = attack(te.x[a], te.labels["u"][a], te.x[b], te.labels["u"][b])
     assert all(read["cells"]["u"][f] >= 0.9 * original_u[f] for f in ATTACKERS), read
+
+
+def many_r_case(n: int = 2400, dim: int = 8, seed: int = 0):
+    """u has 8 classes on a small circle (linearly readable, little variance); s only shifts
+    the weights of 30 common "styles" spread wider: k-means cells follow the styles and mix
+    u's classes."""
+    rng = np.random.default_rng(seed)
+    s, u = rng.integers(0, 2, n), rng.integers(0, 8, n)
+    centres = rng.normal(size=(30, dim - 3))
+    weights = rng.dirichlet(np.ones(30), size=2)
+    style = np.array([rng.choice(30, p=weights[c]) for c in s])
+    x = np.zeros((n, dim))
+    x[:, 0], x[:, 1] = np.cos(2 * np.pi * u / 8), np.sin(2 * np.pi * u / 8)
+    x[:, :2] += rng.normal(scale=0.08, size=(n, 2))
+    x[:, 2] = 8.0  # off the origin: unit normalisation keeps the geometry
+    x[:, 3:] = centres[style] + rng.normal(scale=0.15, size=(n, dim - 3))
+    labels = {"s": s.astype(np.int64), "u": u.astype(np.int64)}
+    ds = EmbeddingDataset(
+        ids=pa.array(np.arange(n, dtype=np.int64)), x=x.astype(np.float32), labels=labels,
+        encodings={"s": LabelEncoding("s", (0, 1)), "u": LabelEncoding("u", tuple(range(8)))},
+        source="many_r",
+    )  # fmt: skip
+    return subset(ds, np.arange(2 * n // 3)), subset(ds, np.arange(2 * n // 3, n))
+
+
+def test_cells_by_preserved_keep_the_preserved_label_that_plain_cells_average_away():
+    """Coarse cells (cell_rows 25: 32 cells for 1,600 fit rows) follow the styles and lose
+    most of u; stratified by u (``cells_by_preserved``) every cell holds one class of u,
+    picked by the stored predictor, so u is kept and s stays at chance."""
+    torch.set_num_threads(1)
+    tr, te = many_r_case()
+    a, b = np.arange(len(te) // 2), np.arange(len(te) // 2, len(te))
+    base = chance(te.labels["s"])
+    original_u = max(attack(te.x[a], te.labels["u"][a], te.x[b], te.labels["u"][b]).values())
+    read = {}
+    for name, by_r in (("plain", False), ("by_u", True)):
+        fit = get_method("ot_repair").fit(
+            tr, suppress=["s"], preserve=["u"], seed=0, progress=False,
+            params={"cell_rows": 25, "cells_by_preserved": by_r},
+        )  # fmt: skip
+        r = release(fit.modifier, te.x, 2)
+        read[name] = {a_: attack(r[a], te.labels[a_][a], r[b], te.labels[a_][b]) for a_ in "su"}
+    kept = {k: max(v["u"].values()) / original_u for k, v in read.items()}
+    assert kept["plain"] < 0.5 and kept["by_u"] >= 0.9, (kept, read)
+    assert all(v <= base + 0.06 for v in read["by_u"]["s"].values()), (base, read)
