@@ -167,6 +167,22 @@ def test_a_failing_audit_publishes_nothing_and_names_the_attribute(src, tmp_path
     assert sorted(os.listdir(tmp_path)) == ["rel", "rel_quarantine", "rep"]  # no staging left
 
 
+def test_the_built_in_policy_refuses_a_release_naming_no_modifier_and_says_why(src, tmp_path):
+    """The key-compromised view of a release whose metadata names no modifier (these stand-ins;
+    a remote server without --repository) cannot be computed: the gate fails closed, and the
+    error says so, since every bound on the release itself is within its limit."""
+    policy = tmp_path / "builtin-gate.yaml"  # the gate as built in, the attackers cheaper
+    policy.write_text("audit:\n  families: [logreg]\n  folds: 3\n  curve: false\n")
+    out = tmp_path / "rel"
+    with pytest.raises(AuditFailedError) as info:
+        _run(src, out, Erase(), "--policy", str(policy))
+    msg = str(info.value)
+    assert "attribute 'digit'" in msg and "'colour'" not in msg and "nothing published" in msg
+    assert ("key-compromised view (audit.gate_key_compromised) was not judged: no "
+            "mass.modifier metadata" in msg)  # fmt: skip
+    assert not out.exists()
+
+
 def test_a_failing_audit_leaves_no_release_where_there_was_none(src, tmp_path):
     out = tmp_path / "rel"
     with pytest.raises(AuditFailedError, match="attribute 'digit'"):
