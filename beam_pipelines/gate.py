@@ -158,8 +158,12 @@ def audit_staged(
 
 
 def _failures(metrics: dict) -> str:
-    """``attribute 'digit' (suppressed: worst 0.91, limit 0.16), ...`` + other expectations."""
+    """``attribute 'digit' (suppressed: worst 0.91, limit 0.16), ...`` + other expectations.
+    A suppressed attribute whose gated key-compromised view had no figure (it fails closed)
+    says why, since its bounds on the release may all be within the limit."""
     parts = []
+    gated = bool((metrics.get("policy") or {}).get("gate_key_compromised"))
+    key_status = metrics.get("key_compromised_status") or "not computed"
     for name, row in (metrics.get("attributes") or {}).items():
         if row.get("pass"):
             continue
@@ -181,6 +185,11 @@ def _failures(metrics: dict) -> str:
             nums.append(f"{what} '{col}' alone predicts it")
         if row.get("role") != "suppressed" and isinstance(row.get("limit"), float):
             nums.append(f"limit {row['limit']:.3f}")
+        if row.get("role") == "suppressed" and gated and row.get("key_compromised") is None:
+            nums.append(
+                f"its key-compromised view (audit.gate_key_compromised) was not "
+                f"judged: {key_status}"
+            )
         parts.append(f"attribute '{name}' ({row.get('role')}{': ' if nums else ''}"
                      f"{', '.join(nums)})")  # fmt: skip
     names = [f"'{n}'" for n, r in (metrics.get("attributes") or {}).items() if not r.get("pass")]

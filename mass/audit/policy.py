@@ -24,7 +24,7 @@ audit:
   curve_tol: 0.02         # a curve gaining more than this (and 1 SE) in its last step climbs
   max_cosine: 0.9999      # a released row this close to its original is unmodified
   max_levels: 32          # released columns with <= this many values are one-hot encoded
-  gate_key_compromised: false  # also judge attackers on the release with its noise removed
+  gate_key_compromised: true  # also judge attackers on the release with its noise removed
   force_vacuous: false    # run a policy under which nothing can fail (recorded in reports)
   watch: []               # labelled attributes neither suppressed nor preserved whose
                           # retention every audit and calibration reports (--watch overrides)
@@ -73,7 +73,7 @@ class AuditPolicy:
     curve_tol: float = 0.02
     max_cosine: float = 0.9999
     max_levels: int = 32
-    gate_key_compromised: bool = False
+    gate_key_compromised: bool = True  # a stolen key must not undo a release (docs/audit.md)
     force_vacuous: bool = False  # a vacuous policy runs, recorded as forced, instead of refused
     watch: tuple[str, ...] = ()  # reported by every audit (docs/audit.md); --watch overrides
     watch_min_kept: float | None = None  # None: watch attributes are reported, not gated

@@ -85,12 +85,16 @@ def _write(path, *, rows=ROWS, seed=0, labels=True):
 # Tests about the gate's mechanics (what is published, staged, reported, read) run the same
 # rule with 3 folds and no curve - a tenth of the fits; the first test runs the defaults.
 QUICK = {"path": None}
+# The stand-ins name no modifier (INFO has none): the release carries no mass.modifier, so its
+# key-compromised view cannot be computed and the built-in policy refuses it (fail closed);
+# the tests of the gate's mechanics turn that view off. The first test declares its modifier.
+NO_KEY_VIEW = "  gate_key_compromised: false\n"
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _quick_policy(tmp_path_factory):
     QUICK["path"] = tmp_path_factory.mktemp("policy") / "quick.yaml"
-    QUICK["path"].write_text("audit:\n  folds: 3\n  curve: false\n")
+    QUICK["path"].write_text("audit:\n  folds: 3\n  curve: false\n" + NO_KEY_VIEW)
 
 
 def _run(src, out, load, *flags, info=INFO, quick=True):
@@ -114,12 +118,20 @@ def src(tmp_path_factory):
 
 
 def test_a_passing_audit_publishes_with_its_verdict_in_the_manifest(src, tmp_path, monkeypatch):
+    from mass.modifiers import AffineSpec
+
     out, report = tmp_path / "rel", tmp_path / "rep"
     monkeypatch.chdir(tmp_path)  # the built-in policy, not the checkout's params.yaml
-    summary = _run(src, out, Erase(), "--report", str(report), quick=False)  # the defaults
+    # Erase is a projection: an affine modifier without noise, so the built-in policy's
+    # key-compromised view is the release itself (judged, and passing, like it)
+    info = {**INFO, "modifier": {"kind": "affine", "spec": AffineSpec(DIM).to_dict()},
+            "stochastic": False}  # fmt: skip
+    summary = _run(src, out, Erase(), "--report", str(report), quick=False, info=info)
     assert summary["audited"] and summary["rows_out"] == ROWS
     audit = json.loads((report / "audit.json").read_text())
     assert audit["pass"] is True and set(audit["attributes"]) == {"digit", "colour"}
+    assert audit["policy"]["gate_key_compromised"] is True  # the defaults
+    assert "the key-compromised view is the release" in audit["key_compromised_status"]
     assert (report / "privacy_utility.png").exists()
     manifest = json.loads((out / RELEASE_MARKER).read_text())
     assert manifest["format"] == "mass-release/1" and manifest["audited"] is True
@@ -153,6 +165,22 @@ def test_a_failing_audit_publishes_nothing_and_names_the_attribute(src, tmp_path
     assert audit["pass"] is False and audit["attributes"]["digit"]["pass"] is False
     assert audit["attributes"]["digit"]["worst"] > 0.9
     assert sorted(os.listdir(tmp_path)) == ["rel", "rel_quarantine", "rep"]  # no staging left
+
+
+def test_the_built_in_policy_refuses_a_release_naming_no_modifier_and_says_why(src, tmp_path):
+    """The key-compromised view of a release whose metadata names no modifier (these stand-ins;
+    a remote server without --repository) cannot be computed: the gate fails closed, and the
+    error says so, since every bound on the release itself is within its limit."""
+    policy = tmp_path / "builtin-gate.yaml"  # the gate as built in, the attackers cheaper
+    policy.write_text("audit:\n  families: [logreg]\n  folds: 3\n  curve: false\n")
+    out = tmp_path / "rel"
+    with pytest.raises(AuditFailedError) as info:
+        _run(src, out, Erase(), "--policy", str(policy))
+    msg = str(info.value)
+    assert "attribute 'digit'" in msg and "'colour'" not in msg and "nothing published" in msg
+    assert ("key-compromised view (audit.gate_key_compromised) was not judged: no "
+            "mass.modifier metadata" in msg)  # fmt: skip
+    assert not out.exists()
 
 
 def test_a_failing_audit_leaves_no_release_where_there_was_none(src, tmp_path):
@@ -202,7 +230,8 @@ def test_labels_from_a_separate_file(src, tmp_path):
 def test_policy_file_is_used_and_a_strict_one_fails_the_gate(src, tmp_path):
     """The same release passes the default policy and fails one that demands more utility."""
     strict = tmp_path / "strict.yaml"
-    strict.write_text("audit:\n  min_utility_fraction: 1.5\n  folds: 3\n  curve: false\n")
+    strict.write_text("audit:\n  min_utility_fraction: 1.5\n  folds: 3\n  curve: false\n"
+                      + NO_KEY_VIEW)  # fmt: skip
     out = tmp_path / "rel"
     with pytest.raises(AuditFailedError, match="attribute 'colour' \\(preserved"):
         _run(src, out, Erase(), "--policy", str(strict))
@@ -303,7 +332,7 @@ def test_the_gate_reports_and_can_gate_a_watch_attribute(tmp_path):
     pq.write_table(table, str(tmp_path / "watched.parquet"))
     src = str(tmp_path / "watched.parquet")
     gated = tmp_path / "gated.yaml"
-    gated.write_text("audit:\n  folds: 3\n  curve: false\n  watch_min_kept: 0.8\n")
+    gated.write_text("audit:\n  folds: 3\n  curve: false\n  watch_min_kept: 0.8\n" + NO_KEY_VIEW)
     out, report = tmp_path / "rel", tmp_path / "rep"
     _run(src, out, Erase(), "--watch", "thick", "--report", str(report), "--policy", str(gated))
     kept = json.loads((report / "audit.json").read_text())["unnamed"]["watch"]["thick"]["kept"]

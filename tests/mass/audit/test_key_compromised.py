@@ -148,7 +148,8 @@ def _audit(release, labels, policy=None, **kw):
 
 def test_release_passes_but_reports_what_rests_on_the_key(keyed_release, key):
     release, labels, _, _ = keyed_release
-    result = _audit(release, labels, noise_key=key)
+    # a policy that turns the gate off: the figure is reported, not judged
+    result = _audit(release, labels, {**FAST, "gate_key_compromised": False}, noise_key=key)
     assert result.success, [e.observed for e in result.outcome.failed]
     m = audit_metrics(result)["attributes"]["s"]
     assert m["key_compromised"]["logreg"] > 0.95 and m["logreg"] < 0.4
@@ -161,6 +162,21 @@ def test_gate_key_compromised_fails_the_same_release(keyed_release, key):
     result = _audit(release, labels, {**FAST, "gate_key_compromised": True}, noise_key=key)
     assert {(e.suite, e.expectation) for e in result.outcome.failed} == {SUPPRESSED}
     assert "FAILED logreg_key" in result.outcome.failed[0].observed
+
+
+def test_the_built_in_policy_gates_the_key_view_and_fails_closed_without_the_key(
+    keyed_release, monkeypatch
+):
+    """Issue 22 item 4: a stolen key must not undo a release, so the built-in policy judges
+    the key-compromised view; audited without the key it was made with, it cannot be judged."""
+    assert policy_from_dict(None).gate_key_compromised is True
+    release, labels, _, _ = keyed_release
+    monkeypatch.delenv(NOISE_KEY_ENV, raising=False)
+    result = _audit(release, labels)  # FAST: families and folds only, the gate as built in
+    assert result.policy.gate_key_compromised is True
+    assert "no noise key" in result.key_status and not result.success
+    assert {(e.suite, e.expectation) for e in result.outcome.failed} == {SUPPRESSED}
+    assert "FAILED knn_key, logreg_key" in result.outcome.failed[0].observed
 
 
 def test_gate_fails_closed_without_the_right_key(keyed_release, monkeypatch):
@@ -189,7 +205,9 @@ def test_cli_reads_the_key_file_and_a_wrong_key_strips_nothing(keyed_release, ke
     assert acc < majority_rate(s) + 0.05  # the public-id / wrong-key denoiser learns nothing
     report = tmp_path / "report"
     params = tmp_path / "params.yaml"
-    params.write_text("audit:\n  families: [logreg, knn]\n  folds: 3\n")
+    # the gate off: this test is about what a wrong key strips (the gate: the tests above)
+    params.write_text("audit:\n  families: [logreg, knn]\n  folds: 3\n"
+                      "  gate_key_compromised: false\n")  # fmt: skip
     rc = main(["audit", "--release", release, "--labels", labels, "--suppress", "s",
                "--preserve", "r", "--report", str(report), "--params", str(params),
                "--no-chart", "--noise-key-file", str(path)])  # fmt: skip
@@ -205,7 +223,7 @@ def test_noise_from_public_ids_is_removed_without_a_key_and_judged(tmp_path, mon
     though gate_key_compromised is off (the issue's denoising attack)."""
     release, labels, _, _ = _release(tmp_path, None)
     monkeypatch.delenv(NOISE_KEY_ENV, raising=False)
-    result = _audit(release, labels)
+    result = _audit(release, labels, {**FAST, "gate_key_compromised": False})  # judged anyway
     assert "not keyed" in result.key_status
     assert {(e.suite, e.expectation) for e in result.outcome.failed} == {SUPPRESSED}
     s = next(r for r in result.reports if r.name == "s")

@@ -294,7 +294,10 @@ def write_synthetic(root, *, suppress_leaks: bool = False):
     table = table.replace_schema_metadata({k.encode(): v.encode() for k, v in meta.items()})
     (root / "release").mkdir()
     pq.write_table(table, root / "release" / "part-00000-of-00001.parquet")
-    (root / "params.yaml").write_text("audit:\n  families: [logreg, knn]\n  folds: 3\n")
+    # no mass.modifier metadata: no key view to judge, which the built-in policy refuses
+    (root / "params.yaml").write_text(
+        "audit:\n  families: [logreg, knn]\n  folds: 3\n  gate_key_compromised: false\n"
+    )
     return root / "release", root / "labels.parquet", root / "params.yaml"
 
 

@@ -23,9 +23,10 @@ def raw_docs(tmp_path_factory, synthetic_release):
     """Data Docs exactly as GX 1.x writes them (run_audit, no report step)."""
     root = tmp_path_factory.mktemp("raw")
     release, labels, _ = synthetic_release(root)
+    # the synthetic release names no modifier: no key view, which the built-in policy refuses
+    policy = policy_from_dict({"families": ["logreg"], "folds": 3, "gate_key_compromised": False})
     req = AuditRequest(release=str(release), labels=str(labels), suppress=("s",),
-                       preserve=("r",), report_dir=str(root / "report"),
-                       policy=policy_from_dict({"families": ["logreg"], "folds": 3}))  # fmt: skip
+                       preserve=("r",), report_dir=str(root / "report"), policy=policy)  # fmt: skip
     assert run_audit(req).success
     return root / "report" / "data_docs"
 
