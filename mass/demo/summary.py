@@ -46,9 +46,17 @@ def summarize(audit: dict, release: str) -> list[str]:
         if a.get("role") == "suppressed":
             bound = max((v for v in (a.get("ci_high") or {}).values() if v is not None),
                         default=None)  # fmt: skip
+            why = ""
+            if (
+                not a.get("pass")
+                and policy.get("gate_key_compromised")
+                and (a.get("key_compromised") is None)
+            ):  # fails closed although every bound may be within the limit: say why
+                status = audit.get("key_compromised_status") or "not computed"
+                why = f" (key-compromised view not judged: {status})"
             lines.append(
                 f"Suppressed:   {name:<{width}}  worst attacker {_num(a.get('worst'))}, "
-                f"95% bound {_num(bound)} vs limit {_num(a.get('limit'))}  {verdict}"
+                f"95% bound {_num(bound)} vs limit {_num(a.get('limit'))}  {verdict}{why}"
             )
         elif a.get("role") == "preserved":
             need = (policy.get("preserve") or {}).get(name, policy.get("min_utility_fraction"))

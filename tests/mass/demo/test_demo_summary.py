@@ -145,3 +145,22 @@ def test_metrics_file_carries_what_the_release_keeps_that_no_flag_named():
     assert m["watch_kept"] == 0.62  # the smallest learnable one
     assert m["structure"] == {"knn_overlap": 0.43, "cka": 0.61, "dcor": 0.76}
     assert "watch" not in metrics({"pass": True, "attributes": {}})
+
+
+def test_a_suppressed_attribute_failed_for_want_of_a_key_view_says_so():
+    """Under a policy gating the key-compromised view, a release whose view could not be
+    computed fails closed with every bound within its limit: the line says why."""
+    audit = {
+        "pass": False, "rows": {"release": 10}, "expectations": {"evaluated": 3, "failed": 1},
+        "policy": {"gate_key_compromised": True},
+        "key_compromised_status": "no mass.modifier metadata: not computed",
+        "attributes": {"s": {"role": "suppressed", "pass": False, "worst": 0.51,
+                             "ci_high": {"logreg": 0.55}, "limit": 0.6,
+                             "key_compromised": None}},
+    }  # fmt: skip
+    line = next(x for x in summarize(audit, "release") if x.startswith("Suppressed:"))
+    assert line.endswith("FAIL (key-compromised view not judged: no mass.modifier metadata: "
+                         "not computed)"), line  # fmt: skip
+    audit["policy"]["gate_key_compromised"] = False
+    line = next(x for x in summarize(audit, "release") if x.startswith("Suppressed:"))
+    assert line.endswith("  FAIL"), line
