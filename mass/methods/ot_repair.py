@@ -189,6 +189,24 @@ def _kmeans(z: np.ndarray, cells: int, seed: int) -> np.ndarray:
     return KMeans(n_clusters=cells, n_init=3, random_state=seed).fit(z).cluster_centers_
 
 
+def _class_predictor(z: np.ndarray, r: np.ndarray, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weight [k, dim], bias [k]) of a multinomial logistic regression of ``r`` on ``z``;
+    a class absent from ``r`` gets bias -1e9 (never predicted)."""
+    from sklearn.linear_model import LogisticRegression
+
+    weight, bias = torch.zeros(k, z.shape[1]), torch.full((k,), -1e9)
+    seen = torch.as_tensor(np.unique(r))
+    if len(seen) == 1:
+        bias[seen] = 0.0
+        return weight, bias
+    lr = LogisticRegression(max_iter=1000).fit(z, r)
+    coef, icpt = lr.coef_, lr.intercept_
+    if len(seen) == 2:  # sklearn's binary form: one logit for the second class
+        coef, icpt = np.vstack([np.zeros_like(coef), coef]), np.r_[0.0, icpt]
+    weight[seen], bias[seen] = torch.from_numpy(coef).float(), torch.from_numpy(icpt).float()
+    return weight, bias
+
+
 def fit_cells(z: torch.Tensor, y: torch.Tensor, k: int, p: RepairParams,
               r: tuple[torch.Tensor, int] | None = None) -> CodebookModifier:  # fmt: skip
     """The codebook of ``cell_rows``: k-means (k-means++, 3 starts, seeded) on the repaired
@@ -196,38 +214,22 @@ def fit_cells(z: torch.Tensor, y: torch.Tensor, k: int, p: RepairParams,
     unit-normalised when the output is. ``r`` (the preserved joint label and its class
     count): the same rule within each class of it (at least 1 centre each), and a
     multinomial logistic regression on ``z`` stored to pick a row's class."""
-    present = int((torch.bincount(y, minlength=k) > 0).sum())
+    present = max(int((torch.bincount(y, minlength=k) > 0).sum()), 1)
     zz = z.double().numpy()
-    if r is None:
-        cells = int(min(len(z), max(2, round(len(z) / (p.cell_rows * max(present, 1))))))
-        centres = torch.from_numpy(_kmeans(zz, cells, p.seed)).float()
-        centres = l2_normalize(centres) if p.renormalize else centres
-        return CodebookModifier(CodebookSpec(dim=z.shape[1], cells=cells)).set(centres).eval()
-    from sklearn.linear_model import LogisticRegression
-
-    code, kr = r
-    rr = code.numpy()
-    parts, owner = [], []
-    for c in np.unique(rr):
-        rows = zz[rr == c]
-        m = int(min(len(rows), max(1, round(len(rows) / (p.cell_rows * max(present, 1))))))
-        parts.append(_kmeans(rows, m, p.seed))
-        owner += [int(c)] * len(parts[-1])
+    rr = None if r is None else r[0].numpy()
+    classes = None if rr is None else np.unique(rr)
+    groups = [zz] if classes is None else [zz[rr == c] for c in classes]
+    least = 2 if rr is None else 1
+    parts = [_kmeans(g, int(min(len(g), max(least, round(len(g) / (p.cell_rows * present))))),
+                     p.seed) for g in groups]  # fmt: skip
     centres = torch.from_numpy(np.vstack(parts)).float()
     centres = l2_normalize(centres) if p.renormalize else centres
-    weight, bias = torch.zeros(kr, z.shape[1]), torch.full((kr,), -1e9)
-    seen = np.unique(rr)
-    if len(seen) == 1:
-        bias[int(seen[0])] = 0.0
-    else:
-        lr = LogisticRegression(max_iter=1000).fit(zz, rr)
-        coef, icpt = lr.coef_, lr.intercept_
-        if len(seen) == 2:  # sklearn's binary form: one logit for the second class
-            coef, icpt = np.vstack([np.zeros_like(coef), coef]), np.r_[0.0, icpt]
-        weight[torch.as_tensor(seen)] = torch.from_numpy(coef).float()
-        bias[torch.as_tensor(seen)] = torch.from_numpy(icpt).float()
-    spec = CodebookSpec(dim=z.shape[1], cells=len(centres), classes=kr)
-    return CodebookModifier(spec).set(centres, torch.tensor(owner), weight, bias).eval()
+    if r is None:
+        spec = CodebookSpec(dim=z.shape[1], cells=len(centres))
+        return CodebookModifier(spec).set(centres).eval()
+    owner = torch.from_numpy(np.repeat(classes, [len(c) for c in parts]).astype(np.int64))
+    spec = CodebookSpec(dim=z.shape[1], cells=len(centres), classes=r[1])
+    return CodebookModifier(spec).set(centres, owner, *_class_predictor(zz, rr, r[1])).eval()
 
 
 @register_method("ot_repair")

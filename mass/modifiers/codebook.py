@@ -34,9 +34,13 @@ class CodebookSpec:
         return asdict(self)
 
 
-def nearest(x: torch.Tensor, centres: torch.Tensor) -> torch.Tensor:
-    """Index of the nearest centre of every row (squared Euclidean; ties to the lower index)."""
+def nearest(x: torch.Tensor, centres: torch.Tensor,
+            allowed: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    """Index of the nearest centre of every row (squared Euclidean; ties to the lower index);
+    ``allowed`` (bool [rows, centres]): only those centres compete."""
     d2 = (centres * centres).sum(dim=1)[None, :] - 2.0 * (x @ centres.T)
+    if allowed is not None:
+        d2 = d2.masked_fill(~allowed, float("inf"))
     return d2.argmin(dim=1)
 
 
@@ -78,6 +82,4 @@ class CodebookModifier(nn.Module):
         if not self.spec.classes:
             return self.centres[nearest(x, self.centres)]
         cls = (x @ self.class_weight.T + self.class_bias).argmax(dim=1)
-        d2 = (self.centres * self.centres).sum(dim=1)[None, :] - 2.0 * (x @ self.centres.T)
-        d2 = d2.masked_fill(self.centre_class[None, :] != cls[:, None], float("inf"))
-        return self.centres[d2.argmin(dim=1)]
+        return self.centres[nearest(x, self.centres, self.centre_class[None, :] == cls[:, None])]
