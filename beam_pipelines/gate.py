@@ -21,6 +21,7 @@ from mass.batches.validate import CheckedInput
 from mass.errors import AuditFailedError, ConfigError, UnreadableInputError
 from mass.io import expand_paths, read_table
 from mass.release.commit import private_dir
+from mass.report.view import unjudged_key_view
 
 if TYPE_CHECKING:
     from beam_pipelines.plan import AnonymizeJob
@@ -162,8 +163,6 @@ def _failures(metrics: dict) -> str:
     A suppressed attribute whose gated key-compromised view had no figure (it fails closed)
     says why, since its bounds on the release may all be within the limit."""
     parts = []
-    gated = bool((metrics.get("policy") or {}).get("gate_key_compromised"))
-    key_status = metrics.get("key_compromised_status") or "not computed"
     for name, row in (metrics.get("attributes") or {}).items():
         if row.get("pass"):
             continue
@@ -185,7 +184,8 @@ def _failures(metrics: dict) -> str:
             nums.append(f"{what} '{col}' alone predicts it")
         if row.get("role") != "suppressed" and isinstance(row.get("limit"), float):
             nums.append(f"limit {row['limit']:.3f}")
-        if row.get("role") == "suppressed" and gated and row.get("key_compromised") is None:
+        key_status = unjudged_key_view(metrics, row)
+        if key_status is not None:
             nums.append(
                 f"its key-compromised view (audit.gate_key_compromised) was not "
                 f"judged: {key_status}"

@@ -21,6 +21,8 @@ import json
 import os
 import sys
 
+from mass.report.view import unjudged_key_view
+
 
 def _num(v) -> str:
     return "-" if v is None else f"{float(v):.3f}"
@@ -46,14 +48,8 @@ def summarize(audit: dict, release: str) -> list[str]:
         if a.get("role") == "suppressed":
             bound = max((v for v in (a.get("ci_high") or {}).values() if v is not None),
                         default=None)  # fmt: skip
-            why = ""
-            if (
-                not a.get("pass")
-                and policy.get("gate_key_compromised")
-                and (a.get("key_compromised") is None)
-            ):  # fails closed although every bound may be within the limit: say why
-                status = audit.get("key_compromised_status") or "not computed"
-                why = f" (key-compromised view not judged: {status})"
+            status = unjudged_key_view(audit, a)  # failed closed: say why
+            why = "" if status is None else f" (key-compromised view not judged: {status})"
             lines.append(
                 f"Suppressed:   {name:<{width}}  worst attacker {_num(a.get('worst'))}, "
                 f"95% bound {_num(bound)} vs limit {_num(a.get('limit'))}  {verdict}{why}"

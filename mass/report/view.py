@@ -141,3 +141,15 @@ def flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
     except (TypeError, ValueError):
         text = str(value)
     return [(prefix, text)]
+
+
+def unjudged_key_view(audit: Mapping[str, Any], row: Mapping[str, Any]) -> str | None:
+    """Why a suppressed attribute failed closed for want of a key-compromised figure (the
+    policy gates that view and none was computed: its bounds on the release may all be within
+    the limit), or None."""
+    gated = bool((audit.get("policy") or {}).get("gate_key_compromised"))
+    if row.get("pass") or row.get("role") != "suppressed" or not gated:
+        return None
+    if row.get("key_compromised") is not None:
+        return None
+    return str(audit.get("key_compromised_status") or "not computed")
