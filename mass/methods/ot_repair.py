@@ -53,6 +53,9 @@ from mass.modifiers import AffineModifier, AffineSpec, ChainModifier, l2_normali
 from mass.modifiers.codebook import CodebookModifier, CodebookSpec
 from mass.modifiers.sliced_repair import SlicedRepairModifier, SlicedRepairSpec, quantile_map
 
+# a class with fewer fit rows in a group than this many per bin takes the group's common edges
+RANK_MIN_ROWS_PER_BIN = 2
+
 MAX_JOINT_CLASSES = 256
 
 
@@ -79,6 +82,13 @@ class RepairParams(Params):
     cells_by_preserved: bool = knob(False, help="with cell_rows: centres within each class of "
                                     "the preserved attributes' joint label, the class read "
                                     "from the repaired row by a linear predictor")  # fmt: skip
+    cell_axes: int = knob(0, lo=0, help="with cell_rows: 0 = k-means cells (kind codebook); "
+                          "m >= 1 = rank cells: bins along the top m principal axes of the "
+                          "repaired rows (within each preserved class with "
+                          "cells_by_preserved), edges per predicted suppressed class, "
+                          "about cell_rows rows of each class per cell")  # fmt: skip
+    cell_shrink: float = knob(0.5, lo=0.0, help="rank cells: each class's bin edges moved "
+                              "this far towards the group's common edges (1 = common)")  # fmt: skip
     transductive: bool = knob(False, help="the training rows ARE the release: the modifier "
                               "records their ids' digest and the anonymize job refuses any "
                               "other input (mass.fitrows)")  # fmt: skip
@@ -232,6 +242,58 @@ def fit_cells(z: torch.Tensor, y: torch.Tensor, k: int, p: RepairParams,
     return CodebookModifier(spec).set(centres, owner, *_class_predictor(zz, rr, r[1])).eval()
 
 
+def rank_cell_shape(y: torch.Tensor, k: int, groups: int, p: RepairParams) -> dict:
+    """The spec fields of rank cells: levels per axis such that a cell holds about
+    ``cell_rows`` fit rows of each (group, suppressed class) pair, at least 2."""
+    present = max(int((torch.bincount(y, minlength=k) > 0).sum()), 1)
+    per_pair = len(y) / (present * groups)
+    levels = max(2, int(round((per_pair / p.cell_rows) ** (1.0 / p.cell_axes))))
+    return {"cell_axes": p.cell_axes, "cell_levels": levels, "cell_groups": groups}
+
+
+def fit_rank_cells(mod: SlicedRepairModifier, z: torch.Tensor, cls: torch.Tensor,
+                   group: torch.Tensor, p: RepairParams) -> int:  # fmt: skip
+    """Fill the rank cells of ``mod`` from its repaired fit rows ``z``, their predicted
+    suppressed classes ``cls`` and their groups (the preserved joint label, or zeros): per
+    group its mean, top principal axes and common bin edges (quantiles), per class in the
+    group its own edges shrunk towards the common ones, a linear predictor of the group
+    and the centre (mean, unit-normalised when the output is) of every cell; an empty cell
+    releases its group's mean. Returns how many cells hold fit rows."""
+    spec = mod.spec
+    m, lv, zz = spec.cell_axes, spec.cell_levels, z.double()
+    levels = torch.linspace(0, 1, lv + 1, dtype=torch.float64)[1:-1]
+    for g in torch.unique(group).tolist():
+        rows = group == g
+        zg = zz[rows]
+        mean = zg.mean(dim=0)
+        vh = torch.linalg.svd(zg - mean, full_matrices=False).Vh[:m]
+        axes = torch.zeros(m, zz.shape[1], dtype=torch.float64)
+        axes[: len(vh)] = vh
+        t = (zg - mean) @ axes.T
+        common = torch.quantile(t, levels, dim=0).T  # [m, levels - 1]
+        for c in range(spec.classes):
+            own = cls[rows] == c
+            edges = common
+            if int(own.sum()) >= RANK_MIN_ROWS_PER_BIN * lv:
+                edges = (1 - p.cell_shrink) * torch.quantile(t[own], levels, dim=0).T
+                edges = edges + p.cell_shrink * common
+            mod.edges[g, c] = edges.float()
+        mod.group_mean[g], mod.axes[g] = mean.float(), axes.float()
+    weight, bias = _class_predictor(zz.numpy(), group.numpy(), spec.cell_groups)
+    mod.group_weight.copy_(weight)
+    mod.group_bias.copy_(bias)
+    _, cell = mod.cell_of(z, cls, group)
+    key = group * lv**m + cell
+    sums = torch.zeros(spec.cell_groups * lv**m, zz.shape[1], dtype=torch.float64)
+    sums.index_add_(0, key, zz)
+    counts = torch.bincount(key, minlength=len(sums))
+    centres = torch.where(counts[:, None] > 0, sums / counts.clamp(min=1)[:, None],
+                          mod.group_mean.double().repeat_interleave(lv**m, dim=0))  # fmt: skip
+    centres = l2_normalize(centres) if spec.renormalize else centres
+    mod.centres.copy_(centres.view(spec.cell_groups, lv**m, -1).float())
+    return int((counts > 0).sum())
+
+
 @register_method("ot_repair")
 class OtRepair(Method):
     """Total repair of the suppressed label by sliced OT; see the module docstring."""
@@ -240,6 +302,8 @@ class OtRepair(Method):
 
     def fit_params(self, train, p: RepairParams, *, suppress, preserve, val, progress, **_):
         check_attrs(train, suppress, preserve)
+        if p.cell_axes and not p.cell_rows:
+            raise ConfigError("ot_repair: cell_axes needs cell_rows (rows per cell) > 0")
         y, k = joint_label(train, suppress)
         if int((torch.bincount(y, minlength=k) >= p.min_class_rows).sum()) < 2:
             raise ConfigError(f"ot_repair: fewer than two classes of {suppress} have "
@@ -251,6 +315,13 @@ class OtRepair(Method):
             else {}
         )
         cur, parts, accuracy, moved = unit_x(train), [], [], []
+        group, cells = (
+            joint_label(train, preserve, "preserved")
+            if p.cells_by_preserved and preserve
+            else (torch.zeros_like(y), 1)
+        )
+        ranks = rank_cell_shape(y, k, cells, p) if p.cell_axes else {}
+        extra_cells = 0
         if p.pre_leace:
             from mass.methods.leace import leace_affine
 
@@ -260,8 +331,10 @@ class OtRepair(Method):
             with torch.no_grad():
                 cur = parts[0](cur)
         for i in range(p.passes):
+            last = ranks if i == p.passes - 1 else {}
             spec = SlicedRepairSpec(dim=cur.shape[1], classes=k, steps=p.steps, knots=p.knots,
-                                    hidden=p.hidden, renormalize=p.renormalize, **bound)  # fmt: skip
+                                    hidden=p.hidden, renormalize=p.renormalize, **bound,
+                                    **last)  # fmt: skip
             torch.manual_seed(p.seed + i)  # the predictor's initial weights: reproducible fits
             mod = SlicedRepairModifier(spec)
             fit_predictor(mod, cur, y, k, p, seed=p.seed + i)
@@ -270,14 +343,18 @@ class OtRepair(Method):
                 accuracy.append(float((cls == y).float().mean()))
                 out = fit_transport(mod, cur, cls, gen, p)
                 out = l2_normalize(out) if p.renormalize else out
+                if last:
+                    extra_cells = fit_rank_cells(mod, out, cls, group, p)
+                    out = mod.centres[mod.cell_of(out, cls)]  # as served: group predicted
             moved.append(float(torch.linalg.vector_norm(out - cur, dim=1).mean()))
             parts.append(mod.eval())
             cur = l2_normalize(out)  # the next part normalises its input
         extra = {"predictor_accuracy": accuracy, "mean_displacement": moved,
                  "chance": float(np.bincount(y.numpy()).max() / len(y))}  # fmt: skip
-        if p.cell_rows:
-            r = joint_label(train, preserve, "preserved") if (
-                p.cells_by_preserved and preserve) else None  # fmt: skip
+        if p.cell_axes:
+            extra["cells"] = extra_cells
+        elif p.cell_rows:
+            r = (group, cells) if p.cells_by_preserved and preserve else None
             book = fit_cells(out, y, k, p, r)  # the last part's output, as served
             parts.append(book)
             extra["cells"] = book.spec.cells

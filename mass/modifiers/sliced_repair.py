@@ -7,6 +7,14 @@ class-weighted mean of the class quantile functions; piecewise linear between Q 
 beyond the outer knots), rotate back. Fitted so that on the fit rows every class of the
 predicted label ends with one common distribution (:mod:`mass.methods.ot_repair`). Tensors
 only (``torch.searchsorted``, gathers), so Triton's python backend serves it as it is.
+
+Rank cells (``cell_axes`` > 0; ``ot_repair`` ``cell_axes``): the repaired row is released as
+the centre of its cell. A stored linear predictor reads the row's group (a class of the
+preserved label, or one group) from the repaired row; the cell is the row's bin, among
+``cell_levels`` per axis, along each of the group's ``cell_axes`` principal axes, with the bin
+edges of the row's *predicted suppressed class* (the same class the transport used), so on
+the fit rows every class fills every bin alike: an exact 1-D repair along the axes the
+release keeps, and nothing finer than a cell is released (docs/calibration.md, "rank cells").
 """
 
 from __future__ import annotations
@@ -30,6 +38,10 @@ class SlicedRepairSpec:
     # a transductive fit (mass.fitrows): the rows it was fitted on, the only rows it may release
     fit_rows: int = 0
     fit_ids_sha256: str = ""
+    # rank cells: principal axes per group, bins per axis, groups (0: no cells)
+    cell_axes: int = 0
+    cell_levels: int = 0
+    cell_groups: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -60,6 +72,8 @@ class SlicedRepairModifier(nn.Module):
             knots=int(d["knots"]), hidden=int(d.get("hidden", 0)),
             renormalize=bool(d.get("renormalize", True)), fit_rows=int(d.get("fit_rows", 0)),
             fit_ids_sha256=str(d.get("fit_ids_sha256", "")),
+            cell_axes=int(d.get("cell_axes", 0)), cell_levels=int(d.get("cell_levels", 0)),
+            cell_groups=int(d.get("cell_groups", 0)),
         )  # fmt: skip
 
     stochastic = False  # draws no noise; export.json records it, so no key is required
@@ -74,6 +88,14 @@ class SlicedRepairModifier(nn.Module):
         width = spec.hidden or k
         self.pred_in = nn.Linear(d, width)
         self.pred_out = nn.Linear(spec.hidden, k) if spec.hidden else None
+        if spec.cell_axes:
+            g, m, lv = spec.cell_groups, spec.cell_axes, spec.cell_levels
+            self.register_buffer("group_weight", torch.zeros(g, d))
+            self.register_buffer("group_bias", torch.zeros(g))
+            self.register_buffer("group_mean", torch.zeros(g, d))
+            self.register_buffer("axes", torch.zeros(g, m, d))
+            self.register_buffer("edges", torch.zeros(g, k, m, lv - 1))
+            self.register_buffer("centres", torch.zeros(g, lv**m, d))
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         h = self.pred_in(x)
@@ -95,9 +117,24 @@ class SlicedRepairModifier(nn.Module):
                 )
         return out.T @ rot.T
 
+    def cell_of(self, z: torch.Tensor, cls: torch.Tensor,
+                group: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        """(group, cell within the group) of repaired rows ``z`` whose suppressed class is
+        ``cls``; the group is predicted from ``z`` unless given (the fit's own labels)."""
+        if group is None:
+            group = (z @ self.group_weight.T + self.group_bias).argmax(dim=1)
+        t = torch.einsum("nd,nmd->nm", z - self.group_mean[group], self.axes[group])
+        bins = (self.edges[group, cls] < t[..., None]).sum(dim=-1)  # [N, axes]
+        powers = self.spec.cell_levels ** torch.arange(self.spec.cell_axes)
+        return group, (bins * powers).sum(dim=1)
+
     def forward(self, x: torch.Tensor, seeds: torch.Tensor | None = None) -> torch.Tensor:
         x = l2_normalize(x)
         cls = self.predict(x)
         for j in range(self.spec.steps):
             x = self.step(j, x, cls)
-        return l2_normalize(x) if self.spec.renormalize else x
+        x = l2_normalize(x) if self.spec.renormalize else x
+        if not self.spec.cell_axes:
+            return x
+        group, cell = self.cell_of(x, cls)
+        return self.centres[group, cell]
