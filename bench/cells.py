@@ -9,8 +9,12 @@ digit by the gate's rule
 a pure-noise release (what no suppression can beat at this many rows) and the normalised
 information kept of colour (preserved) and thickness (watch). No noise anywhere.
 
-    python bench/cells.py [--cell-rows 10,20] [--train data/features/train]
-        [--heldout data/heldout]
+    python bench/cells.py [--cell-rows 10,20] [--by-colour] [--ranks]
+        [--train data/features/train] [--heldout data/heldout]
+
+``--by-colour`` adds the k-means cells within each colour (``cells_by_preserved``, the
+candidate ``ot-repair+cells|R``), ``--ranks`` the rank cells within each colour
+(``cell_axes`` 1, the candidate ``ot-repair+ranks|R``), at every ``--cell-rows``.
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--train", default="data/features/train")
     ap.add_argument("--heldout", default="data/heldout")
     ap.add_argument("--cell-rows", default="10")
+    ap.add_argument("--by-colour", action="store_true", help="k-means cells within each colour")
+    ap.add_argument("--ranks", action="store_true", help="rank cells within each colour")
     args = ap.parse_args(argv)
     train = load_embeddings(args.train, label_cols=list(LABELS))
     where = {"val": f"{args.heldout}/val", "test": f"{args.heldout}/test",
@@ -58,9 +64,13 @@ def main(argv: list[str] | None = None) -> int:
     splits = {s: load_embeddings(p, label_cols=list(LABELS), encodings=train.encodings)
               for s, p in where.items()}  # fmt: skip
     variants = [("ot-repair", {})]
-    variants += [
-        (f"ot-repair+cells({c})", {"cell_rows": int(c)}) for c in args.cell_rows.split(",")
-    ]
+    for c in args.cell_rows.split(","):
+        variants.append((f"ot-repair+cells({c})", {"cell_rows": int(c)}))
+        by_r = {"cell_rows": int(c), "cells_by_preserved": True}
+        if args.by_colour:
+            variants.append((f"ot-repair+cells|R({c})", by_r))
+        if args.ranks:
+            variants.append((f"ot-repair+ranks|R({c})", {**by_r, "cell_axes": 1}))
     for name, params in variants:
         fit = get_method("ot_repair").fit(train, suppress=["digit"], preserve=["colour"],
                                           params=params, seed=0, progress=False)  # fmt: skip

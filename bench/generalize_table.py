@@ -8,7 +8,9 @@ from its run); ``last resort`` (``leace_project``: R's discriminant span); ``lea
 else 1.2, the largest it tries); ``ot-repair`` (held out: its class predictor and transport fitted on the
 training rows, as the product applies it); ``ot-repair+cells`` (the same, each row released as
 the nearest of ~n/(10 k) k-means centres: calibration's candidate); ``ot-repair+cells|R`` (the
-cells within each class of R, a stored predictor picking it); ``ot-repair (transductive)``: the transport
+cells within each class of R, a stored predictor picking it); ``ot-repair+ranks|R`` (rank
+cells within each class of R: bins along its top principal axis, edges per predicted S
+class); ``ot-repair (transductive)``: the transport
 fitted on the release rows themselves with their true S (a batch job that knows S for the
 rows it releases: total repair, S-independent by construction).
 
@@ -119,6 +121,9 @@ def releases(train, xt, seeds, s_codes, suppress, preserve, calibrated=None,
         by_r = fitted("ot_repair", train, suppress, preserve,
                       {"cell_rows": 10, "cells_by_preserved": True})  # fmt: skip
         out["ot-repair+cells|R"] = (*run(by_r), "cells within each class of R")
+        ranks = fitted("ot_repair", train, suppress, preserve,
+                       {"cell_rows": 10, "cells_by_preserved": True, "cell_axes": 1})  # fmt: skip
+        out["ot-repair+ranks|R"] = (*run(ranks), "rank cells within each class of R")
     tr = transductive_repair(xt, s_codes)
     out["ot-repair (transductive)"] = (tr, tr, "fitted on the release rows, true S")
     return out

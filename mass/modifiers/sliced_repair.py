@@ -128,12 +128,16 @@ class SlicedRepairModifier(nn.Module):
         powers = self.spec.cell_levels ** torch.arange(self.spec.cell_axes)
         return group, (bins * powers).sum(dim=1)
 
-    def forward(self, x: torch.Tensor, seeds: torch.Tensor | None = None) -> torch.Tensor:
+    def transport(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(repaired rows, their predicted classes): the release before any rank cells."""
         x = l2_normalize(x)
         cls = self.predict(x)
         for j in range(self.spec.steps):
             x = self.step(j, x, cls)
-        x = l2_normalize(x) if self.spec.renormalize else x
+        return (l2_normalize(x) if self.spec.renormalize else x), cls
+
+    def forward(self, x: torch.Tensor, seeds: torch.Tensor | None = None) -> torch.Tensor:
+        x, cls = self.transport(x)
         if not self.spec.cell_axes:
             return x
         group, cell = self.cell_of(x, cls)

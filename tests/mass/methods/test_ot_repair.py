@@ -185,3 +185,78 @@ def test_cells_by_preserved_keep_the_preserved_label_that_plain_cells_average_aw
     kept = {k: max(v["u"].values()) / original_u for k, v in read.items()}
     assert kept["plain"] < 0.5 and kept["by_u"] >= 0.9, (kept, read)
     assert all(v <= base + 0.06 for v in read["by_u"]["s"].values()), (base, read)
+
+
+def rank_case(n: int = 3000, dim: int = 24, seed: int = 0):
+    """s (4 classes) moves x1's offset and width and picks styles (x3..: 24 clusters, 21
+    dims); r (2 classes) is x0; u is the tertile of w, the row's rank within its s class on
+    x1 (independent of s): read from x only by a reader who knows s."""
+    rng = np.random.default_rng(seed)
+    s, r, w = rng.integers(0, 4, n), rng.integers(0, 2, n), rng.normal(size=n)
+    u = np.digitize(w, np.quantile(w, [1 / 3, 2 / 3]))
+    styles, mix = rng.normal(size=(24, dim - 3)), rng.dirichlet(np.full(24, 0.2), size=4)
+    style = np.array([rng.choice(24, p=mix[c]) for c in s])
+    x = np.zeros((n, dim))
+    x[:, 0], x[:, 1], x[:, 2] = 4.0 * (2 * r - 1), (0.6 + 0.3 * s) * 4.0 * w + 0.8 * s, 10.0
+    x[:, 3:] = 1.5 * styles[style] + rng.normal(scale=0.1, size=(n, dim - 3))
+    labels = {"s": s.astype(np.int64), "r": r.astype(np.int64), "u": u.astype(np.int64)}
+    encodings = {k: LabelEncoding(k, tuple(range(c))) for k, c in (("s", 4), ("r", 2), ("u", 3))}
+    ds = EmbeddingDataset(ids=pa.array(np.arange(n, dtype=np.int64)), x=x.astype(np.float32),
+                          labels=labels, encodings=encodings, source="ranks")  # fmt: skip
+    return subset(ds, np.arange(2 * n // 3)), subset(ds, np.arange(2 * n // 3, n))
+
+
+RANKS = {"steps": 10, "cell_rows": 83, "cell_axes": 1, "cells_by_preserved": True}
+
+
+def test_rank_cells_keep_the_rank_within_s_and_leave_s_at_chance(tmp_path):
+    """Rank cells (``cell_axes`` 1, 250 fit rows per (r, s) pair / ``cell_rows`` 83 = 3 bins
+    per r class): the release holds 6 rows, r is kept, u (the rank within s along the widest
+    axis) keeps most of its information and every retrained attacker reads s at chance;
+    the fitted modifier saves and loads as the same function."""
+    torch.set_num_threads(1)
+    tr, te = rank_case()
+    fit = get_method("ot_repair").fit(tr, suppress=["s"], preserve=["r"], seed=0,
+                                      progress=False, params=RANKS)  # fmt: skip
+    assert fit.extra["cells"] == 6 and fit.modifier.spec.cell_levels == 3
+    rel = release(fit.modifier, te.x, 2)
+    assert len(np.unique(rel.round(6), axis=0)) <= 6
+    a, b = np.arange(len(te) // 2), np.arange(len(te) // 2, len(te))
+    read = {k: attack(rel[a], te.labels[k][a], rel[b], te.labels[k][b]) for k in "sru"}
+    original_u = max(attack(te.x[a], te.labels["u"][a], te.x[b], te.labels["u"][b]).values())
+    majority_u = chance(te.labels["u"][b])
+    kept_u = (max(read["u"].values()) - majority_u) / (original_u - majority_u)
+    assert kept_u >= 0.75 and min(read["r"].values()) >= 0.95, (kept_u, read)
+    assert all(v <= chance(te.labels["s"]) + 0.05 for v in read["s"].values()), read
+    save_modifier(fit.modifier, str(tmp_path / "m.pt"), method="ot_repair")
+    x = torch.from_numpy(te.x[:50])
+    with torch.no_grad():
+        assert torch.equal(load_modifier(str(tmp_path / "m.pt"))(x), fit.modifier(x))
+
+
+def test_rank_cells_spread_every_predicted_class_evenly_over_its_groups_bins():
+    """With ``cell_shrink`` 0 the bin edges are each (group, predicted class) pair's own
+    quantiles: on the fit rows every pair fills the bins of its group alike (an exact 1-D
+    repair along the released axis), whatever the class's own offset and width."""
+    torch.set_num_threads(1)
+    tr, _ = rank_case(n=1500)
+    params = {**RANKS, "cell_rows": 30, "cell_shrink": 0.0}  # 125 rows per pair: 4 bins
+    fit = get_method("ot_repair").fit(tr, suppress=["s"], preserve=["r"], seed=0,
+                                      progress=False, params=params)  # fmt: skip
+    mod = fit.modifier
+    assert mod.spec.cell_levels == 4
+    with torch.no_grad():
+        z, cls = mod.transport(torch.from_numpy(tr.x))
+        _, cell = mod.cell_of(z, cls, torch.from_numpy(tr.labels["r"]))
+    for g in (0, 1):
+        for c in range(4):
+            rows = (tr.labels["r"] == g) & (cls.numpy() == c)
+            counts = np.bincount(cell.numpy()[rows], minlength=4)
+            assert counts.max() - counts.min() <= 2, (g, c, counts)
+
+
+def test_rank_cells_need_cell_rows():
+    tr, _ = rank_case(n=300)
+    with pytest.raises(ConfigError, match="cell_axes needs cell_rows"):
+        get_method("ot_repair").fit(tr, suppress=["s"], preserve=["r"], progress=False,
+                                    params={"cell_axes": 1})  # fmt: skip
