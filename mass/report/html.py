@@ -156,6 +156,9 @@ def _attribute(audit: Mapping, name: str, row: Mapping) -> str:
                   ("retention (release / original)", view.fmt(row.get("retention"))),
                   ("required retention", view.fmt(view.min_fraction(audit, name)))]  # fmt: skip
     facts.append(("best attacker on the original", view.fmt(row.get("original"))))
+    unjudged = view.unjudged_key_view(audit, row)
+    if unjudged:  # failed closed: the policy gates a view nobody could compute
+        facts.append(("failed closed: key-compromised view not judged", unjudged))
     if row.get("rare_classes"):  # judged by the rare-class rule (docs/audit.md)
         facts.append(("rare classes (fewer rows than folds)",
                       ", ".join(f"{k}: {v}" for k, v in row["rare_classes"].items())))  # fmt: skip

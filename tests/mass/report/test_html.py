@@ -221,3 +221,22 @@ def test_mass_report_on_a_release_with_a_broken_datasheet_is_an_input_error(tmp_
     (tmp_path / "_release.json").write_text("[1, 2]")
     assert main(["report", str(tmp_path)]) == 2
     assert "_release.json: not a readable datasheet" in capsys.readouterr().err
+
+
+def test_a_suppressed_attribute_failed_for_want_of_a_key_view_says_so_on_the_page():
+    """Under a policy gating the key-compromised view, an attribute whose view could not be
+    computed fails closed with its bounds within the limit: the page says why (as the CLI
+    summary and the publication gate do); with the gate off it says nothing of the kind."""
+    audit = {
+        "pass": False, "rows": {"release": 10},
+        "policy": {"gate_key_compromised": True},
+        "key_compromised_status": "no mass.modifier metadata: not computed",
+        "attributes": {"s": {"role": "suppressed", "pass": False, "worst": 0.51,
+                             "ci_high": {"logreg": 0.55}, "limit": 0.6,
+                             "key_compromised": None}},
+    }  # fmt: skip
+    page = render_html(audit, charts=False)
+    assert "failed closed: key-compromised view not judged" in page
+    assert "no mass.modifier metadata: not computed" in page
+    audit["policy"]["gate_key_compromised"] = False
+    assert "key-compromised view not judged" not in render_html(audit, charts=False)
