@@ -235,12 +235,12 @@ def test_rank_cells_keep_the_rank_within_s_and_leave_s_at_chance(tmp_path):
 
 
 def test_rank_cells_spread_every_predicted_class_evenly_over_its_groups_bins():
-    """With ``cell_shrink`` 0 the bin edges are each (group, predicted class) pair's own
+    """With ``cell_prior_rows`` 0 the bin edges are each (group, predicted class) pair's own
     quantiles: on the fit rows every pair fills the bins of its group alike (an exact 1-D
     repair along the released axis), whatever the class's own offset and width."""
     torch.set_num_threads(1)
     tr, _ = rank_case(n=1500)
-    params = {**RANKS, "cell_rows": 30, "cell_shrink": 0.0}  # 125 rows per pair: 4 bins
+    params = {**RANKS, "cell_rows": 30, "cell_prior_rows": 0}  # 125 rows per pair: 4 bins
     fit = get_method("ot_repair").fit(tr, suppress=["s"], preserve=["r"], seed=0,
                                       progress=False, params=params)  # fmt: skip
     mod = fit.modifier
