@@ -98,6 +98,7 @@ def releases(train, xt, seeds, s_codes, suppress, preserve, calibrated=None,
              leace_noise: float | None = None) -> dict[str, tuple[np.ndarray, np.ndarray, str]]:  # fmt: skip
     """method -> (release, key-stripped release, note). ``calibrated``: (modifier, name)."""
     from mass.calibrate import apply, with_output_noise
+    from mass.calibrate.space import SEARCH_SPACE, ordered
 
     def run(model):  # the same array twice when the model adds no noise
         xp, xd = apply(model, xt, seeds), apply(strip_noise(model), xt, seeds)
@@ -115,15 +116,15 @@ def releases(train, xt, seeds, s_codes, suppress, preserve, calibrated=None,
     out["leace + noise"] = (*run(with_output_noise(leace, noise)), f"noise {noise} ({src})")
     ot = fitted("ot_repair", train, suppress, preserve)
     out["ot-repair"] = (*run(ot), "fitted on the training rows")
-    cells = fitted("ot_repair", train, suppress, preserve, {"cell_rows": 10})
-    out["ot-repair+cells"] = (*run(cells), "fitted on the training rows, released in cells")
-    if preserve:
-        by_r = fitted("ot_repair", train, suppress, preserve,
-                      {"cell_rows": 10, "cells_by_preserved": True})  # fmt: skip
-        out["ot-repair+cells|R"] = (*run(by_r), "cells within each class of R")
-        ranks = fitted("ot_repair", train, suppress, preserve,
-                       {"cell_rows": 10, "cells_by_preserved": True, "cell_axes": 1})  # fmt: skip
-        out["ot-repair+ranks|R"] = (*run(ranks), "rank cells within each class of R")
+    cells = {
+        "ot-repair+cells": "fitted on the training rows, released in cells",
+        "ot-repair+cells|R": "cells within each class of R",
+        "ot-repair+ranks|R": "rank cells within each class of R",
+    }
+    for c in ordered(SEARCH_SPACE, preserve):  # calibration's own candidates, as it runs them
+        if c.name in cells:
+            model = fitted(c.method, train, suppress, preserve, dict(c.params))
+            out[c.name] = (*run(model), cells[c.name])
     tr = transductive_repair(xt, s_codes)
     out["ot-repair (transductive)"] = (tr, tr, "fitted on the release rows, true S")
     return out

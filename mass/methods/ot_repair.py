@@ -39,8 +39,9 @@ longer average a preserved attribute away (on small data sets plain cells kept R
 its bin along each of the top ``cell_axes`` principal axes of the repaired fit rows (within
 its class of the preserved label with ``cells_by_preserved``), the bin edges being the
 quantiles of its *predicted suppressed class* there (weighed against ``cell_prior_rows``
-pseudo-rows at the group's common edges, so the shrinkage fades as the class has more rows), and it is released as the cell's mean. Along the released axis the
-classes are matched exactly on the fit rows, and the widest structure within each group
+pseudo-rows at the group's common edges, so the shrinkage fades as the class has more
+rows), and it is released as the cell's mean. Along the released axis the classes are
+matched exactly on the fit rows, and the widest structure within each group
 keeps its resolution instead of sharing k-means' budget with every other direction (the
 demo's thickness: 0.61 of its information with k-means cells by colour, 0.82 with rank
 cells, digit still at a pure-noise release's level; docs/calibration.md, "rank cells").
@@ -202,6 +203,11 @@ def fit_transport(mod: SlicedRepairModifier, x: torch.Tensor, cls: torch.Tensor,
     return cur.float()
 
 
+def classes_present(y: torch.Tensor, k: int) -> int:
+    """How many of the ``k`` classes of ``y`` have fit rows (at least 1)."""
+    return max(int((torch.bincount(y, minlength=k) > 0).sum()), 1)
+
+
 def _kmeans(z: np.ndarray, cells: int, seed: int) -> np.ndarray:
     from sklearn.cluster import KMeans
 
@@ -235,7 +241,7 @@ def fit_cells(z: torch.Tensor, y: torch.Tensor, k: int, p: RepairParams,
     unit-normalised when the output is. ``r`` (the preserved joint label and its class
     count): the same rule within each class of it (at least 1 centre each), and a
     multinomial logistic regression on ``z`` stored to pick a row's class."""
-    present = max(int((torch.bincount(y, minlength=k) > 0).sum()), 1)
+    present = classes_present(y, k)
     zz = z.double().numpy()
     rr = None if r is None else r[0].numpy()
     classes = None if rr is None else np.unique(rr)
@@ -256,7 +262,7 @@ def fit_cells(z: torch.Tensor, y: torch.Tensor, k: int, p: RepairParams,
 def rank_cell_shape(y: torch.Tensor, k: int, groups: int, p: RepairParams) -> dict:
     """The spec fields of rank cells: levels per axis such that a cell holds about
     ``cell_rows`` fit rows of each (group, suppressed class) pair, at least 2."""
-    present = max(int((torch.bincount(y, minlength=k) > 0).sum()), 1)
+    present = classes_present(y, k)
     per_pair = len(y) / (present * groups)
     levels = max(2, int(round((per_pair / p.cell_rows) ** (1.0 / p.cell_axes))))
     return {"cell_axes": p.cell_axes, "cell_levels": levels, "cell_groups": groups}
@@ -267,9 +273,10 @@ def fit_rank_cells(mod: SlicedRepairModifier, z: torch.Tensor, cls: torch.Tensor
     """Fill the rank cells of ``mod`` from its repaired fit rows ``z``, their predicted
     suppressed classes ``cls`` and their groups (the preserved joint label, or zeros): per
     group its mean, top principal axes and common bin edges (quantiles), per class in the
-    group its own edges shrunk towards the common ones by ``cell_prior_rows``, a linear predictor of the group
-    and the centre (mean, unit-normalised when the output is) of every cell; an empty cell
-    releases its group's mean. Returns how many cells hold fit rows."""
+    group its own edges shrunk towards the common ones by ``cell_prior_rows``, a linear
+    predictor of the group and the centre (mean, unit-normalised when the output is) of
+    every cell; an empty cell releases its group's mean. Returns how many cells hold fit
+    rows."""
     spec = mod.spec
     m, lv, zz = spec.cell_axes, spec.cell_levels, z.double()
     levels = torch.linspace(0, 1, lv + 1, dtype=torch.float64)[1:-1]
@@ -327,10 +334,9 @@ class OtRepair(Method):
             else {}
         )
         cur, parts, accuracy, moved = unit_x(train), [], [], []
+        by_r = p.cells_by_preserved and bool(preserve)  # cells within R's classes
         group, cells = (
-            joint_label(train, preserve, "preserved")
-            if p.cells_by_preserved and preserve
-            else (torch.zeros_like(y), 1)
+            joint_label(train, preserve, "preserved") if by_r else (torch.zeros_like(y), 1)
         )
         ranks = rank_cell_shape(y, k, cells, p) if p.cell_axes else {}
         extra_cells = 0
@@ -366,7 +372,7 @@ class OtRepair(Method):
         if p.cell_axes:
             extra["cells"] = extra_cells
         elif p.cell_rows:
-            r = (group, cells) if p.cells_by_preserved and preserve else None
+            r = (group, cells) if by_r else None
             book = fit_cells(out, y, k, p, r)  # the last part's output, as served
             parts.append(book)
             extra["cells"] = book.spec.cells
