@@ -60,7 +60,7 @@ from mass.io import read_table
 from mass.keys import NOISE_KEY_ENV
 from mass.pseudonym import DESCRIPTION as PSEUDONYMOUS
 from mass.release.columns import release_metadata
-from mass.release.commit import discard_staging, private_dir, recover_output
+from mass.release.commit import discard_staging, private_dir, recover_output, sweep_scratch
 from mass.release.publish import publish_release
 from mass.serving.contract import export_info, server_info
 from mass.serving.manifest import signing_key, verify_version_dir
@@ -186,7 +186,8 @@ def run(
 def run_job(job: AnonymizeJob, *, test_pipeline=None, model_handler=None, model_info=None) -> dict:
     """Run the planned job (:func:`beam_pipelines.plan.plan_anonymize`); its staging
     directories are removed however it ends."""
-    removed = recover_output(job.output) + recover_output(job.quarantine)
+    removed = (recover_output(job.output) + recover_output(job.quarantine)
+               + sweep_scratch(job.temp_location))  # fmt: skip
     if removed:
         log.warning("cleared leftovers of a killed run: %s", removed)
     staging = Staging.of(job)

@@ -123,6 +123,8 @@ def run_jobs(args, work: Path, data: Path, warm: Path, repo: Path, url: str) -> 
                     shutil.rmtree(root, ignore_errors=True)
                     address = cluster.enter_context(dask_cluster(str(root), 2))
                     flags = ["--runner=DaskRunner", f"--dask_client_address={address}"]
+                    if storage == "s3":  # a store release on a cluster: private scratch there
+                        flags.append(f"--temp_location=s3://{BUCKET}/tmp_{name}")
 
                 def argv(s: str, o: str, fl=flags) -> list[str]:
                     return job_argv(s, o, repo, url, batch_rows=args.batch_rows,
