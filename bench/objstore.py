@@ -21,8 +21,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from beam_pipelines import anonymize  # noqa: E402
 from mass import fs  # noqa: E402
+from mass.formats import committed_parts
 from mass.keys import NOISE_KEY_ENV, write_key  # noqa: E402
-from mass.release.format import committed_parts
 from mass.testing.services import dask_cluster, moto_s3
 from mass.testing.stand_ins import NumpyModifier, write_embeddings
 from transforms.inference.function import FunctionModelHandler  # noqa: E402

@@ -82,7 +82,7 @@ def _load() -> float:
 def release_digest(out: str) -> list[str]:
     """sha256 of each committed part file of the release at ``out`` (local or object store)."""
     from mass import fs
-    from mass.release.format import committed_parts, part_files
+    from mass.formats import committed_parts, part_files
 
     files = committed_parts(out) if fs.is_remote(out) else part_files(out)
     if not files:
