@@ -53,15 +53,14 @@ from beam_pipelines.plan import AnonymizeJob, Staging, plan_anonymize
 from beam_pipelines.preflight import Decided, check_job_input, check_noise_key, decide
 from mass import fs
 from mass.batches.parquet import plan_row_groups
-from mass.batches.quarantine import publish_quarantine, quarantine_schema
-from mass.batches.validate import release_schema
+from mass.batches.quarantine import quarantine_schema
 from mass.errors import InputError, QuarantineThresholdError, SchemaError
 from mass.io import read_table
 from mass.keys import NOISE_KEY_ENV
 from mass.pseudonym import DESCRIPTION as PSEUDONYMOUS
-from mass.release.columns import release_metadata
+from mass.release.columns import release_metadata, release_schema
 from mass.release.commit import discard_staging, private_dir, recover_output, sweep_scratch
-from mass.release.publish import publish_release
+from mass.release.publish import publish_quarantine, publish_release
 from mass.serving.contract import export_info, server_info
 from mass.serving.manifest import signing_key, verify_version_dir
 from mass.serving.newest import check_not_rolled_back

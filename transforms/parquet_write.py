@@ -21,7 +21,8 @@ from mass.batches.spill import (
     disk_full,
     merge_sorted_spills,
 )
-from mass.release.format import shard_path
+from mass.formats import shard_path
+from mass.release.staged import write_sidecar
 
 
 class _ShardSink:
@@ -115,7 +116,7 @@ class _MergeShardFn(beam.DoFn):
             fs.remove(p)
         if self._verify_col is not None:
             stats.update(counts)
-        fs.write_json(fs.join(self._dir, f"_part-{shard:05d}.json"), stats, indent=None)
+        write_sidecar(self._dir, shard, stats)
         yield stats
 
 

@@ -10,7 +10,7 @@ there, written once) and a small pointer object ``OUT/_release.json`` (``OUT/_qu
 for a quarantine): the version's manifest plus ``"version"``, the prefix it names. The
 pointer is written LAST, in one PUT, which S3 and GCS make atomic (a reader sees the previous
 pointer or the new one, never a mix). So: a reader resolving the pointer
-(:func:`mass.release.format.committed_parts`, used by :func:`mass.io.expand_paths`, hence ``mass audit``,
+(:func:`mass.formats.committed_parts`, used by :func:`mass.io.expand_paths`, hence ``mass audit``,
 ``mass train`` and the jobs' own readers) sees exactly one complete release; the previous
 version stays readable until the new pointer is written and is deleted only afterwards; a
 crash before the pointer leaves the previous release (the orphaned version is removed by the
@@ -35,7 +35,7 @@ from collections.abc import Callable
 
 from mass import fs, scratch
 from mass.errors import OutputPathError, ReleaseError
-from mass.release.format import (
+from mass.formats import (
     QUARANTINE_MARKER,
     RELEASE_FORMAT,
     RELEASE_MARKER,

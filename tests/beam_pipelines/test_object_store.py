@@ -19,8 +19,8 @@ import pytest
 from beam_pipelines import anonymize
 from mass import fs
 from mass.errors import OutputPathError, ReleaseError
+from mass.formats import VERSIONS, committed_parts
 from mass.io import expand_paths, read_table
-from mass.release.format import VERSIONS, committed_parts
 from mass.testing.services import BIN, REPO, dask_cluster
 from mass.testing.stand_ins import Bypass, NumpyModifier, write_embeddings
 from transforms.inference.function import FunctionModelHandler

@@ -248,7 +248,7 @@ def test_extract_then_anonymize_on_a_two_worker_cluster_and_object_store(repo, s
     features and the release equal, byte for byte, the local FnApiRunner runs on local disk,
     and every file a worker opened was an s3:// object (no local path crosses the shuffle)."""
     from mass import fs
-    from mass.release.format import committed_parts
+    from mass.formats import committed_parts
     from mass.testing.services import dask_cluster, moto_s3
 
     rng = np.random.default_rng(1)

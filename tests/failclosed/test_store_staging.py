@@ -26,7 +26,7 @@ from beam_pipelines import anonymize
 from mass import fs
 from mass.embeddings import embedding_array
 from mass.errors import AuditFailedError, ConfigError, OutputPathError
-from mass.release.format import RELEASE_MARKER, VERSIONS
+from mass.formats import RELEASE_MARKER, VERSIONS
 from mass.testing.services import REPO
 from transforms.inference.function import FunctionModelHandler
 
