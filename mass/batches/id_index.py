@@ -24,9 +24,9 @@ from mass.batches.parquet import open_parquet
 from mass.batches.spill import (
     SPILLS_DIR,
     ShardSpiller,
-    _chunk_rows,
-    _reduce_spills,
+    chunk_rows,
     merge_sorted_spills,
+    reduce_spills,
 )
 from mass.errors import InvalidValueError, UnreadableInputError
 
@@ -94,7 +94,7 @@ def build_id_index(files: list[str], id_col: str, num_shards: int, directory: st
 
 
 def _merge_shard(files, id_col, spills, directory, shard, id_type) -> int:
-    spills = _reduce_spills(sorted(spills), fs.join(directory, SPILLS_DIR), id_col)
+    spills = reduce_spills(sorted(spills), fs.join(directory, SPILLS_DIR), id_col)
     path = fs.join(directory, f"ids-{shard:05d}.arrow")
     schema = pa.schema([(id_col, id_type or pa.int64())])
     rows, last = 0, None
@@ -109,7 +109,7 @@ def _merge_shard(files, id_col, spills, directory, shard, id_type) -> int:
             last = (ids[-1].as_py(), table.slice(len(table) - 1)) if len(ids) else last
             rows += len(ids)
             out = pa.table({id_col: ids})
-            writer.write_table(out, max_chunksize=_chunk_rows(out))
+            writer.write_table(out, max_chunksize=chunk_rows(out))
     for p in spills:
         fs.remove(p)
     return rows

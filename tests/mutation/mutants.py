@@ -405,7 +405,7 @@ MUTANTS = [
            "(last is not None and ids[0].as_py() == last[0])", "False",
            ("tests/mass/batches/test_id_index.py",),
            "a duplicate id whose copies leave the merge in different chunks is accepted"),
-    Mutant("merge-multipass-drops-spills", "mass.batches.spill:_reduce_spills",
+    Mutant("merge-multipass-drops-spills", "mass.batches.spill:reduce_spills",
            "group = paths[i : i + FAN_IN]", "group = paths[i : i + FAN_IN][:1]",
            ("tests/mass/batches/test_id_index.py", "tests/transforms/test_parquet_io.py"),
            "an intermediate merge pass loses runs (the tests' small_spills now reach it)"),
