@@ -1,7 +1,9 @@
-"""The frozen plan of the anonymize job, built and checked once at the entry point from the
-parsed flags and Beam options; the pipeline, the gate and the preflight read it, nothing
-writes to the parsed flags (`mass extract`'s plan: :class:`beam_pipelines.extract.ExtractJob`). A new flag: add it to the command's ``add_arguments``, one field here and
-its line in ``plan_*`` (checks included), then read ``job.<field>`` where it is used.
+"""The anonymize job's flags and its frozen plan, built and checked once at the entry point
+from the parsed flags and Beam options; the pipeline, the gate and the preflight read it,
+nothing writes to the parsed flags (`mass extract`'s plan:
+:class:`beam_pipelines.extract.ExtractJob`). A new flag: its line in :func:`add_arguments`,
+one field of :class:`AnonymizeJob` and its line in :func:`plan_anonymize` (checks included),
+then read ``job.<field>`` where it is used.
 """
 
 from __future__ import annotations
@@ -11,11 +13,106 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from beam_pipelines.options import Serving, names_runner, plan_serving, temp_location
+from beam_pipelines.options import (
+    Serving,
+    add_serving_arguments,
+    csv_list,
+    names_runner,
+    plan_serving,
+    temp_location,
+)
 from mass import fs
 from mass.errors import ConfigError
 from mass.keys import NOISE_KEY_ENV, OwnerKey, resolve_key
 from mass.release.commit import check_outputs, private_dir, scratch_root, staging_dir
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of `mass anonymize` (the job: :mod:`beam_pipelines.anonymize`)."""
+    parser.add_argument("--input", required=True, help="embedding Parquet file, dir or glob")
+    parser.add_argument("--output", required=True, help="release directory (replaced atomically)")
+    parser.add_argument("--model", required=True, help="modifier name in the Triton repository")
+    parser.add_argument(
+        "--id-col",
+        default="id",
+        help="row id column (int64, unique; what keyed noise and joins use)",
+    )
+    parser.add_argument(
+        "--emb-col", default="emb", help="embedding column (fixed-size list of float32)"
+    )
+    parser.add_argument(
+        "--allow-columns",
+        type=csv_list,
+        default=[],
+        help="comma-separated extra columns to release. Refused by name: a suppressed label, "
+        "raw media. With the audit's labels (the gate is on), each column is also judged "
+        "alone against each suppressed attribute by the audit's attackers and limits before "
+        "any inference, and a column that predicts one above the policy is refused; without "
+        "labels (--no-audit) only the name rules apply",
+    )
+    parser.add_argument(
+        "--force-allow",
+        action="store_true",
+        help="release refused allow-listed columns anyway, recorded in the release metadata "
+        "(mass.forced_columns); the audit of the staged release still judges every released "
+        "column, so a real proxy still fails the gate",
+    )
+    parser.add_argument(
+        "--max-quarantined",
+        type=int,
+        default=0,
+        help="fail without publishing when more rows are quarantined",
+    )
+    parser.add_argument("--quarantine", default=None, help="quarantine dir (OUT_quarantine)")
+    g = parser.add_argument_group("audit gate (runs on the staged release before publication)")
+    g.add_argument(
+        "--labels",
+        default=None,
+        help="Parquet with id + the model's suppress/preserve label columns (default: the "
+        "input's own label columns)",
+    )
+    g.add_argument(
+        "--policy",
+        default=None,
+        help="params.yaml whose audit: section is the policy (default: ./params.yaml if "
+        "present, else the built-in defaults)",
+    )
+    g.add_argument("--report", default=None, help="audit report directory (OUT_report)")
+    g.add_argument(
+        "--watch",
+        default=None,
+        type=lambda t: tuple(v.strip() for v in t.split(",") if v.strip()),
+        help="label columns neither suppressed nor preserved whose retention the audit "
+        "reports (and gates with audit.watch_min_kept), w[,...]; default: the policy's "
+        "audit.watch",
+    )
+    g.add_argument("--run-dir", default=None, help="training run: frozen branch judges")
+    g.add_argument(
+        "--no-audit",
+        action="store_true",
+        help="publish without an audit (recorded as unaudited in the release metadata)",
+    )
+    parser.add_argument(
+        "--noise-key-file",
+        default=None,
+        help=f"owner key (`mass keygen`) that seeds the release noise; default ${NOISE_KEY_ENV}; "
+        "required for a stochastic modifier (docs/threat-model.md)",
+    )
+    parser.add_argument(
+        "--pseudonymize-ids",
+        action="store_true",
+        help="release keyed pseudonyms instead of the ids: HMAC-SHA256 of each id under a "
+        "sub-key of the owner key (--noise-key-file / $MASS_NOISE_KEY_FILE), 32 hex digits; "
+        "only the key holder can map them back (by pseudonymizing their own ids); recorded "
+        "in the release metadata (mass.ids), never the key",
+    )
+    parser.add_argument(
+        "--noise-key-on-worker",
+        action="store_true",
+        help="workers read --noise-key-file themselves (same path on every worker) instead of "
+        "receiving the noise subkey inside the pickled job",
+    )
+    add_serving_arguments(parser)
 
 
 def resolve_policy(path: str | None) -> tuple[object, str]:
