@@ -7,6 +7,8 @@ cells follow the preserved attribute only passes."""
 from __future__ import annotations
 
 import json
+import shutil
+from html import escape
 
 import numpy as np
 import pyarrow as pa
@@ -15,13 +17,15 @@ import pytest
 import torch
 
 from mass.audit import AuditRequest, policy_from_dict, run_audit
-from mass.audit.report import audit_metrics, format_table
+from mass.audit.report import audit_metrics, format_table, write_all
 from mass.audit.suite import REQUIRED_METADATA
+from mass.demo.summary import metrics, summarize
 from mass.embeddings import embedding_array
 from mass.io import EmbeddingDataset, LabelEncoding
 from mass.methods import get_method
 from mass.methods._common import subset
 from mass.modifiers.codebook import CodebookModifier, CodebookSpec
+from mass.report.datasheet import write_datasheet
 
 POLICY = {"families": ["logreg", "knn"], "folds": 3, "curve": False}
 
@@ -89,6 +93,27 @@ def test_a_cell_release_carries_its_certificate_beside_the_attackers(tmp_path, f
     assert "s: certified (any attacker, 95%): accuracy <=" in format_table(result)
     # reported, not gating: whatever the attackers decided, the certificate is no judge
     assert all("certificate" not in e.observed for e in result.outcome.failed)
+    _shown_everywhere(tmp_path, result, cert)
+
+
+def _shown_everywhere(tmp_path, result, cert: dict) -> None:
+    """report.html, _RELEASE.md, the CLI/demo summary and metrics/summary.json show it."""
+    audit = write_all(result, str(tmp_path / "report"), chart=False)
+    bound = (f"any attacker's accuracy <= {cert['accuracy']:.3f}, balanced <= "
+             f"{cert['balanced']:.3f}")  # fmt: skip
+    page = (tmp_path / "report" / "report.html").read_text()
+    assert "certificate (cell release)" in page and escape(bound) in page
+    release = tmp_path / "release"
+    release.mkdir()
+    shutil.copy(tmp_path / "a" / "release.parquet", release / "part-0.parquet")
+    write_datasheet(str(release), metadata=result.release_meta, audit=audit, report_path=None)
+    sheet = (release / "_RELEASE.md").read_text()
+    assert f"  - certificate: any attacker's accuracy \\<= {cert['accuracy']:.3f}" in sheet
+    assert any(line.startswith("Certificate:  s  " + bound)
+               for line in summarize(audit, str(release)))  # fmt: skip
+    row = metrics(audit)["suppressed"]["s"]
+    assert row["certified_balanced"] == round(cert["balanced"], 4)
+    assert row["certified_cells"] == cert["cells"]
 
 
 def test_a_continuous_release_has_none_and_fails_only_when_the_policy_gates_on_it(tmp_path, fits):
