@@ -130,8 +130,7 @@ def _certificate_fields(a: dict) -> dict:
     c = a.get("certificate")
     if not isinstance(c, dict):
         return {}
-    return {"certified_accuracy": c.get("accuracy"), "certified_balanced": c.get("balanced"),
-            "certified_cells": c.get("cells") if c.get("certified") else None}  # fmt: skip
+    return {"certified_accuracy": c.get("accuracy"), "certified_balanced": c.get("balanced")}
 
 
 def metrics(audit: dict, run: dict | None = None) -> dict:
