@@ -21,6 +21,7 @@ from mass.audit.report import audit_metrics, format_table, write_all
 from mass.audit.suite import REQUIRED_METADATA
 from mass.demo.summary import metrics, summarize
 from mass.embeddings import embedding_array
+from mass.errors import ConfigError
 from mass.io import EmbeddingDataset, LabelEncoding
 from mass.methods import get_method
 from mass.methods._common import subset
@@ -155,3 +156,10 @@ def test_cells_fitted_on_the_released_rows_get_no_certificate(tmp_path, fits):
     result = _audit(tmp_path / "t", model, rows, POLICY)
     cert = audit_metrics(result)["attributes"]["s"]["certificate"]
     assert not cert["certified"] and cert["reason"].startswith("transductive fit"), cert
+
+
+def test_the_gate_key_is_off_by_default_and_validated():
+    assert policy_from_dict(None).gate_certificate is False
+    assert policy_from_dict({"gate_certificate": True}).to_dict()["gate_certificate"] is True
+    with pytest.raises(ConfigError, match="audit.gate_certificate: expected true or false"):
+        policy_from_dict({"gate_certificate": "yes"})
