@@ -13,7 +13,7 @@ from mass.audit.keyed import modifier_parts
 from mass.audit.policy import AuditPolicy
 from mass.metrics import AttributeReport
 from mass.metrics.certificate import Certificate, certify
-from mass.metrics.rules import CERTIFICATE
+from mass.metrics.rules import CERTIFICATE, judge_ok
 
 
 def with_certificate(r: AttributeReport, xp: np.ndarray, y: np.ndarray,
@@ -64,12 +64,13 @@ def certificate_block(r: AttributeReport) -> dict | None:
     if c is None:
         return None
     m = min((v for j, v in r.margins.items() if j != CERTIFICATE), default=None)
+    within = None  # the gate's own rule (judge_ok), whether or not the gate applies it
+    if m is not None and c.accuracy is not None and c.balanced is not None:
+        within = judge_ok(c.accuracy, r.baseline, c.balanced, r.balanced_baseline, m)
     out = c.to_dict()
-    limit = None if m is None else round(r.baseline + m, 6)
-    bal_limit = None if m is None else round(r.balanced_baseline + m, 6)
-    out.update(limit=limit, balanced_limit=bal_limit, gated=CERTIFICATE in r.margins,
-               within_limit=None if not c.certified or limit is None or bal_limit is None
-               else bool(c.accuracy <= limit + 1e-12 and c.balanced <= bal_limit + 1e-12))  # fmt: skip
+    out.update(limit=None if m is None else round(r.baseline + m, 6),
+               balanced_limit=None if m is None else round(r.balanced_baseline + m, 6),
+               gated=CERTIFICATE in r.margins, within_limit=within)  # fmt: skip
     return out
 
 
