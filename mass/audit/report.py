@@ -7,6 +7,7 @@ import math
 import os
 from datetime import UTC, datetime
 
+from mass.audit.certified import certificate_block, certificate_line
 from mass.audit.data import parse_json_list
 from mass.audit.runner import AuditResult
 from mass.audit.unnamed import unnamed_lines
@@ -58,6 +59,8 @@ def audit_metrics(result: AuditResult) -> dict:
                 max((r.balanced_ci_high[j] - bal[j] for j in r.balanced_ci_high),
                     default=float("nan")),
             ))  # fmt: skip
+            # the cell release's bound on any attacker, beside the retrained ones
+            row["certificate"] = certificate_block(r)
         else:
             row["retention"] = _num(r.retention)
         row["learning_curve"] = {f: [[_num(a), _num(b)] for a, b in c]
@@ -202,6 +205,8 @@ def format_table(result: AuditResult) -> str:
         if r.key_compromised is not None:
             key = ", ".join(f"{f} {v:.3f}" for f, v in r.key_compromised.items())
             lines.append(f"{r.name}: key compromised (noise removed): {key}")
+        if (cert := certificate_line(r)) is not None:
+            lines.append(cert)
     if result.key_status:
         lines.append(f"key-compromised figure: {result.key_status}")
     lines += unnamed_lines(result.unnamed)

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mass.audit.certified import certificate_rows, with_certificate
 from mass.audit.columns import Statistics, combine, encode_released
 from mass.audit.data import encode_columns
 from mass.audit.expectations import JUDGE_COLUMNS
@@ -139,6 +140,7 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
                 margins=pol.margins(a), extra=together.dense, stats=together.stats,
                 columns=released, key_x=key_x, gate_key=gate_key, class_names=_names(s, a), **kw,
             ))  # fmt: skip
+            reports[-1] = with_certificate(reports[-1], s.xp, y[a], s.metadata, pol)
         for a in req.preserve:
             reports.append(attribute_report(a, y[a], x, xp, role="preserved",
                                             frozen=frozen.get(a), min_fraction=pol.fraction(a),
@@ -264,6 +266,7 @@ def judge_frame(reports: list[AttributeReport]) -> pd.DataFrame:
          "balanced_floor": r.balanced_floor}
         for r in reports for judge, acc in r.accuracies.items()
     ]  # fmt: skip
+    recs += certificate_rows(reports)  # judged only where the margins name it
     return pd.DataFrame(recs, columns=list(JUDGE_COLUMNS))
 
 

@@ -15,6 +15,7 @@ from mass.metrics.attackers import (
     frozen_accuracy,
     frozen_predict,
 )
+from mass.metrics.certificate import Certificate
 from mass.metrics.scores import (
     ATTACKER_FAMILIES,
     FROZEN,
@@ -81,6 +82,7 @@ def preserved_ok(accuracy: float, original: float, min_fraction: float) -> bool:
 
 REMAP = "_remap"  # judge-name suffix: the judge's predictions re-mapped on held-out rows
 KEYED = "_key"  # judge-name suffix: family retrained on the release with the noise removed
+CERTIFICATE = "certificate"  # judge name: the cell release's certified bound (any attacker)
 COLUMN = "@"  # family@column: the family retrained on that released column alone
 CURVE_FRACTIONS = (0.25, 0.5, 1.0)
 
@@ -131,6 +133,9 @@ class AttributeReport:
     # class name -> rows, for each class with fewer rows than folds (mass.metrics.strata)
     rare_classes: dict[str, int] = field(default_factory=dict)
     original_balanced: float | None = None  # best balanced accuracy on the original x
+    # suppressed: the cell release's bound on any attacker (mass.metrics.certificate), judged
+    # as the judge CERTIFICATE when ``margins`` holds it (audit.gate_certificate)
+    certificate: Certificate | None = None
 
     @property
     def baseline(self) -> float:
@@ -165,10 +170,20 @@ class AttributeReport:
                         self.balanced_ci_high.get(judge), self.balanced_baseline,
                         self.margins[judge])  # fmt: skip
 
+    def certificate_ok(self) -> bool:
+        """The certificate's bounds within the CERTIFICATE judge's limits (none: fails)."""
+        c, margin = self.certificate, self.margins.get(CERTIFICATE)
+        if margin is None:
+            return True
+        if c is None or c.accuracy is None or c.balanced is None:
+            return False
+        return judge_ok(c.accuracy, self.baseline, c.balanced, self.balanced_baseline, margin)
+
     @property
     def passed(self) -> bool:
         if self.role == "suppressed":
-            return all(self.judge_ok(judge) for judge in self.accuracies)
+            return all(self.judge_ok(judge) for judge in self.accuracies) and (
+                self.certificate_ok())  # fmt: skip
         return preserved_ok(self.worst, self.original, self.min_fraction or 0.0)
 
 

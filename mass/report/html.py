@@ -156,6 +156,8 @@ def _attribute(audit: Mapping, name: str, row: Mapping) -> str:
                   ("retention (release / original)", view.fmt(row.get("retention"))),
                   ("required retention", view.fmt(view.min_fraction(audit, name)))]  # fmt: skip
     facts.append(("best attacker on the original", view.fmt(row.get("original"))))
+    if (cert := view.certificate_text(row)) is not None:  # the bound on any attacker
+        facts.append(("certificate (cell release)", cert))
     unjudged = view.unjudged_key_view(audit, row)
     if unjudged:  # failed closed: the policy gates a view nobody could compute
         facts.append(("failed closed: key-compromised view not judged", unjudged))
