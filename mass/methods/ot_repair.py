@@ -60,15 +60,15 @@ from mass.fitrows import ids_digest
 from mass.methods import FitResult, Method, Params, register_method
 from mass.methods._common import batches, check_attrs, label_tensors, n_classes, unit_x
 from mass.methods.base import knob
-from mass.modifiers import AffineModifier, AffineSpec, ChainModifier, l2_normalize
-from mass.modifiers.codebook import CodebookModifier, CodebookSpec
-from mass.modifiers.sliced_repair import SlicedRepairModifier, SlicedRepairSpec, quantile_map
 from mass.methods.rank_cells import (
     classes_present,
     fit_rank_cells,
     linear_class_predictor,
     rank_cell_shape,
 )
+from mass.modifiers import AffineModifier, AffineSpec, ChainModifier, l2_normalize
+from mass.modifiers.codebook import CodebookModifier, CodebookSpec
+from mass.modifiers.sliced_repair import SlicedRepairModifier, SlicedRepairSpec, quantile_map
 
 MAX_JOINT_CLASSES = 256
 
