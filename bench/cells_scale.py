@@ -31,6 +31,8 @@ DIM = 24
 CANDIDATES = {
     "ranks|R class edges (old default)": {"cell_rows": 10, "cell_axes": 1,
                                           "cells_by_preserved": True},
+    "ranks|R class edges, passes 2": {"cell_rows": 10, "cell_axes": 1, "passes": 2,
+                                      "cells_by_preserved": True},
     "ranks|R common": {"cell_rows": 10, "cell_axes": 1, "cells_by_preserved": True,
                        "cell_edges": "common"},
     "ranks|R common within_s": {"cell_rows": 10, "cell_axes": 1, "cells_by_preserved": True,
@@ -38,7 +40,14 @@ CANDIDATES = {
     "ranks|R common within_s 2 axes": {"cell_rows": 10, "cell_axes": 2,
                                        "cells_by_preserved": True, "cell_edges": "common",
                                        "cell_basis": "within_s"},
+    "partition|R (common within_s, passes 2)": {"cell_rows": 10, "cell_axes": 1, "passes": 2,
+                                               "cells_by_preserved": True,
+                                               "cell_edges": "common", "cell_basis": "within_s"},
+    "partition2|R (2 axes, passes 2)": {"cell_rows": 10, "cell_axes": 2, "passes": 2,
+                                       "cells_by_preserved": True, "cell_edges": "common",
+                                       "cell_basis": "within_s"},
     "k-means cells|R": {"cell_rows": 10, "cells_by_preserved": True},
+    "k-means cells|R, passes 2": {"cell_rows": 10, "cells_by_preserved": True, "passes": 2},
 }  # fmt: skip
 
 

@@ -1,0 +1,83 @@
+"""Rank cells of one partition (``cell_edges: common``): a row's cell never depends on its
+suppressed class, a released vector names one cell, and the cells follow the rows
+(issue 35 items 1 and 3; docs/calibration.md, "one partition")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from bench.cells_scale import lookup_attack, scale_case
+from mass.methods import get_method
+from mass.modifiers import load_modifier, save_modifier
+
+COMMON = {"cell_rows": 10, "cell_axes": 1, "cells_by_preserved": True, "cell_edges": "common"}
+
+
+def _fit(n: int, params: dict, seed: int = 1):
+    torch.set_num_threads(1)
+    return get_method("ot_repair").fit(scale_case(n, seed=seed), suppress=["s"],
+                                       preserve=["r"], seed=0, progress=False, params=params)  # fmt: skip
+
+
+@torch.no_grad()
+def _cells(mod, x: np.ndarray, swap: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    z, cls = mod.transport(torch.from_numpy(x))
+    return mod.cell_of(z, (cls + 1) % mod.spec.classes if swap else cls)
+
+
+def test_a_rows_cell_does_not_change_when_its_predicted_class_does():
+    """One partition: swapping every row's predicted suppressed class leaves its (group,
+    cell) as it was; with the per-class edges of older specs many rows change cell."""
+    x = scale_case(3000, seed=7).x
+    for edges, same in (("common", True), ("class", False)):
+        mod = _fit(3000, {**COMMON, "cell_edges": edges}).modifier
+        (g0, c0), (g1, c1) = _cells(mod, x, False), _cells(mod, x, True)
+        assert torch.equal(g0, g1)
+        changed = float((c0 != c1).float().mean())
+        assert (changed == 0.0) if same else (changed > 0.2), (edges, changed)
+
+
+def test_every_row_of_a_cell_is_released_as_one_vector_and_a_vector_names_one_cell(tmp_path):
+    """Fresh rows: the distinct released vectors are exactly the distinct (group, cell)
+    keys, one each; the fit saves, loads (with cell_shared) and serves the same release."""
+    fit = _fit(3000, {**COMMON, "cell_basis": "within_s", "cell_axes": 2})
+    mod, x = fit.modifier, scale_case(4000, seed=8).x
+    g, c = _cells(mod, x, False)
+    key = (g * mod.centres.shape[1] + c).numpy()
+    with torch.no_grad():
+        rel = mod(torch.from_numpy(x)).numpy()
+    _, vec = np.unique(rel, axis=0, return_inverse=True)
+    pairs = np.unique(np.c_[key, vec.ravel()], axis=0)
+    assert len(pairs) == len(np.unique(key)) == len(np.unique(vec)), len(pairs)
+    save_modifier(mod, str(tmp_path / "m.pt"), method="ot_repair")
+    loaded = load_modifier(str(tmp_path / "m.pt"))
+    assert loaded.spec.cell_shared and loaded.edges.shape[1] == 1
+    with torch.no_grad():
+        assert torch.equal(loaded(torch.from_numpy(x)), mod(torch.from_numpy(x)))
+
+
+def test_more_fit_rows_give_more_cells():
+    small, large = _fit(1500, COMMON), _fit(6000, COMMON, seed=2)
+    assert large.modifier.spec.cell_levels >= 3 * small.modifier.spec.cell_levels
+    assert large.extra["cells"] >= 3 * small.extra["cells"], (small.extra, large.extra)
+
+
+@pytest.mark.parametrize("edges", ["common", "class"])
+def test_the_leak_does_not_grow_from_2k_to_10k_fresh_rows(edges):
+    """One model fitted on 6,000 rows releases 2,000 and 10,000 fresh rows; the
+    per-released-vector lookup (the Bayes rule of a cell release, learned on one half of
+    the release) reads s (balanced, 0.5) within 0.025 of chance on both with one partition.
+    The per-class edges of the older specs read more on the larger release (0.536 in
+    bench/cells_scale.py): that case is expected to fail."""
+    if edges == "class":
+        pytest.xfail("per-class edges: the leak grows with the release (the old default)")
+    mod = _fit(6000, {**COMMON, "cell_edges": edges}).modifier
+    read = {}
+    for n, seed in ((2000, 100), (10000, 101)):
+        ds = scale_case(n, seed=seed)
+        with torch.no_grad():
+            rel = mod(torch.from_numpy(ds.x)).numpy()
+        read[n] = lookup_attack(rel, ds.labels["s"])
+    assert max(read.values()) <= 0.525, read
