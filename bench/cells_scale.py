@@ -135,14 +135,14 @@ def main(argv: list[str] | None = None) -> int:
         default=10000,
         help="run the retrained attackers on releases up to this many rows",
     )
-    ap.add_argument("--only", default="", help="comma-separated candidate names")
+    ap.add_argument("--only", default="", help="candidate names separated by ;")
     ap.add_argument("--out", default="")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     fit_ds = scale_case(args.fit, seed=1)
     sizes = [int(v) for v in args.sizes.split(",")]
     fresh = {n: scale_case(n, seed=100 + i) for i, n in enumerate(sizes)}
-    names = [c for c in CANDIDATES if not args.only or c in args.only.split(",")]
+    names = [c for c in CANDIDATES if not args.only or c in args.only.split(";")]
     results = {}
     for name in names:
         t0 = time.time()

@@ -35,16 +35,14 @@ linear predictor on the repaired row picks the class at release time, so coarse 
 longer average a preserved attribute away (on small data sets plain cells kept R at
 0.60-0.84 of its original; docs/calibration.md, "cells by R").
 
-``cell_axes`` (rank cells, with ``cell_rows``): instead of k-means centres, a row's cell is
-its bin along each of the top ``cell_axes`` principal axes of the repaired fit rows (within
-its class of the preserved label with ``cells_by_preserved``), the bin edges being the
-quantiles of its *predicted suppressed class* there (weighed against ``cell_prior_rows``
-pseudo-rows at the group's common edges, so the shrinkage fades as the class has more
-rows), and it is released as the cell's mean. Along the released axis the classes are
-matched exactly on the fit rows, and the widest structure within each group
-keeps its resolution instead of sharing k-means' budget with every other direction (the
-demo's thickness: 0.61 of its information with k-means cells by colour, 0.82 with rank
-cells, digit still at a pure-noise release's level; docs/calibration.md, "rank cells").
+``cell_axes`` (rank cells, with ``cell_rows``; fitted by :mod:`mass.methods.rank_cells`):
+instead of k-means centres, a row's cell is its bin along each of ``cell_axes`` axes of the
+repaired fit rows (within its class of the preserved label with ``cells_by_preserved``), and
+it is released as the cell's mean. ``cell_edges: common`` makes the bins one partition, the
+same for every suppressed class, so a row's cell never depends on S ("one partition");
+``class`` (the older specs) bins with the edges of the row's *predicted* suppressed class
+("rank cells"). ``cell_basis: within_s`` takes the axes of the covariance within the
+suppressed classes (docs/calibration.md).
 """
 
 from __future__ import annotations
