@@ -15,6 +15,12 @@ the s classes and are independent of s). Each candidate of the cell family is fi
   and kNN on half / half, against the same on the original rows.
 
     python bench/cells_scale.py [--fit 6000] [--sizes 2000,10000,50000] [--out FILE.json]
+        [--set labsup --max-rows 12000] [--only "NAME;NAME"]
+
+``--set``: a real set of bench/realdata.py (issue 34) instead: fitted on its training rows
+(``--max-rows`` caps the loaded set; 70 % of it), released from the rows it was not fitted on
+(its release split and the fresh rows beyond the cap) at each size that many rows allow; r is
+its first named R, the watch attributes its watch list.
 """
 
 from __future__ import annotations
@@ -75,6 +81,38 @@ def scale_case(n: int, seed: int, structure_seed: int = 0):
                             encodings=enc, source="scale_case")  # fmt: skip
 
 
+def _dataset(x: np.ndarray, labels: dict[str, np.ndarray]):
+    from mass.io import EmbeddingDataset, LabelEncoding
+
+    labels = {k: np.unique(v, return_inverse=True)[1].astype(np.int64) for k, v in labels.items()}
+    enc = {k: LabelEncoding(k, tuple(range(int(v.max()) + 1))) for k, v in labels.items()}
+    return EmbeddingDataset(ids=pa.array(np.arange(len(x), dtype=np.int64)),
+                            x=x.astype(np.float32), labels=labels, encodings=enc,
+                            source="realdata")  # fmt: skip
+
+
+def real_case(name: str, max_rows: int, sizes: list[int]):
+    """(fit rows, {size: fresh rows}, watch names) of a bench/realdata.py set; labels renamed
+    s (its S), r (its first R) and the watch attributes by name."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from realdata import load  # bench/realdata.py (issue 34)
+
+    d = load(name, max_rows=max_rows)
+    keys = {"s": "S", "r": d.spec.r[0], **{w: w for w in d.spec.watch}}
+    fit = _dataset(d.X_train, {k: d.labels_train[v] for k, v in keys.items()})
+    pool_x = np.vstack([d.X_release, d.X_fresh])
+    pool = {k: np.r_[d.labels_release[v], d.labels_fresh[v]] for k, v in keys.items()}
+    order = np.random.default_rng(0).permutation(len(pool_x))
+    fresh = {n: _dataset(pool_x[order[:n]], {k: v[order[:n]] for k, v in pool.items()})
+             for n in sizes if n <= len(pool_x)}  # fmt: skip
+    if len(pool_x) not in fresh and len(pool_x) > max(fresh, default=0):
+        fresh[len(pool_x)] = _dataset(pool_x[order], {k: v[order] for k, v in pool.items()})
+    return fit, fresh, list(d.spec.watch)
+
+
 def lookup_attack(rel: np.ndarray, y: np.ndarray, seed: int = 0) -> float:
     """Majority label per distinct released vector, learned on one half, scored on the
     other (both ways); an unseen vector gets the learning half's majority."""
@@ -100,7 +138,7 @@ def half_half(x: np.ndarray, y: np.ndarray) -> float:
     return max(got.values())
 
 
-def judged(ds, rel: np.ndarray, retrained: bool) -> dict:
+def judged(ds, rel: np.ndarray, retrained: bool, watch=("u", "v")) -> dict:
     from mass.metrics.attackers import retrained_attackers
 
     s = ds.labels["s"]
@@ -110,10 +148,11 @@ def judged(ds, rel: np.ndarray, retrained: bool) -> dict:
     if retrained:
         got = retrained_attackers(rel, s, folds=5)
         out["retrained_s"] = {k: round(v, 4) for k, v in got.items()}
-    for a in ("r", "u", "v"):
+    for a in ("r", *watch):
         y = ds.labels[a]
         maj = float(np.bincount(y).max() / len(y))
-        out[f"{a}_kept"] = round((half_half(rel, y) - maj) / (half_half(ds.x, y) - maj), 3)
+        gain = half_half(ds.x, y) - maj  # nothing learnable below 0.02 (mass.metrics.unnamed)
+        out[f"{a}_kept"] = round((half_half(rel, y) - maj) / gain, 3) if gain >= 0.02 else None
     return out
 
 
@@ -137,11 +176,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--only", default="", help="candidate names separated by ;")
     ap.add_argument("--out", default="")
+    ap.add_argument("--set", default="", help="a bench/realdata.py set instead of synthetic")
+    ap.add_argument("--max-rows", type=int, default=12000)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    fit_ds = scale_case(args.fit, seed=1)
     sizes = [int(v) for v in args.sizes.split(",")]
-    fresh = {n: scale_case(n, seed=100 + i) for i, n in enumerate(sizes)}
+    if args.set:
+        fit_ds, fresh, watch = real_case(args.set, args.max_rows, sizes)
+    else:
+        fit_ds, watch = scale_case(args.fit, seed=1), ["u", "v"]
+        fresh = {n: scale_case(n, seed=100 + i) for i, n in enumerate(sizes)}
     names = [c for c in CANDIDATES if not args.only or c in args.only.split(";")]
     results = {}
     for name in names:
@@ -151,12 +195,13 @@ def main(argv: list[str] | None = None) -> int:
         rows = {"cells_fit": fit.extra.get("cells"), "fit_s": round(time.time() - t0, 1)}
         for n, ds in fresh.items():
             rel = release(fit.modifier, ds.x)
-            rows[str(n)] = judged(ds, rel, n <= args.retrained_up_to)
+            rows[str(n)] = judged(ds, rel, n <= args.retrained_up_to, watch)
         results[name] = rows
         print(json.dumps({name: rows}), flush=True)
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"fit": args.fit, "sizes": sizes, "results": results}, f, indent=1)
+            json.dump({"fit": len(fit_ds), "set": args.set or "scale_case", "sizes": sorted(fresh),
+                       "results": results}, f, indent=1)  # fmt: skip
     return 0
 
 

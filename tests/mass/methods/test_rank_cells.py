@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from bench.cells_scale import lookup_attack, scale_case
+from mass.calibrate.space import PARTITION
 from mass.methods import get_method
 from mass.modifiers import load_modifier, save_modifier
 
@@ -64,20 +65,29 @@ def test_more_fit_rows_give_more_cells():
     assert large.extra["cells"] >= 3 * small.extra["cells"], (small.extra, large.extra)
 
 
-@pytest.mark.parametrize("edges", ["common", "class"])
-def test_the_leak_does_not_grow_from_2k_to_10k_fresh_rows(edges):
+OLD_RANKS = {"cell_rows": 10, "cell_axes": 1, "cells_by_preserved": True}  # ot-repair+ranks|R
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        pytest.param(PARTITION, id="partition"),
+        pytest.param({**PARTITION, "cell_axes": 2}, id="partition2"),
+        pytest.param(OLD_RANKS, id="old-per-class-edges",
+                     marks=pytest.mark.xfail(strict=True, reason="the leak grows")),
+    ],
+)  # fmt: skip
+def test_the_leak_does_not_grow_from_2k_to_10k_fresh_rows(params):
     """One model fitted on 6,000 rows releases 2,000 and 10,000 fresh rows; the
     per-released-vector lookup (the Bayes rule of a cell release, learned on one half of
-    the release) reads s (balanced, 0.5) within 0.025 of chance on both with one partition.
-    The per-class edges of the older specs read more on the larger release (0.536 in
-    bench/cells_scale.py): that case is expected to fail."""
-    if edges == "class":
-        pytest.xfail("per-class edges: the leak grows with the release (the old default)")
-    mod = _fit(6000, {**COMMON, "cell_edges": edges}).modifier
+    the release) reads s (0.5 each) within 0.02 of chance on both with calibration's
+    one-partition candidates. The per-class edges of the older candidate
+    ``ot-repair+ranks|R`` read 0.524 on 2,000 and 0.536 on 10,000: it fails (strict xfail)."""
+    mod = _fit(6000, params).modifier
     read = {}
     for n, seed in ((2000, 100), (10000, 101)):
         ds = scale_case(n, seed=seed)
         with torch.no_grad():
             rel = mod(torch.from_numpy(ds.x)).numpy()
         read[n] = lookup_attack(rel, ds.labels["s"])
-    assert max(read.values()) <= 0.525, read
+    assert max(read.values()) <= 0.52, read
