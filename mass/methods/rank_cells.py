@@ -21,6 +21,8 @@ class) pair per cell, at least 2, so more rows give finer cells.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -54,7 +56,7 @@ def linear_class_predictor(z: np.ndarray, r: np.ndarray, k: int) -> tuple[torch.
     return weight, bias
 
 
-def rank_cell_shape(y: torch.Tensor, k: int, groups: int, p) -> dict:
+def rank_cell_shape(y: torch.Tensor, k: int, groups: int, p) -> dict[str, Any]:
     """The spec fields of rank cells: levels per axis such that a cell holds about
     ``cell_rows`` fit rows of each (group, suppressed class) pair, at least 2."""
     present = classes_present(y, k)
