@@ -91,3 +91,18 @@ def test_the_leak_does_not_grow_from_2k_to_10k_fresh_rows(params):
             rel = mod(torch.from_numpy(ds.x)).numpy()
         read[n] = lookup_attack(rel, ds.labels["s"])
     assert max(read.values()) <= 0.52, read
+
+
+def test_an_old_spec_without_cell_shared_loads_as_the_per_class_edges_it_was_fitted_with():
+    """Specs saved before ``cell_shared`` existed (runs/, signed exports) have no such key:
+    they build the per-class edges buffer and serve exactly what they served."""
+    from mass.modifiers.base import build
+
+    mod = _fit(1500, {**COMMON, "cell_edges": "class"}).modifier
+    old = mod.spec.to_dict()
+    old.pop("cell_shared")
+    rebuilt = build("sliced_repair", old)
+    rebuilt.load_state_dict(mod.state_dict())
+    x = torch.from_numpy(scale_case(500, seed=9).x)
+    with torch.no_grad():
+        assert not rebuilt.spec.cell_shared and torch.equal(rebuilt.eval()(x), mod(x))
