@@ -53,15 +53,14 @@ from beam_pipelines.plan import AnonymizeJob, Staging, plan_anonymize
 from beam_pipelines.preflight import Decided, check_job_input, check_noise_key, decide
 from mass import fs
 from mass.batches.parquet import plan_row_groups
-from mass.batches.quarantine import publish_quarantine, quarantine_schema
-from mass.batches.validate import release_schema
+from mass.batches.quarantine import quarantine_schema
 from mass.errors import InputError, QuarantineThresholdError, SchemaError
 from mass.io import read_table
 from mass.keys import NOISE_KEY_ENV
 from mass.pseudonym import DESCRIPTION as PSEUDONYMOUS
-from mass.release.columns import release_metadata
-from mass.release.commit import discard_staging, private_dir, recover_output
-from mass.release.publish import publish_release
+from mass.release.columns import release_metadata, release_schema
+from mass.release.commit import discard_staging, private_dir, recover_output, sweep_scratch
+from mass.release.publish import publish_quarantine, publish_release
 from mass.serving.contract import export_info, server_info
 from mass.serving.manifest import signing_key, verify_version_dir
 from mass.serving.newest import check_not_rolled_back
@@ -186,7 +185,8 @@ def run(
 def run_job(job: AnonymizeJob, *, test_pipeline=None, model_handler=None, model_info=None) -> dict:
     """Run the planned job (:func:`beam_pipelines.plan.plan_anonymize`); its staging
     directories are removed however it ends."""
-    removed = recover_output(job.output) + recover_output(job.quarantine)
+    removed = (recover_output(job.output) + recover_output(job.quarantine)
+               + sweep_scratch(job.temp_location))  # fmt: skip
     if removed:
         log.warning("cleared leftovers of a killed run: %s", removed)
     staging = Staging.of(job)

@@ -11,11 +11,11 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from beam_pipelines.options import Serving, plan_serving, temp_location
+from beam_pipelines.options import Serving, names_runner, plan_serving, temp_location
 from mass import fs
 from mass.errors import ConfigError
 from mass.keys import NOISE_KEY_ENV, OwnerKey, resolve_key
-from mass.release.commit import check_outputs, private_dir, staging_dir
+from mass.release.commit import check_outputs, private_dir, scratch_root, staging_dir
 
 
 def resolve_policy(path: str | None) -> tuple[object, str]:
@@ -59,23 +59,37 @@ class AnonymizeJob:
 
 @dataclass(frozen=True)
 class Staging:
-    """This run's private directories (named per run; removed by the job however it ends)."""
+    """This run's private directories (named per run; removed by the job however it ends).
+
+    A release on local disk is staged beside --output (mode 0700) and swapped into place. One
+    on an object store is staged in private scratch (:func:`mass.release.commit.scratch_root`:
+    below --temp_location, else this machine's temp directory) and copied under the release
+    prefix only when its audit has passed, so nothing raw (the pseudonymized input copy,
+    spills, filtered labels) and nothing unaudited is ever readable where the release is."""
 
     stage: str  # the staged release
     q_stage: str  # the staged quarantine
-    aux: str  # the audit's filtered labels, when rows were dropped
-    spills: str  # the workers' spills: below --temp_location when given, else the stage
+    aux: str  # the audit's filtered labels, the pseudonymized input copy
+    spills: str  # the workers' spills: in the scratch when there is one, else the stage
+    scratch: str | None = None  # the private scratch root (removed whole), if any
 
     @classmethod
     def of(cls, job: AnonymizeJob) -> Staging:
-        stage, aux = staging_dir(job.output), staging_dir(job.output)
-        spills = stage
-        if job.temp_location:
-            spills = fs.join(job.temp_location, f"mass-spills-{fs.basename(stage)}")
-        return cls(stage=stage, q_stage=staging_dir(job.quarantine), aux=aux, spills=spills)
+        remote_out, remote_q = fs.is_remote(job.output), fs.is_remote(job.quarantine)
+        root = None
+        if remote_out or remote_q or job.temp_location:
+            root = scratch_root(job.temp_location)
+        if remote_out:
+            stage, aux = fs.join(root, "release"), fs.join(root, "aux")
+        else:
+            stage, aux = staging_dir(job.output), staging_dir(job.output)
+        q_stage = fs.join(root, "quarantine") if remote_q else staging_dir(job.quarantine)
+        spills = fs.join(root, "spills") if root else stage
+        return cls(stage=stage, q_stage=q_stage, aux=aux, spills=spills, scratch=root)
 
     def dirs(self) -> list[str]:
-        return list(dict.fromkeys((self.stage, self.q_stage, self.aux, self.spills)))
+        named = (self.stage, self.q_stage, self.aux, self.spills, self.scratch)
+        return list(dict.fromkeys(d for d in named if d))
 
     def create_private(self) -> None:
         """Create the staged release, quarantine and spill directories mode 0700 before
@@ -97,7 +111,17 @@ def plan_anonymize(args: argparse.Namespace, beam_args: Sequence[str] = ()) -> A
     quarantine = args.quarantine or f"{out}_quarantine"
     report = None if args.no_audit else args.report or f"{out}_report"
     # Before any work: which paths the job may replace (only its own outputs, never the input).
-    check_outputs(output=args.output, quarantine=quarantine, inputs=args.input, report=report)
+    temp = temp_location(beam_args)
+    check_outputs(output=args.output, quarantine=quarantine, inputs=args.input, report=report,
+                  temp=temp)  # fmt: skip
+    if (fs.is_remote(out) or fs.is_remote(quarantine)) and temp is None and names_runner(beam_args):
+        raise ConfigError(
+            f"--output {args.output}: a release on an object store is staged in private "
+            "scratch and copied under its prefix only once its audit passes; with --runner "
+            "the workers cannot reach this machine's scratch: pass --temp_location=PATH, a "
+            "prefix every worker can reach and the release's readers cannot (not under "
+            "--output, --quarantine or --report); nothing was read or published"
+        )
     if args.no_audit and (args.labels or args.policy or args.report or args.run_dir
                           or args.watch):  # fmt: skip
         raise ConfigError("--no-audit: drop --labels/--policy/--report/--run-dir/--watch, or drop "
@@ -132,5 +156,5 @@ def plan_anonymize(args: argparse.Namespace, beam_args: Sequence[str] = ()) -> A
         noise_key_on_worker=args.noise_key_on_worker,
         serving=serving,
         beam_args=tuple(beam_args),
-        temp_location=temp_location(beam_args),
+        temp_location=temp,
     )
