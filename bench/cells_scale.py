@@ -192,7 +192,11 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.time()
         fit = get_method("ot_repair").fit(fit_ds, suppress=["s"], preserve=["r"], seed=0,
                                           progress=False, params=CANDIDATES[name])  # fmt: skip
-        rows = {"cells_fit": fit.extra.get("cells"), "fit_s": round(time.time() - t0, 1)}
+        rows = {
+            "cells_fit": fit.extra.get("cells"),
+            "rows_per_cell": fit.extra.get("rows_per_cell"),
+            "fit_s": round(time.time() - t0, 1),
+        }
         for n, ds in fresh.items():
             rel = release(fit.modifier, ds.x)
             rows[str(n)] = judged(ds, rel, n <= args.retrained_up_to, watch)

@@ -270,7 +270,7 @@ class OtRepair(Method):
             joint_label(train, preserve, "preserved") if by_r else (torch.zeros_like(y), 1)
         )
         ranks = rank_cell_shape(y, k, cells, p) if p.cell_axes else {}
-        extra_cells = 0
+        extra_cells: dict[str, int] = {}
         if p.pre_leace:
             from mass.methods.leace import leace_affine
 
@@ -301,7 +301,8 @@ class OtRepair(Method):
         extra = {"predictor_accuracy": accuracy, "mean_displacement": moved,
                  "chance": float(np.bincount(y.numpy()).max() / len(y))}  # fmt: skip
         if p.cell_axes:
-            extra["cells"] = extra_cells
+            extra["cells"] = extra_cells["cells"]
+            extra["rows_per_cell"] = {k[5:]: v for k, v in extra_cells.items() if k != "cells"}
         elif p.cell_rows:
             r = (group, cells) if by_r else None
             book = fit_cells(out, y, k, p, r)  # the last part's output, as served

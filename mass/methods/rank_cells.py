@@ -101,12 +101,13 @@ def _edges(mod: SlicedRepairModifier, g: int, t: torch.Tensor, cls_g: torch.Tens
 
 
 def fit_rank_cells(mod: SlicedRepairModifier, z: torch.Tensor, cls: torch.Tensor,
-                   y: torch.Tensor, group: torch.Tensor, p) -> int:  # fmt: skip
+                   y: torch.Tensor, group: torch.Tensor, p) -> dict[str, int]:  # fmt: skip
     """Fill the rank cells of ``mod`` from its repaired fit rows ``z``, their predicted and
     true suppressed classes ``cls``, ``y`` and their groups (the preserved joint label, or
     zeros): per group its mean, axes and bin edges, a linear predictor of the group and the
     centre (mean, unit-normalised when the output is) of every cell; an empty cell releases
-    its group's mean. Returns how many cells hold fit rows."""
+    its group's mean. Returns how many cells hold fit rows and the fewest, median and most
+    fit rows such a cell holds."""
     spec = mod.spec
     m, lv, zz = spec.cell_axes, spec.cell_levels, z.double()
     for g in torch.unique(group).tolist():
@@ -128,4 +129,6 @@ def fit_rank_cells(mod: SlicedRepairModifier, z: torch.Tensor, cls: torch.Tensor
                           mod.group_mean.double().repeat_interleave(lv**m, dim=0))  # fmt: skip
     centres = l2_normalize(centres) if spec.renormalize else centres
     mod.centres.copy_(centres.view(spec.cell_groups, lv**m, -1).float())
-    return int((counts > 0).sum())
+    held = counts[counts > 0]
+    return {"cells": int(len(held)), "rows_min": int(held.min()),
+            "rows_median": int(held.median()), "rows_max": int(held.max())}  # fmt: skip

@@ -59,10 +59,13 @@ def test_every_row_of_a_cell_is_released_as_one_vector_and_a_vector_names_one_ce
         assert torch.equal(loaded(torch.from_numpy(x)), mod(torch.from_numpy(x)))
 
 
-def test_more_fit_rows_give_more_cells():
+def test_more_fit_rows_give_more_cells_of_as_many_rows():
     small, large = _fit(1500, COMMON), _fit(6000, COMMON, seed=2)
     assert large.modifier.spec.cell_levels >= 3 * small.modifier.spec.cell_levels
     assert large.extra["cells"] >= 3 * small.extra["cells"], (small.extra, large.extra)
+    for fit in (small, large):  # the rows per cell stay at about cell_rows per S class (2)
+        rows = fit.extra["rows_per_cell"]
+        assert 15 <= rows["min"] and rows["max"] <= 25, rows
 
 
 OLD_RANKS = {"cell_rows": 10, "cell_axes": 1, "cells_by_preserved": True}  # ot-repair+ranks|R
