@@ -89,10 +89,14 @@ def test_a_class_below_min_class_rows_is_never_predicted():
     ds = toy_dataset(600, dim=8, classes={"s": 3, "u": 2}, seed=1)
     s = ds.labels["s"].copy()
     rare = np.flatnonzero(s == 2)
-    s[rare[8:]] = 0  # class 2 keeps 8 rows (< min_class_rows 20)
+    s[rare[15:]] = 0  # class 2 keeps 15 rows (< min_class_rows 20) ...
     ds.labels["s"] = s
+    x = ds.x.copy()
+    x[rare[:15], 0] += 3.0  # ... set apart: a predictor trained long enough picks them out
+    ds.x[:] = x / np.linalg.norm(x, axis=1, keepdims=True)
     fit = get_method("ot_repair").fit(ds, suppress=["s"], preserve=["u"], seed=0,
-                                      progress=False, params={"steps": 4})  # fmt: skip
+                                      progress=False,
+                                      params={"steps": 4, "predictor_epochs": 300})  # fmt: skip
     with torch.no_grad():
         cls = fit.modifier.predict(torch.as_tensor(ds.x))
     assert 2 not in set(cls.tolist())
