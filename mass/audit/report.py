@@ -32,6 +32,8 @@ def audit_metrics(result: AuditResult) -> dict:
         row = {"role": r.role, "n": r.n, "majority": _num(r.majority), "floor": _num(r.floor),
                "baseline": _num(r.baseline), "original": _num(r.original),
                "frozen_x": _num(r.frozen_x), "frozen_xprime": _num(r.frozen_xprime)}  # fmt: skip
+        # both readings of the release: retrained (attackers, worst) and frozen (who, kept)
+        row["frozen_by"], row["frozen_kept"] = r.frozen_by or None, _num(r.frozen_kept)
         row.update({fam: _num(acc) for fam, acc in r.attackers.items()})
         row.update({j: _num(acc) for j, acc in r.extra_judges.items()})
         row["worst"] = _num(r.worst)

@@ -24,6 +24,8 @@ from mass.audit.unnamed import check_watch, effective_watch, measure_unnamed, wa
 from mass.errors import ConfigError, VacuousPolicyError
 from mass.keys import LOCAL_CONFIG, NOISE_KEY_ENV, OwnerKey, resolve_key
 from mass.metrics import KEYED, AttributeReport, attribute_report, z_value
+from mass.metrics.rules import FROZEN_READER
+from mass.metrics.scores import FROZEN
 from mass.rundir import load_judges
 
 log = logging.getLogger(__name__)
@@ -145,7 +147,7 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
             reports.append(attribute_report(a, y[a], x, xp, role="preserved",
                                             frozen=frozen.get(a), min_fraction=pol.fraction(a),
                                             extra=extra, class_names=_names(s, a),
-                                            **kw))  # fmt: skip
+                                            frozen_family=FROZEN_READER, **kw))  # fmt: skip
         unnamed = measure_unnamed(x, xp, y, suppress=req.suppress, preserve=req.preserve,
                                   watch=watch, policy=pol, extra=extra,
                                   names={w: _names(s, w) for w in watch})  # fmt: skip
@@ -260,7 +262,9 @@ def judge_frame(reports: list[AttributeReport]) -> pd.DataFrame:
     nan = float("nan")
     recs = [
         {"attribute": r.name, "role": r.role, "judge": judge, "accuracy": acc,
-         "majority": r.majority, "floor": r.floor, "original": r.original,
+         "majority": r.majority, "floor": r.floor,
+         # the frozen judge is read against its own accuracy on the original rows
+         "original": r.frozen_x if judge == FROZEN and r.frozen_x is not None else r.original,
          "balanced": r.balanced.get(judge, nan), "ci_high": r.ci_high.get(judge, nan),
          "balanced_ci_high": r.balanced_ci_high.get(judge, nan), "chance": r.chance,
          "balanced_floor": r.balanced_floor}
