@@ -426,7 +426,7 @@ MUTANTS = [
            ("tests/mass/metrics/test_metrics.py::test_rare_classes_are_pooled_for_stratification_only",),
            "rare classes are stratified alone: folds without them, sklearn warnings or errors"),
     # --- issue 37: round 3's survivors and the frozen reading of preserved attributes ------
-    Mutant("cells-binary-predictor-flipped", "mass.methods.ot_repair:_class_predictor",
+    Mutant("cells-binary-predictor-flipped", "mass.methods.rank_cells:linear_class_predictor",
            "np.vstack([np.zeros_like(coef), coef]), np.r_[0.0, icpt]",
            "np.vstack([coef, np.zeros_like(coef)]), np.r_[icpt, 0.0]", CELLS,
            "a binary preserved label's cells: every held-out row released in the other "
@@ -435,7 +435,7 @@ MUTANTS = [
            "centres = l2_normalize(centres) if p.renormalize else centres",
            "centres = centres", CELLS,
            "k-means cell centres released off the unit sphere (norms ~0.92-0.95)"),
-    Mutant("rank-cells-prior-ignored", "mass.methods.ot_repair:fit_rank_cells",
+    Mutant("rank-cells-prior-ignored", "mass.methods.rank_cells:_edges",
            "w = n / (n + p.cell_prior_rows)", "w = 1.0", CELLS,
            "rank cells take each class's own edges whatever cell_prior_rows says"),
     Mutant("predictor-rare-classes-unmasked", "mass.methods.ot_repair:fit_predictor",
