@@ -155,7 +155,7 @@ class Anonymize(beam.PTransform):
         self.seeds = _seeds(self.info, noise_key_file)
         self._reference = _reference(repository, model, self.info)
         dim = int(self.info["dim"])
-        if handler is None:
+        if triton_url is not None:  # else handler= (exactly one of them, checked above)
             from transforms.inference.triton import TritonModelHandler
 
             handler = TritonModelHandler(triton_url, model, version=version, output_col=emb_col,

@@ -56,15 +56,17 @@ class AuditReport:
 
 
 def _as_path(obj, tmp: str, name: str, *, id_col: str, emb_col: str, ids=None,
-             meta: dict | None = None) -> str | None:  # fmt: skip
-    """A Parquet path of ``obj`` (None as it is; a path as it is; a table, DataFrame or matrix
-    written; a DataFrame of labels is a table even when every column is a number)."""
+             meta: dict | None = None) -> str:  # fmt: skip
+    """A Parquet path of ``obj`` (a path as it is; a table, DataFrame or matrix written; a
+    DataFrame of labels is a table even when every column is a number)."""
     import pyarrow as pa
 
     from mass.api import frames
 
-    if obj is None or isinstance(obj, (str, os.PathLike)):
-        return None if obj is None else os.fspath(obj)
+    if obj is None:
+        raise ValueError(f"{name}: None; pass a path, a table, a DataFrame or a matrix")
+    if isinstance(obj, (str, os.PathLike)):
+        return os.fspath(obj)
     table = frames.as_table(obj, what=name)
     if table is None and frames.is_pandas(obj) and id_col in getattr(obj, "columns", ()):
         table = pa.Table.from_pandas(obj, preserve_index=False)
@@ -118,7 +120,8 @@ def audit_release(release, labels, *, suppress, preserve=(), watch=(), policy=No
             release=_as_path(release, tmp, "release", id_col=id_col, emb_col=emb_col, ids=ids,
                              meta=None if model is None else model.release_metadata()),
             labels=_as_path(labels, tmp, "labels", id_col=id_col, emb_col=emb_col),
-            input=_as_path(input, tmp, "input", id_col=id_col, emb_col=emb_col, ids=ids),
+            input=None if input is None else _as_path(input, tmp, "input", id_col=id_col,
+                                                       emb_col=emb_col, ids=ids),
             suppress=tuple(names(suppress)), preserve=tuple(names(preserve)),
             watch=tuple(names(watch)), policy=policy, run_dir=run_dir, id_col=id_col,
             emb_col=emb_col, allow=tuple(names(allow_columns)), noise_key_file=noise_key_file,

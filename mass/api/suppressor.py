@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import shutil
+from typing import Any
 
 import numpy as np
 import pyarrow.compute as pc
@@ -133,7 +134,7 @@ class Suppressor(TransformerMixin, BaseEstimator):
             self.modifier_bytes_ = f.read()
         self.sha256_ = hashlib.sha256(self.modifier_bytes_).hexdigest()
         meta = modifier_meta(path)
-        model = load_modifier(path)
+        model: Any = load_modifier(path)  # any registered kind: its spec has to_dict()
         self.method_ = meta.get("method")
         self.stochastic_ = bool(getattr(model, "stochastic", True))
         self.calibration_ = meta.get("calibration")
