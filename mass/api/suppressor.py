@@ -28,6 +28,7 @@ import shutil
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
@@ -204,8 +205,9 @@ class Suppressor(TransformerMixin, BaseEstimator):
                              f"expecting {self.n_features_in_} features as input.")  # fmt: skip
         ids = self._ids(X, ids)
         out = modify(self._model(), x, self._seeds(ids, len(x)))
+        arrow = isinstance(X, (pa.Table, pa.RecordBatch))
         return _like(X, out, ids, id_col=self.id_col, emb_col=self.emb_col,
-                     meta=self.release_metadata())  # fmt: skip
+                     meta=self.release_metadata() if arrow else {})  # fmt: skip
 
     def export(self, repository: str, name: str, *, signing_key_file: str | None = None,
                version: int | None = None) -> dict:  # fmt: skip
@@ -247,8 +249,6 @@ class Suppressor(TransformerMixin, BaseEstimator):
 
 def _like(X, out: np.ndarray, ids, *, id_col: str, emb_col: str, meta: dict):
     """``out`` in the shape of the input ``X`` (see :meth:`Suppressor.transform`)."""
-    import pyarrow as pa
-
     table = frames.as_table(X, what="X")
     if table is None:
         if frames.is_pandas(X):
