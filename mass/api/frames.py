@@ -1,0 +1,153 @@
+"""In-memory tables (numpy, pandas, Arrow) as the data contract's Arrow tables.
+
+The Python entry points (:class:`mass.api.suppressor.Suppressor`, :func:`mass.api.report.
+audit_release`) take what a notebook holds and hand the same code as the commands an Arrow
+table with an id column, a fixed-size-list float32 embedding column and label columns (or a
+Parquet file of it in a private directory, :func:`write_private`). Every refusal is a
+``ValueError`` (scikit-learn's contract) naming the argument, the row or the column.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+import pyarrow as pa
+
+
+def names(v) -> list[str]:
+    """Attribute names given as a list or as "a,b" (None: none)."""
+    if v is None:
+        return []
+    if isinstance(v, str):
+        return [s.strip() for s in v.split(",") if s.strip()]
+    return [str(s) for s in v]
+
+
+def is_pandas(obj) -> bool:
+    return type(obj).__module__.split(".")[0] == "pandas"
+
+
+def as_table(obj, *, what: str) -> pa.Table | None:
+    """An Arrow table of ``obj`` when it is one (a Table, RecordBatch or pandas DataFrame whose
+    columns are not all numeric), else None (a matrix)."""
+    if isinstance(obj, pa.RecordBatch):
+        return pa.Table.from_batches([obj])
+    if isinstance(obj, pa.Table):
+        return obj
+    if is_pandas(obj) and hasattr(obj, "columns"):
+        numeric = all(np.issubdtype(t, np.number) for t in obj.dtypes)
+        return None if numeric else pa.Table.from_pandas(obj, preserve_index=False)
+    return None
+
+
+def matrix(x, *, what: str = "X", emb_col: str = "emb") -> np.ndarray:
+    """``x`` as a finite float32 [n, d] matrix: a 2-d array (numpy, pandas, lists), an Arrow
+    table/batch or DataFrame holding ``emb_col``, or an Arrow (fixed-size) list array."""
+    table = as_table(x, what=what)
+    if table is not None:
+        if emb_col not in table.column_names:
+            raise ValueError(f"{what}: no embedding column '{emb_col}' (columns: "
+                             f"{table.column_names}); pass emb_col=")  # fmt: skip
+        x = table.column(emb_col).combine_chunks()
+    if isinstance(x, pa.ChunkedArray):
+        x = x.combine_chunks()
+    if isinstance(x, pa.Array):
+        x = _list_matrix(x, what=what)
+    from sklearn.utils.validation import check_array
+
+    # scikit-learn's own checks and messages: sparse, complex, 1-d, empty, object dtype
+    out = check_array(x, dtype=[np.float32, np.float64], ensure_all_finite=False,
+                      input_name=what)  # fmt: skip
+    # C order, float32, writable: a column-major frame would take another BLAS path (rows
+    # then differ from the job's in the last bit)
+    out = np.array(out, dtype=np.float32, order="C")
+    bad = ~np.isfinite(out)
+    if bad.any():
+        row, col = (int(v) for v in np.argwhere(bad)[0])
+        raise ValueError(f"{what}: row {row} column {col} is {out[row, col]} (NaN or infinity; "
+                         f"{int(bad.any(axis=1).sum())} rows in all); clean the rows first")  # fmt: skip
+    return out
+
+
+def _list_matrix(arr: pa.Array, *, what: str) -> np.ndarray:
+    if pa.types.is_fixed_size_list(arr.type):
+        width = arr.type.list_size
+    elif pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
+        lengths = set(arr.value_lengths().to_pylist())
+        if len(lengths) != 1:
+            raise ValueError(f"{what}: embedding rows of different lengths {sorted(lengths)}")
+        width = lengths.pop()
+    else:
+        raise ValueError(f"{what}: an Arrow {arr.type} is no embedding (a list of floats)")
+    if arr.null_count:
+        row = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
+        raise ValueError(f"{what}: row {row} is null; drop or fill it first")
+    return arr.flatten().to_numpy(zero_copy_only=False).reshape(len(arr), width)
+
+
+def label_columns(labels, names: list[str], n: int, *, what: str = "labels") -> dict:
+    """``{name: Arrow array}`` of the ``names`` columns of ``labels``: a mapping, a pandas
+    DataFrame or an Arrow table; a 1-d array-like is the one attribute when ``names`` is one."""
+    table = as_table(labels, what=what)
+    if table is None and is_pandas(labels) and hasattr(labels, "columns"):
+        table = pa.Table.from_pandas(labels, preserve_index=False)
+    if table is not None:
+        labels = {c: table.column(c) for c in table.column_names}
+    if not isinstance(labels, dict):
+        arr = np.asarray(labels)
+        if arr.ndim != 1 or len(names) != 1:
+            raise ValueError(f"{what}: a {arr.ndim}-d array holds one attribute; name "
+                             f"{names} as a dict or DataFrame of columns instead")  # fmt: skip
+        labels = {names[0]: arr}
+    out = {}
+    for name in names:
+        if name not in labels:
+            raise ValueError(f"{what}: no column '{name}' (has {sorted(labels)})")
+        col = labels[name]
+        col = col if isinstance(col, (pa.Array, pa.ChunkedArray)) else pa.array(np.asarray(col))
+        if len(col) != n:
+            raise ValueError(f"{what}: column '{name}' has {len(col)} rows, X has {n}")
+        out[name] = _classes(col, name, what=what)
+    return out
+
+
+def _classes(col, name: str, *, what: str):
+    """A float label column whose values are all whole numbers (pandas turns ints into floats)
+    as int64; any other float column is refused (classes, not measurements)."""
+    if not pa.types.is_floating(col.type):
+        return col
+    v = col.to_numpy(zero_copy_only=False) if hasattr(col, "to_numpy") else np.asarray(col)
+    if not np.isfinite(v).all() or (v != np.round(v)).any():
+        raise ValueError(f"{what}: column '{name}' is {col.type} with values that are not whole "
+                         "numbers (or NaN); labels are ints, strings or booleans")  # fmt: skip
+    return pa.array(v.astype(np.int64))
+
+
+def embedding_table(x: np.ndarray, ids, *, id_col: str, emb_col: str,
+                    labels: dict | None = None) -> pa.Table:  # fmt: skip
+    """The data contract's table: ``id_col``, ``emb_col`` (fixed-size list float32), labels."""
+    n, d = x.shape
+    ids = pa.array(np.arange(n, dtype=np.int64)) if ids is None else ids
+    if not isinstance(ids, (pa.Array, pa.ChunkedArray)):
+        ids = pa.array(np.asarray(ids))
+    if len(ids) != n:
+        raise ValueError(f"ids: {len(ids)} ids for {n} rows")
+    emb = pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1), pa.float32()), d)
+    cols = {id_col: ids, emb_col: emb, **(labels or {})}
+    return pa.table(cols)
+
+
+def write_private(table: pa.Table, directory: str, name: str) -> str:
+    """``table`` as ``directory/name.parquet`` (a directory this process made, 0700)."""
+    import pyarrow.parquet as pq
+
+    path = os.path.join(directory, f"{name}.parquet")
+    pq.write_table(table, path)
+    return path
+
+
+def private_dir(prefix: str) -> str:
+    """A new 0700 temporary directory (the caller removes it)."""
+    return tempfile.mkdtemp(prefix=prefix)

@@ -1,0 +1,260 @@
+"""The Beam API for a user's own pipeline: :class:`Anonymize` and :class:`AuditGate`.
+
+    anon = Anonymize(model="mine", repository="triton_models", triton_url="127.0.0.1:8001")
+    out = rows | anon                        # rows: dicts or pa.RecordBatch, from any source
+    out.quarantined | WriteToText(...)       # the dead letters: id + reason, nothing else
+    (out.rows | AuditGate("heldout.parquet", anonymize=anon)   # fails the run when it fails
+              | beam.io.WriteToParquet(...))  # the user's sink sees rows only after a pass
+
+``Anonymize`` composes what the `mass anonymize` job runs per batch (compose, not wrap): the
+signed export checked in the repository (:mod:`mass.serving.staging`,
+:mod:`mass.serving.manifest`), the row validation and quarantine (:mod:`mass.batches.
+quarantine`), the owner-keyed ROW_SEED (:class:`mass.noise.KeyedSeeds`, bound to the
+export's sha256), the model handler (:mod:`transforms.inference`: Triton, or any handler of
+that package) and the in-process recompute of flagged and sampled rows against the signed
+weights (:mod:`mass.batches.reference`). Its output is ``DoOutputsTuple`` of ``rows`` (main:
+id, the privatized embedding and the ``keep_columns``; never anything else of the input) and
+``quarantined`` (the dead-letter output, as Beam's ``with_exception_handling()`` gives one).
+A row the served model left unmodified or computed otherwise than the signed weights fails
+the run (:class:`mass.errors.ServingError`), as in the job.
+
+``AuditGate`` gathers the rows, runs the publication audit (:func:`mass.api.report.
+audit_release`, the gate of `mass anonymize`) and only then re-emits them: when the audit
+fails the pipeline raises :class:`mass.errors.AuditFailedError` and nothing reaches the sink.
+It holds the whole release on one worker (the audit judges all rows at once).
+"""
+
+from __future__ import annotations
+
+import os
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+
+from mass.batches.quarantine import validate_batch
+from mass.batches.spill import MISMATCH, UNMODIFIED, row_flags
+from mass.errors import AuditFailedError, ConfigError, ServingError
+from mass.serving.tensors import ModifierInputs
+
+QUARANTINED = "quarantined"
+ROWS = "rows"
+_SOURCE = "__mass_input"  # the model's input, kept beside its output for the bypass check
+
+
+def _export(repository: str, model: str, version: str) -> dict:
+    """export.json of a signed, verified export (refused otherwise)."""
+    from mass.serving.contract import export_info
+    from mass.serving.manifest import verify_version_dir
+    from mass.serving.staging import require_signed_export
+
+    require_signed_export(repository, model)
+    info = export_info(repository, model, version or None)
+    verify_version_dir(os.path.join(repository, model, str(info["version"])))
+    return info
+
+
+def _seeds(info: dict, noise_key_file: str | None):
+    """The job's ROW_SEED source (None without a key); a stochastic model needs the key."""
+    from mass.keys import NOISE_KEY_ENV, looked_for, resolve_key
+    from mass.noise import KeyedSeeds
+
+    key = resolve_key(noise_key_file, NOISE_KEY_ENV)
+    if key is None:
+        if info.get("stochastic", True):
+            raise ConfigError(f"model {info.get('name')!r} adds release noise keyed by the owner "
+                              f"key: pass noise_key_file= (looked in {looked_for(NOISE_KEY_ENV)})")  # fmt: skip
+        return None
+    return KeyedSeeds.of(key, context=str(info.get("sha256") or ""))
+
+
+class _AnonymizeBatchFn(beam.DoFn):
+    """One batch: validate (bad rows to the dead letter), modify, check, keep the columns."""
+
+    def __init__(self, handler, *, id_col, emb_col, dim, keep, reference, seeds):
+        self._handler, self._id_col, self._emb_col = handler, id_col, emb_col
+        self._dim, self._keep, self._reference = int(dim), list(keep), reference
+        self._seeds = seeds
+
+    def setup(self):
+        self._model = self._handler.load_model()
+
+    def teardown(self):
+        close = getattr(getattr(self, "_model", None), "close", None)
+        if close is not None:
+            close()
+
+    def process(self, items):
+        """``items``: a list from BatchElements, of record batches (each its own batch, out as
+        a record batch) or of dicts (one batch, out as dicts)."""
+        if items and all(isinstance(b, pa.RecordBatch) for b in items):
+            for batch in items:
+                yield from self._one(batch, dicts=False)
+        elif items:
+            yield from self._one(pa.RecordBatch.from_pylist(list(items)), dicts=True)
+
+    def _one(self, batch: pa.RecordBatch, *, dicts: bool):
+        missing = [c for c in (self._id_col, self._emb_col, *self._keep)
+                   if c not in batch.schema.names]  # fmt: skip
+        if missing:
+            raise ConfigError(f"Anonymize: rows have no column(s) {missing} (columns: "
+                              f"{batch.schema.names}); pass id_col=/emb_col=/keep_columns=")  # fmt: skip
+        good, bad = validate_batch(batch.select([self._id_col, self._emb_col, *self._keep]),
+                                   id_col=self._id_col, emb_col=self._emb_col, dim=self._dim)  # fmt: skip
+        if bad.num_rows:
+            for item in bad.to_pylist() if dicts else [bad]:
+                yield beam.pvalue.TaggedOutput(QUARANTINED, item)
+        if not good.num_rows:
+            return
+        (out,) = self._handler.run_inference([good], self._model)
+        self._check(out)
+        out = out.select([self._id_col, self._emb_col, *self._keep])
+        yield from (out.to_pylist() if dicts else [out])
+
+    def _check(self, out: pa.RecordBatch) -> None:
+        """The job's writer check: no row left as it came in, none computed otherwise than
+        the signed weights (flagged and sampled rows recomputed in-process)."""
+        flags = row_flags(out, self._emb_col, _SOURCE)
+        if self._reference is not None:
+            flags = self._reference.verify(out, flags, id_col=self._id_col,
+                                           emb_col=self._emb_col, verify_col=_SOURCE,
+                                           seeds=self._seeds)  # fmt: skip
+        bad = np.flatnonzero(flags & (UNMODIFIED | MISMATCH))
+        if len(bad):
+            row = int(bad[0])
+            what = "unmodified" if flags[row] & UNMODIFIED else "not the signed model's output"
+            raise ServingError(f"Anonymize: {len(bad)} row(s) came back {what} (first "
+                               f"{self._id_col} {out.column(self._id_col)[row].as_py()!r}); the "
+                               "server does not run the signed model; nothing may be released")  # fmt: skip
+
+
+class Anonymize(beam.PTransform):
+    """Rows (dicts, or Arrow record batches) -> ``rows`` (privatized) and ``quarantined``.
+
+    ``model``: the exported modifier's name; ``repository``: the signed model repository it
+    was exported to (verified here; gives its sha256, dimension and whether it is stochastic);
+    ``triton_url``: the gRPC address of a Triton server serving that repository (`mass serve`
+    or :class:`mass.serving.TritonServer`); ``handler``: another handler of
+    :mod:`transforms.inference` instead (e.g. an in-process FunctionModelHandler).
+    ``noise_key_file``: the owner key (default as `mass anonymize`: $MASS_NOISE_KEY_FILE,
+    then .mass/local.yaml). Dict rows are batched by ``BatchElements`` (up to ``batch_rows``).
+    ``keep_columns``: columns released beside id and emb (nothing else ever is).
+    """
+
+    def __init__(self, model: str, *, repository: str, triton_url: str | None = None,
+                 handler=None, version: str = "", id_col: str = "id", emb_col: str = "emb",
+                 keep_columns=(), noise_key_file: str | None = None, batch_rows: int = 4096,
+                 timeout_s: float = 60.0) -> None:  # fmt: skip
+        super().__init__()
+        if (triton_url is None) == (handler is None):
+            raise ConfigError("Anonymize: pass triton_url= (a server serving repository=) or "
+                              "handler= (an in-process model handler), one of them")  # fmt: skip
+        self.model, self.id_col, self.emb_col = model, id_col, emb_col
+        self.keep_columns, self.batch_rows = tuple(keep_columns), int(batch_rows)
+        self.info = _export(repository, model, version)
+        self.seeds = _seeds(self.info, noise_key_file)
+        self._reference = _reference(repository, model, self.info)
+        dim = int(self.info["dim"])
+        if triton_url is not None:  # else handler= (exactly one of them, checked above)
+            from transforms.inference.triton import TritonModelHandler
+
+            handler = TritonModelHandler(triton_url, model, version=version, output_col=emb_col,
+                                         inputs=ModifierInputs(id_col=id_col, emb_col=emb_col),
+                                         output_dim=dim, timeout_s=timeout_s,
+                                         keep_input_as=_SOURCE)  # fmt: skip
+        self._handler = handler.with_row_seeds(self.seeds)
+
+    def release_metadata(self) -> dict[bytes, bytes]:
+        """The ``mass.*`` metadata of a release of these rows (what the audit reads)."""
+        from mass.release.columns import release_metadata
+
+        fingerprint = self.seeds.fingerprint if self.seeds else ""
+        return release_metadata(self.info, audited=True, noise_key_fingerprint=fingerprint)
+
+    def expand(self, pcoll):
+        fn = _AnonymizeBatchFn(self._handler, id_col=self.id_col, emb_col=self.emb_col,
+                               dim=int(self.info["dim"]), keep=self.keep_columns,
+                               reference=self._reference, seeds=self.seeds)  # fmt: skip
+        return (
+            pcoll
+            | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=self.batch_rows)
+            | "Anonymize" >> beam.ParDo(fn).with_outputs(QUARANTINED, main=ROWS)
+        )
+
+
+def _reference(repository: str, model: str, info: dict):
+    from mass.batches.reference import ReferenceCheck
+
+    path = os.path.join(repository, model, str(info["version"]), str(info.get("weights")))
+    if not info.get("modifier") or not info.get("sha256") or not os.path.isfile(path):
+        return None
+    return ReferenceCheck(path, str(info["sha256"]))
+
+
+class AuditGate(beam.PTransform):
+    """Rows of an :class:`Anonymize` step -> the same rows, only once their audit passed.
+
+    ``labels``: held-out labels (a Parquet path, or a table / DataFrame) with the id, the
+    model's suppress/preserve attributes and, unless ``input`` gives them, the original
+    embeddings; ``policy``: an :class:`mass.audit.AuditPolicy` or a params.yaml path (default
+    as `mass anonymize`: ./params.yaml's ``audit:`` section when it exists, else the built-in
+    policy); ``anonymize``: the step whose output this is (its model's attributes and release
+    metadata); ``report_dir``: where report.html and audit.json go (kept whatever the verdict).
+    """
+
+    def __init__(self, labels, policy=None, *, anonymize: Anonymize, watch=(),
+                 report_dir: str | None = None, input=None,
+                 noise_key_file: str | None = None) -> None:  # fmt: skip
+        super().__init__()
+        from mass.audit import AuditPolicy, load_policy
+
+        if policy is None and os.path.exists("params.yaml"):
+            policy = "params.yaml"
+        self.policy = policy if isinstance(policy, AuditPolicy) else load_policy(policy)
+        self.labels, self.input, self.report_dir = labels, input, report_dir
+        self.watch, self.noise_key_file = tuple(watch), noise_key_file
+        self.meta = anonymize.release_metadata()
+        self.suppress = tuple(anonymize.info.get("suppress") or ())
+        self.preserve = tuple(anonymize.info.get("preserve") or ())
+        self.id_col, self.emb_col = anonymize.id_col, anonymize.emb_col
+        self.keep = anonymize.keep_columns
+        if not self.suppress:
+            raise ConfigError(f"AuditGate: model {anonymize.model!r} records no suppressed "
+                              "attribute to audit")  # fmt: skip
+
+    def expand(self, rows):
+        return (
+            rows
+            | "Gather" >> beam.combiners.ToList()
+            | "AuditThenRelease" >> beam.FlatMap(self._audit_then_release)
+        )
+
+    def _table(self, items: list) -> pa.Table:
+        from mass.api import frames
+
+        if items and all(isinstance(b, pa.RecordBatch) for b in items):
+            table = pa.Table.from_batches(items)
+        else:
+            table = pa.Table.from_pylist(items)
+        x = frames.matrix(table, what="AuditGate rows", emb_col=self.emb_col)
+        keep = {c: table.column(c) for c in self.keep}
+        out = frames.embedding_table(x, table.column(self.id_col), id_col=self.id_col,
+                                     emb_col=self.emb_col, labels=keep)  # fmt: skip
+        return out.replace_schema_metadata(self.meta)
+
+    def _audit_then_release(self, items: list):
+        from mass.api.report import audit_release
+
+        if not items:
+            raise AuditFailedError("AuditGate: no rows reached the gate; nothing to release")
+        report = audit_release(self._table(items), self.labels, suppress=self.suppress,
+                               preserve=self.preserve, watch=self.watch, policy=self.policy,
+                               report_dir=self.report_dir, id_col=self.id_col,
+                               emb_col=self.emb_col, allow_columns=self.keep, input=self.input,
+                               noise_key_file=self.noise_key_file)  # fmt: skip
+        if not report.passed:
+            failed = "; ".join(report.audit.get("failed_expectations") or []) or "see the report"
+            where = f" (report: {self.report_dir})" if self.report_dir else ""
+            raise AuditFailedError(f"AuditGate: the audit of {len(items)} element(s) failed"
+                                   f"{where}: {failed}; nothing passed the gate")  # fmt: skip
+        yield from items
