@@ -111,8 +111,8 @@ def _audit_summary(audit: Mapping | None, report_path: str | None) -> dict:
     verdict = {True: "passed", False: "failed"}.get(audit.get("pass"), "unknown")
     attrs = {}
     for name, row in view.attributes(audit).items():
-        keep = ("role", "pass", "majority", "floor", "baseline", "limit", "worst", "retention",
-                "certificate")  # fmt: skip
+        keep = ("role", "pass", "majority", "floor", "baseline", "limit", "family_limits",
+                "worst", "retention", "certificate")  # fmt: skip
         attrs[name] = {k: row.get(k) for k in keep if k in row}
     return {"verdict": verdict, "report": report_path, "attributes": attrs,
             "unnamed": unnamed_of(audit),
@@ -190,6 +190,9 @@ def _markdown(sheet: Mapping, name: str | None) -> str:
     for name_, row in (aud.get("attributes") or {}).items():
         if row.get("role") == "suppressed":
             lim = f", limit {view.fmt(row['limit'])}" if view.num(row.get("limit")) else ""
+            fams = view.family_limits(row)  # mixed margins: each family's own limit
+            if fams is not None:
+                lim = ", limits " + ", ".join(f"{md(f)} {view.fmt(v)}" for f, v in fams.items())
             lines.append(f"- {md(name_)} (suppressed): worst judge {view.fmt(row.get('worst'))} "
                          f"vs max(majority, floor) {view.fmt(row.get('baseline'))}{lim}, "
                          f"{'pass' if row.get('pass') else 'FAIL'}")  # fmt: skip
