@@ -56,9 +56,11 @@ def audit_metrics(result: AuditResult) -> dict:
             row["limits"] = {j: _num(v) for j, v in limits.items()}
             row["balanced_limits"] = {j: _num(v) for j, v in bal.items()}
             one = len(set(fams.values())) <= 1
-            row["limit"] = (_num(min(limits.values())) if one else row["limits"]) if limits else None
-            row["balanced_limit"] = ((_num(min(bal.values())) if one else row["balanced_limits"])
-                                     if bal else None)  # fmt: skip
+            if limits:
+                row["limit"] = _num(min(limits.values())) if one else row["limits"]
+                row["balanced_limit"] = _num(min(bal.values())) if one else row["balanced_limits"]
+            else:
+                row["limit"] = row["balanced_limit"] = None
             # released columns (ids included) whose attackers alone are over their limit
             row["leaking_columns"] = sorted({
                 c for j in r.ci_high if (c := column_of(j)) is not None
