@@ -100,6 +100,9 @@ def audit_plan(job: AnonymizeJob, info: dict, schema: pa.Schema) -> AuditPlan | 
         names, where = schema.names, f"--input {job.input}"
     watch = effective_watch(job.watch, job.policy.watch, names, where=where)
     check_watch(watch, suppress, preserve)
+    from mass.audit.policy import check_overrides
+
+    check_overrides(job.policy, suppress, preserve)  # before any data moves
     wanted = list(dict.fromkeys([*suppress, *preserve, *watch]))
     missing = [a for a in wanted if a not in names] + (
         [job.id_col] if job.id_col not in names else []

@@ -16,7 +16,7 @@ from mass.audit.columns import Statistics, combine, encode_released
 from mass.audit.data import encode_columns
 from mass.audit.expectations import JUDGE_COLUMNS
 from mass.audit.keyed import is_stochastic, keyless_view, modifier_parts
-from mass.audit.policy import AuditPolicy
+from mass.audit.policy import AuditPolicy, check_overrides
 from mass.audit.scan import Scan, scan
 from mass.audit.stream import PARTITION_ROWS
 from mass.audit.suite import AuditOutcome, SuiteSpec, Validator
@@ -96,6 +96,7 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
     if overlap:
         raise ConfigError(f"{sorted(overlap)}: both preserved and suppressed; pick one role")
     check_watch(watch, req.suppress, req.preserve)
+    check_overrides(req.policy, req.suppress, req.preserve)
     frozen, encodings = load_judges(req.run_dir) if req.run_dir else ({}, {})
     pol = req.policy
     # the column expectations of release_rows do not depend on the counts known after the scan
