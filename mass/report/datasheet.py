@@ -43,6 +43,12 @@ THREAT_MODEL = (
 )
 
 
+VERBATIM_IDS = (
+    "WARNING: ids released verbatim: the id column carries the input's own ids, so anyone who "
+    "knows a person's id finds their row, and a public scheme in the ids (check digits, an "
+    "encoded birth date or sex) is caught only as far as the audit's id judges read it; "
+    "`mass anonymize --pseudonymize-ids` releases keyed pseudonyms instead."
+)
 UNAUDITED = (
     "This release was NOT audited (published with --no-audit): no attacker was measured on "
     "it, and nothing here says its suppressed attributes cannot be predicted from it."
@@ -178,6 +184,7 @@ def _markdown(sheet: Mapping, name: str | None) -> str:
         "",
         f"- Suppressed: {', '.join(md(a) for a in sheet['suppressed']) or 'none recorded'}",
         f"- Preserved: {', '.join(md(a) for a in sheet['preserved']) or 'none recorded'}",
+        *([] if prov.get("ids") else [f"- {VERBATIM_IDS}"]),
         "",
         "## Audit",
         f"Verdict: **{md(aud['verdict']).upper()}**."
