@@ -61,6 +61,7 @@ from mass.pseudonym import DESCRIPTION as PSEUDONYMOUS
 from mass.release.columns import release_metadata, release_schema
 from mass.release.commit import discard_staging, private_dir, recover_output, sweep_scratch
 from mass.release.publish import publish_quarantine, publish_release
+from mass.report.datasheet import VERBATIM_IDS
 from mass.serving.contract import server_info
 from mass.serving.tensors import ModifierInputs
 from transforms.inference.triton import TritonModelHandler
@@ -310,6 +311,7 @@ def _summary(job, decided: Decided, result, rows_out: int, n_bad: int, secs: flo
         "allow_check": [v.to_dict() for v in decided.allow.verdicts],
         "audited": decided.audit is not None,
         "audit_report": verdict.get("report"),
+        "ids": "pseudonymous" if job.pseudonymize_ids else "verbatim",
         "noise_key_fingerprint": decided.seeds.fingerprint if decided.seeds else "",
         # rows the signed modifier itself left (near) their input, verified in-process
         "unchanged_rows": unchanged.get("unchanged_rows", 0),
@@ -329,6 +331,8 @@ def _summary(job, decided: Decided, result, rows_out: int, n_bad: int, secs: flo
             else "UNAUDITED (--no-audit)"
         )  # fmt: skip
     )
+    if not job.pseudonymize_ids:
+        print(f"anonymize: {VERBATIM_IDS} (column '{job.id_col}')", flush=True)
     log.info("summary %s", json.dumps(summary))
     return summary
 

@@ -9,7 +9,6 @@ then read ``job.<field>`` where it is used.
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -115,17 +114,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_serving_arguments(parser)
 
 
-def resolve_policy(path: str | None) -> tuple[object, str]:
-    """(policy, where it came from): --policy, else ./params.yaml if present, else defaults."""
-    from mass.audit.policy import AuditPolicy, load_policy
-
-    if path is None and os.path.isfile("params.yaml"):
-        path = "params.yaml"
-    if path is None:
-        return AuditPolicy(), "built-in defaults (no --policy, no ./params.yaml)"
-    return load_policy(path), f"{path} (audit:)"
-
-
 @dataclass(frozen=True)
 class AnonymizeJob:
     """Every setting of `mass anonymize` (see :mod:`beam_pipelines.anonymize`)."""
@@ -223,6 +211,8 @@ def plan_anonymize(args: argparse.Namespace, beam_args: Sequence[str] = ()) -> A
                           or args.watch):  # fmt: skip
         raise ConfigError("--no-audit: drop --labels/--policy/--report/--run-dir/--watch, or drop "
                           "--no-audit to audit before publishing")  # fmt: skip
+    from mass.audit.policy import resolve_policy
+
     policy, source = (None, "") if args.no_audit else resolve_policy(args.policy)
     noise_key = resolve_key(args.noise_key_file, NOISE_KEY_ENV)
     if args.pseudonymize_ids and noise_key is None:

@@ -188,6 +188,37 @@ class MassConfig:
         return replace(self, **changes)
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, key: Any, line: int, first: int):
+        super().__init__(key)
+        self.key, self.line, self.first = key, line, first
+
+
+def _unique_key_loader():
+    """yaml.SafeLoader refusing a key that appears twice in one mapping (merge keys ``<<``
+    keep their meaning: an explicit key overrides a merged one)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            if isinstance(node, yaml.MappingNode):
+                seen: dict[Any, int] = {}
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key = self.construct_object(key_node, deep=True)
+                    line = key_node.start_mark.line + 1
+                    try:
+                        if key in seen:
+                            raise _DuplicateKey(key, line, seen[key])
+                    except TypeError:  # an unhashable key: the base loader names it
+                        continue
+                    seen[key] = line
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
 def read_yaml(path: str, *, flag: str = "--config", missing: type[Exception] = MissingInputError,
               what: str = "config file") -> dict[str, Any]:  # fmt: skip
     """The top-level mapping of a YAML file (the one loader of params.yaml and policy files).
@@ -198,9 +229,14 @@ def read_yaml(path: str, *, flag: str = "--config", missing: type[Exception] = M
 
     try:
         with open(path) as f:
-            doc = yaml.safe_load(f)
+            doc = yaml.load(f, Loader=_unique_key_loader())  # noqa: S506 (a SafeLoader)
     except FileNotFoundError as e:
         raise missing(f"{path}: no such {what}; check {flag}") from e
+    except _DuplicateKey as e:
+        raise ConfigError(
+            f"{path}: duplicate key {e.key!r} (line {e.line}, first at line {e.first}); YAML "
+            "would silently keep only the last one: keep one of them"
+        ) from e
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML ({e})") from e
     doc = {} if doc is None else doc

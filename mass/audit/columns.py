@@ -10,9 +10,11 @@ names, ids assigned in blocks per class, ``F-00001``/``M-00002``), so each colum
   encoding (:func:`mass.audit.data.encode_columns`); for integers (and the trailing number of
   a string) the value, its rank, its low bits and its value mod small numbers; for strings the
   length and the share of letters, digits and other characters;
-- *keys* (integer codes per row): the value itself, integers mod small numbers, string
-  prefixes and suffixes, tokens split on non-alphanumerics, the character-class pattern
-  (``F-00001`` -> ``A-9``);
+- *keys* (integer codes per row): the value itself, integers mod small numbers and every
+  prime up to 100, string prefixes and suffixes, each character position (the first 24 and
+  the last 4: a fiscal code's day-of-birth field), tokens split on non-alphanumerics, the
+  character-class pattern (``F-00001`` -> ``A-9``); keys that are constant, unique per row or
+  a repeat of an earlier key's partition are left out (they carry no statistics);
 - an *order* (numbers, trailing numbers) along which neighbours are looked up (block position).
 
 :func:`target_statistics` turns keys and order into the label statistics an attacker would
@@ -31,7 +33,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-MODULI = (2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 100)  # value mod m: parity, blocks, check digits
+# value mod m: parity, blocks, check digits; every prime up to 100 (``id mod 11`` schemes)
+PRIMES = tuple(p for p in range(2, 101) if all(p % d for d in range(2, int(p**0.5) + 1)))
+MODULI = tuple(sorted({*PRIMES, 4, 6, 8, 10, 12, 16, 100}))
+POSITIONS = 24  # string characters judged one by one from the start (fiscal-code-like fields)
+FROM_END = 4  # ... and from the end
 BITS = 4  # the lowest bits of an integer as 0/1 features
 WINDOW = 8  # neighbours on each side in the order (block position)
 SMOOTH = 2.0  # pseudo-rows of the class prior added to each value's counts
@@ -84,6 +90,11 @@ def _strings(arr: pa.Array):
     for n in AFFIXES:
         keys[f"prefix{n}"] = _codes(pc.utf8_slice_codeunits(s, 0, n))
         keys[f"suffix{n}"] = _codes(pc.utf8_slice_codeunits(pc.utf8_reverse(s), 0, n))
+    longest = int(pc.max(pc.utf8_length(s)).as_py() or 0)
+    for i in range(min(POSITIONS, longest)):  # each character position on its own
+        keys[f"char{i}"] = _codes(pc.utf8_slice_codeunits(s, i, i + 1))
+    for i in range(min(FROM_END, longest)):
+        keys[f"char-{i + 1}"] = _codes(pc.utf8_slice_codeunits(pc.utf8_reverse(s), i, i + 1))
     tokens = pc.split_pattern_regex(s, r"[^0-9A-Za-z]+")
     for i in range(TOKENS):
         keys[f"token{i}"] = _codes(pc.list_flatten(pc.list_slice(tokens, i, i + 1, 1,
@@ -183,10 +194,23 @@ class Statistics:
 
     @classmethod
     def of(cls, codes: list[ColumnCodes]) -> Statistics:
-        keys, orders = [], []
+        keys, orders, seen = [], [], set()
         for c in codes:
             for k in c.keys.values():
-                keys.append(np.unique(k, return_inverse=True)[1].reshape(-1))
+                code = np.unique(k, return_inverse=True)[1].reshape(-1)
+                n_values = int(code.max(initial=-1)) + 1
+                # a constant key, or one with a value per row, has no statistics (every row
+                # gets the prior out of fold); a key that splits the rows like an earlier one
+                # (char0 and prefix1) repeats its statistics: each is left out
+                if n_values <= 1 or n_values >= code.size:
+                    continue
+                first = np.unique(code, return_index=True)[1]
+                canon = np.argsort(np.argsort(first))[code]  # codes in order of first use
+                digest = hash(canon.tobytes())
+                if digest in seen:
+                    continue
+                seen.add(digest)
+                keys.append(code)
             if c.order is not None:
                 o = c.order
                 fin = np.isfinite(o)

@@ -203,19 +203,75 @@ def policy_from_dict(section: Mapping[str, Any] | None) -> AuditPolicy:
     return AuditPolicy(**kw)
 
 
-def load_policy(params_path: str | None) -> AuditPolicy:
-    """Read ``audit:`` from a params.yaml (a missing file or section -> defaults)."""
+def _near(keys, name: str = "audit") -> list[str]:
+    """Top-level keys that look like a misspelt ``name`` (``audti``, ``Audit``)."""
+    import difflib
+
+    others = [str(k) for k in keys if k != name]
+    return [k for k in others if k.lower() == name
+            or difflib.SequenceMatcher(None, k.lower(), name).ratio() >= 0.75]  # fmt: skip
+
+
+def load_policy(params_path: str | None, *, flag: str = "--policy") -> AuditPolicy:
+    """Read ``audit:`` from a params.yaml or policy file (None -> the built-in defaults).
+
+    The file must hold an ``audit:`` mapping: one without it (or with a misspelt ``audti:``)
+    is refused naming the file and the key, never read as the defaults; a duplicated key is
+    refused by :func:`mass.config.read_yaml`."""
     if params_path is None:
         return AuditPolicy()
     from mass.config import read_yaml
 
-    params = read_yaml(params_path, flag="--params", missing=ConfigError, what="params file")
+    params = read_yaml(params_path, flag=flag, missing=ConfigError, what="policy file")
     section = params.get("audit")
-    if section is not None and not isinstance(section, Mapping):
+    if section is None:
+        near = _near(params)
+        hint = f" (is {near[0]!r} meant to be 'audit'?)" if near else ""
+        raise ConfigError(
+            f"{params_path}: no 'audit:' mapping{hint}; top-level keys "
+            f"{sorted(map(str, params))}: a {flag} file holds the audit policy under audit: "
+            "(docs/audit.md); nothing was read"
+        )
+    if not isinstance(section, Mapping):
         raise ConfigError(f"{params_path}: audit: expected a mapping of thresholds")
-    section = dict(section or {})
+    section = dict(section)
     anonymize = params.get("anonymize")
     if "allow_columns" not in section and isinstance(anonymize, Mapping):
         if anonymize.get("allow_columns") is not None:
             section["allow_columns"] = anonymize["allow_columns"]
     return policy_from_dict(section)
+
+
+DEFAULT_PARAMS = "params.yaml"  # read from the working directory when no file is named
+
+
+def resolve_policy(path: str | None, *, flag: str = "--policy") -> tuple[AuditPolicy, str]:
+    """(policy, where it came from), the one default of `mass anonymize`'s gate and of `mass
+    audit`: the named file's ``audit:``, else ./params.yaml's ``audit:`` when that file is
+    present (one without ``audit:`` gives the built-in defaults, said so in the source; a
+    misspelt ``audti:`` is refused), else the built-in defaults."""
+    import os
+
+    if path is not None:
+        return load_policy(path, flag=flag), f"{path} (audit:)"
+    if not os.path.isfile(DEFAULT_PARAMS):
+        return AuditPolicy(), f"built-in defaults (no {flag}, no ./{DEFAULT_PARAMS})"
+    from mass.config import read_yaml
+
+    doc = read_yaml(DEFAULT_PARAMS, flag=flag, missing=ConfigError, what="params file")
+    if "audit" in doc or _near(doc):
+        return load_policy(DEFAULT_PARAMS, flag=flag), f"{DEFAULT_PARAMS} (audit:)"
+    return AuditPolicy(), f"built-in defaults (no {flag}; ./{DEFAULT_PARAMS} has no audit:)"
+
+
+def check_overrides(policy: AuditPolicy, suppress, preserve) -> None:
+    """Refuse ``audit.suppress``/``audit.preserve`` overrides for attributes this audit
+    does not judge in that role (a misspelt name would silently never apply)."""
+    bad = [f"audit.suppress.{a}" for a in policy.suppress if a not in suppress]
+    bad += [f"audit.preserve.{a}" for a in policy.preserve if a not in preserve]
+    if bad:
+        raise ConfigError(
+            f"{', '.join(bad)}: override(s) for attribute(s) this audit does not judge in that "
+            f"role (suppressed {list(suppress)}, preserved {list(preserve)}); fix the name or "
+            "drop the override; nothing was published"
+        )

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from mass.audit.certified import certificate_block, certificate_line
 from mass.audit.data import parse_json_list
-from mass.audit.runner import AuditResult
+from mass.audit.runner import AuditResult, family_margins
 from mass.audit.unnamed import unnamed_lines
 from mass.metrics import FROZEN, aum, column_of
 from mass.metrics.strata import RULE as RARE_RULE
@@ -46,11 +46,21 @@ def audit_metrics(result: AuditResult) -> dict:
             row["excess"] = _num(r.worst - r.baseline)
             limits = {j: r.baseline + m for j, m in r.margins.items()}
             bal = {j: r.balanced_baseline + m for j, m in r.margins.items()}
-            # one number each (the strictest judge's), and every judge's in limits/...
-            row["limit"] = _num(min(limits.values())) if limits else None
-            row["balanced_limit"] = _num(min(bal.values())) if bal else None
+            # one number each when every judge has the same limit, else every judge's (never
+            # the strictest one's alone); each family's own in family_limits, every judge's in
+            # limits/...
+            fams = family_margins(r)
+            row["family_limits"] = {f: _num(r.baseline + m) for f, m in fams.items()}
+            row["family_balanced_limits"] = {f: _num(r.balanced_baseline + m)
+                                             for f, m in fams.items()}  # fmt: skip
             row["limits"] = {j: _num(v) for j, v in limits.items()}
             row["balanced_limits"] = {j: _num(v) for j, v in bal.items()}
+            one = len(set(fams.values())) <= 1
+            if limits:
+                row["limit"] = _num(min(limits.values())) if one else row["limits"]
+                row["balanced_limit"] = _num(min(bal.values())) if one else row["balanced_limits"]
+            else:
+                row["limit"] = row["balanced_limit"] = None
             # released columns (ids included) whose attackers alone are over their limit
             row["leaking_columns"] = sorted({
                 c for j in r.ci_high if (c := column_of(j)) is not None
@@ -201,6 +211,10 @@ def format_table(result: AuditResult) -> str:
             continue
         highs = ", ".join(f"{j} {v:.3f}" for j, v in r.ci_high.items())
         lines.append(f"{r.name}: 95% upper bounds (limit {r.baseline:.3f}+margin): {highs}")
+        fams = family_margins(r)
+        if len(set(fams.values())) > 1:
+            lims = ", ".join(f"{f} {r.baseline + m:.3f}" for f, m in fams.items())
+            lines.append(f"{r.name}: limits per judge family: {lims}")
         bal = ", ".join(f"{j} {v:.3f}" for j, v in r.balanced_ci_high.items())
         lines.append(f"{r.name}: balanced upper bounds (limit {r.balanced_baseline:.3f}+margin):"
                      f" {bal}")  # fmt: skip

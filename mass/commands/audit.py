@@ -40,7 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="report directory (local, or an object-store prefix: uploaded)",
     )
     parser.add_argument("--run-dir", help="training run (branches.pt, encodings.json)")
-    parser.add_argument("--params", help="params.yaml holding the audit: policy")
+    parser.add_argument("--params", help="params.yaml or policy file holding the audit: policy "
+                        "(default: ./params.yaml when present, else the built-in policy; the "
+                        "anonymize gate's default too)")  # fmt: skip
     parser.add_argument(
         "--id-col",
         default="id",
@@ -65,16 +67,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mass.audit import AuditRequest, load_policy
+    from mass.audit import AuditRequest
     from mass.audit.into import audit_into
+    from mass.audit.policy import resolve_policy
     from mass.audit.report import format_table
     from mass.errors import ConfigError
 
     if not args.suppress:
         raise ConfigError("--suppress: name at least one attribute")
+    # the gate's default: --params, else ./params.yaml when present, else built-in
+    policy, source = resolve_policy(args.params, flag="--params")
+    print(f"audit: {args.release}: policy from {source}", flush=True)
     req = AuditRequest(
         release=args.release, labels=args.labels, suppress=args.suppress,
-        preserve=args.preserve, watch=args.watch, policy=load_policy(args.params), report_dir=args.report,
+        preserve=args.preserve, watch=args.watch, policy=policy, report_dir=args.report,
         run_dir=args.run_dir, input=args.input, id_col=args.id_col, emb_col=args.emb_col,
         allow=args.allow_columns, noise_key_file=args.noise_key_file,
     )  # fmt: skip

@@ -29,6 +29,16 @@ def _num(v) -> str:
     return "-" if v is None else f"{float(v):.3f}"
 
 
+def _limit(a: dict) -> str:
+    """``limit 0.550``, or each judge family's own limit when the margins differ."""
+    from mass.report.view import family_limits
+
+    fams = family_limits(a)
+    if fams is not None:
+        return "limits " + ", ".join(f"{f} {_num(v)}" for f, v in fams.items())
+    return f"limit {_num(a.get('limit'))}"
+
+
 def summarize(audit: dict, release: str) -> list[str]:
     passed = bool(audit.get("pass"))
     rows = (audit.get("rows") or {}).get("release")
@@ -53,7 +63,7 @@ def summarize(audit: dict, release: str) -> list[str]:
             why = "" if status is None else f" (key-compromised view not judged: {status})"
             lines.append(
                 f"Suppressed:   {name:<{width}}  worst attacker {_num(a.get('worst'))}, "
-                f"95% bound {_num(bound)} vs limit {_num(a.get('limit'))}  {verdict}{why}"
+                f"95% bound {_num(bound)} vs {_limit(a)}  {verdict}{why}"
             )
             if (cert := certificate_text(a)) is not None:  # the bound on any attacker
                 lines.append(f"Certificate:  {name:<{width}}  {cert}")
@@ -160,6 +170,11 @@ def metrics(audit: dict, run: dict | None = None) -> dict:
         role = a.get("role") or "other"
         if role == "suppressed":
             bound, limit = _worst_bound(a), a.get("limit")
+            if isinstance(limit, dict):  # mixed margins: the judge furthest over its own limit
+                over = {j: v - limit[j] for j, v in (a.get("ci_high") or {}).items()
+                        if v is not None and limit.get(j) is not None}  # fmt: skip
+                j = max(over, key=over.__getitem__, default=None)
+                bound, limit = (None, None) if j is None else (a["ci_high"][j], limit[j])
             row = {"bound": bound, "limit": limit}
             if bound is not None and limit is not None:
                 row["excess"] = bound - limit

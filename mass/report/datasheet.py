@@ -43,6 +43,12 @@ THREAT_MODEL = (
 )
 
 
+VERBATIM_IDS = (
+    "WARNING: ids released verbatim: the id column carries the input's own ids, so anyone who "
+    "knows a person's id finds their row, and a public scheme in the ids (check digits, an "
+    "encoded birth date or sex) is caught only as far as the audit's id judges read it; "
+    "`mass anonymize --pseudonymize-ids` releases keyed pseudonyms instead."
+)
 UNAUDITED = (
     "This release was NOT audited (published with --no-audit): no attacker was measured on "
     "it, and nothing here says its suppressed attributes cannot be predicted from it."
@@ -111,8 +117,8 @@ def _audit_summary(audit: Mapping | None, report_path: str | None) -> dict:
     verdict = {True: "passed", False: "failed"}.get(audit.get("pass"), "unknown")
     attrs = {}
     for name, row in view.attributes(audit).items():
-        keep = ("role", "pass", "majority", "floor", "baseline", "limit", "worst", "retention",
-                "certificate")  # fmt: skip
+        keep = ("role", "pass", "majority", "floor", "baseline", "limit", "family_limits",
+                "worst", "retention", "certificate")  # fmt: skip
         attrs[name] = {k: row.get(k) for k in keep if k in row}
     return {"verdict": verdict, "report": report_path, "attributes": attrs,
             "unnamed": unnamed_of(audit),
@@ -178,6 +184,7 @@ def _markdown(sheet: Mapping, name: str | None) -> str:
         "",
         f"- Suppressed: {', '.join(md(a) for a in sheet['suppressed']) or 'none recorded'}",
         f"- Preserved: {', '.join(md(a) for a in sheet['preserved']) or 'none recorded'}",
+        *([] if prov.get("ids") else [f"- {VERBATIM_IDS}"]),
         "",
         "## Audit",
         f"Verdict: **{md(aud['verdict']).upper()}**."
@@ -190,6 +197,9 @@ def _markdown(sheet: Mapping, name: str | None) -> str:
     for name_, row in (aud.get("attributes") or {}).items():
         if row.get("role") == "suppressed":
             lim = f", limit {view.fmt(row['limit'])}" if view.num(row.get("limit")) else ""
+            fams = view.family_limits(row)  # mixed margins: each family's own limit
+            if fams is not None:
+                lim = ", limits " + ", ".join(f"{md(f)} {view.fmt(v)}" for f, v in fams.items())
             lines.append(f"- {md(name_)} (suppressed): worst judge {view.fmt(row.get('worst'))} "
                          f"vs max(majority, floor) {view.fmt(row.get('baseline'))}{lim}, "
                          f"{'pass' if row.get('pass') else 'FAIL'}")  # fmt: skip

@@ -131,7 +131,7 @@ def _advice(audit: Mapping) -> list[str]:
 
 
 def _limit_text(row: Mapping, key: str) -> str:
-    return "per judge, below" if isinstance(row.get(key), Mapping) else view.fmt(row.get(key))
+    return view.limit_text(row, key)
 
 
 def _kv_table(rows: list[tuple[str, str]]) -> str:

@@ -93,6 +93,24 @@ def limit(row: Mapping, key: str, judge: str) -> float | None:
     return num(v.get(judge)) if isinstance(v, Mapping) else num(v)
 
 
+def family_limits(row: Mapping, key: str = "family_limits") -> dict[str, float | None] | None:
+    """Each judge family's own limit when they differ (mixed margins), else None (one limit,
+    ``limit``, holds for every judge)."""
+    fams = row.get(key)
+    if not isinstance(fams, Mapping) or len({num(v) for v in fams.values()}) <= 1:
+        return None
+    return {str(f): num(v) for f, v in fams.items()}
+
+
+def limit_text(row: Mapping, key: str = "limit") -> str:
+    """A suppressed attribute's limit as text: one number, or each family's own."""
+    fams = family_limits(row, "family_balanced_limits" if key == "balanced_limit" else
+                         "family_limits")  # fmt: skip
+    if fams is not None:
+        return "per judge family: " + ", ".join(f"{f} {fmt(v)}" for f, v in fams.items())
+    return "per judge, below" if isinstance(row.get(key), Mapping) else fmt(row.get(key))
+
+
 def min_fraction(audit: Mapping, name: str) -> float | None:
     """A preserved attribute's required retention: its own field, else from the policy."""
     row = attributes(audit).get(name, {})

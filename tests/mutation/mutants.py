@@ -60,6 +60,7 @@ SIGNED = (f"{_UNTRUSTED}test_tampered_export_is_refused_before_the_server_launch
           "tests/mass/serving/test_signature_guards.py")  # fmt: skip
 UNPICKLE = (f"{_UNTRUSTED}test_crafted_modifier_never_runs_in_export_or_load",
             f"{_UNTRUSTED}test_crafted_checkpoint_never_runs_on_resume")  # fmt: skip
+_POLICY = "tests/failclosed/test_policy_files.py::"
 SHM = (
     "tests/beam_pipelines/test_triton_jobs.py::"
     "test_shared_memory_and_grpc_payloads_give_byte_identical_releases",
@@ -504,6 +505,27 @@ MUTANTS = [
     Mutant("watch-kept-ignores-frozen", "mass.metrics.unnamed:watch_report",
            '"kept": _lower(kept, read.get("frozen_kept"))', '"kept": kept', WATCH,
            "a watch attribute released inside out counts as kept"),
+    # --- policy files, judge families, id schemes --------------------------------------------
+    Mutant("policy-without-audit-is-defaults", "mass.audit.policy:load_policy",
+           'section = params.get("audit")', 'section = params.get("audit", {})',
+           (f"{_POLICY}test_a_policy_file_without_audit_is_refused_naming_file_and_key",),
+           "a --policy file without audit: (or with audti:) silently runs the defaults"),
+    Mutant("yaml-duplicate-key-kept", "mass.config:_unique_key_loader",
+           "if key in seen:", "if False:", (f"{_POLICY}test_a_duplicate_key_is_refused",),
+           "a duplicated policy section silently keeps the last one"),
+    Mutant("policy-override-unjudged-kept", "mass.audit.policy:check_overrides",
+           "if bad:", "if False:",
+           (f"{_POLICY}test_an_override_for_an_attribute_not_judged_is_refused",),
+           "an override for a misspelt attribute is kept and never applied"),
+    Mutant("vacuous-strictest-family-only", "mass.audit.runner:_vacuous_judges",
+           "sorted(by_margin, reverse=True)", "sorted(by_margin)",
+           ("tests/failclosed/test_judge_families.py::"
+            "test_a_margin_of_one_for_one_family_is_refused",),
+           "one loose family (mlp margin 1.0) switches its judges off and the policy runs"),
+    Mutant("id-judges-no-char-positions", "mass.audit.columns:_strings",
+           'keys[f"char{i}"] = ', "_ = ",
+           ("tests/failclosed/test_id_schemes.py::test_public_id_schemes_fail_the_gate",),
+           "fiscal-code-like ids (gender in the day field) pass the id judges"),
     # --- shared memory ------------------------------------------------------------------------
     Mutant("shm-forced-off", "mass.serving.triton_client:TritonClient._shm_output_shape",
            "if not self.shm or", "if True or", SHM,
