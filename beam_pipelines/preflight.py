@@ -80,7 +80,7 @@ def decide(job: AnonymizeJob, info: dict, checked: CheckedInput, *, dim_checked:
     input's dimension is checked here unless ``checked`` was made knowing it. A transductive
     model fitted on other rows than ``source`` (the input as given, before ids are
     pseudonymized) is refused first (:func:`mass.fitrows.check_fitted_rows`)."""
-    check_fitted_rows(info, source or job.input, id_col=job.id_col)
+    check_fitted_rows(info, source or job.input, id_col=job.id_col, emb_col=job.emb_col)
     if not dim_checked and info.get("dim"):
         check_dim(checked, emb_col=job.emb_col, dim=int(info["dim"]))
     forced = resolve_allow_columns(
