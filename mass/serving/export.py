@@ -37,7 +37,7 @@ from mass.keys import OwnerKey
 from mass.safe_load import plain
 from mass.serving import contract as C
 from mass.serving.manifest import sign_version_dir, signing_key, verify_version_dir
-from mass.serving.newest import FLAG, NEWEST, record_newest
+from mass.serving.newest import FLAG, LINEAGE, NEWEST, next_record, record_newest
 from mass.serving.repository import (
     MODEL_PY,
     atomic_write,
@@ -357,6 +357,7 @@ def _export(
     model_dir = Path(repository) / name
     model_dir.mkdir(parents=True, exist_ok=True)
     version = next_version(model_dir, version)
+    chain = next_record(model_dir, key)
     staging = model_dir / f".staging-{uuid.uuid4().hex[:8]}"
     staging.mkdir()
     try:
@@ -381,6 +382,7 @@ def _export(
             "code_sha256": code_sha256(),
             "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
             FLAG: NEWEST,  # signed with the version: the record must exist (mass.serving.newest)
+            **chain,  # its lineage and predecessor: a record of another export is refused
         }
         (staging / C.EXPORT_JSON).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         # Older versions are signed over the current config; check them before it changes.
@@ -405,7 +407,7 @@ def _export(
     # Sign last: until then the new version is unsigned and would be refused (fail closed).
     for folder in [*still_good, model_dir / str(version)]:
         sign_version_dir(folder, key)
-    record_newest(model_dir, version, sha, key)
+    record_newest(model_dir, version, sha, key, chain[LINEAGE])
     return ExportResult(name, version, model_dir, model_dir / str(version), sha)
 
 
