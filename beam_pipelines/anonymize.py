@@ -28,10 +28,13 @@ the job refuses unless ``--no-audit``, which publishes the release recorded as u
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import logging
 import os
+import secrets
+import sys
 import time
 from pathlib import Path
 
@@ -57,8 +60,8 @@ from mass.batches.quarantine import publish_quarantine, quarantine_schema
 from mass.batches.validate import release_schema
 from mass.errors import InputError, QuarantineThresholdError, SchemaError
 from mass.io import read_table
-from mass.keys import NOISE_KEY_ENV
-from mass.pseudonym import DESCRIPTION as PSEUDONYMOUS
+from mass.keys import NOISE_KEY_ENV, state_dir
+from mass.pseudonym import SCOPES, describe, map_path, scope_label
 from mass.release.columns import release_metadata
 from mass.release.commit import discard_staging, private_dir, recover_output
 from mass.release.publish import publish_release
@@ -154,6 +157,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "in the release metadata (mass.ids), never the key",
     )
     parser.add_argument(
+        "--pseudonym-scope",
+        choices=SCOPES,
+        default=None,
+        help="with --pseudonymize-ids: 'stable' (default) gives an id the same pseudonym in "
+        "every release under the key, so releases join on their ids; 'model' one per model "
+        "name; 'release' fresh pseudonyms for this release only, the owner's (id, pseudonym) "
+        "map kept privately in $MASS_STATE_DIR/pseudonym-maps/ (docs/threat-model.md)",
+    )
+    parser.add_argument(
         "--noise-key-on-worker",
         action="store_true",
         help="workers read --noise-key-file themselves (same path on every worker) instead of "
@@ -197,9 +209,14 @@ def run_job(job: AnonymizeJob, *, test_pipeline=None, model_handler=None, model_
         if job.pseudonymize_ids:  # the whole job runs on a private copy
             job, names = _pseudonymize_inputs(job, staging)
         if model_handler is not None:
-            return _run_in_process(job, staging, test_pipeline, model_handler,
-                                   model_info or {}, source)  # fmt: skip
-        return _run_served(job, staging, test_pipeline, source)
+            summary = _run_in_process(job, staging, test_pipeline, model_handler,
+                                      model_info or {}, source)  # fmt: skip
+        else:
+            summary = _run_served(job, staging, test_pipeline, source)
+        if job.pseudonym_map:
+            log.info("the owner's pseudonym map (private): %s", job.pseudonym_map)
+            summary["pseudonym_map"] = job.pseudonym_map
+        return summary
     except InputError as e:
         if not names:
             raise
@@ -209,6 +226,9 @@ def run_job(job: AnonymizeJob, *, test_pipeline=None, model_handler=None, model_
     finally:
         for d in staging.dirs():
             discard_staging(d)  # never a version this run committed (object stores)
+        if job.pseudonym_map and sys.exc_info()[0] is not None:  # nothing was published
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(job.pseudonym_map)
 
 
 def _pseudonymize_inputs(job: AnonymizeJob, staging: Staging) -> tuple[AnonymizeJob, dict]:
@@ -216,14 +236,25 @@ def _pseudonymize_inputs(job: AnonymizeJob, staging: Staging) -> tuple[Anonymize
     owner-keyed pseudonyms (:mod:`mass.batches.pseudonymize`); removed with the staging."""
     from mass.batches.pseudonymize import pseudonymized_copy
 
-    kw = dict(id_col=job.id_col, key=job.noise_key)
+    label = scope_label(job.pseudonym_scope, job.model)
+    owner_map = map_path(state_dir(), secrets.token_hex(8)) if label.startswith("release:") else ""
+    kw = dict(id_col=job.id_col, key=job.noise_key, label=label)
     where = fs.join(private_dir(staging.aux), "ids")
-    inp, names = pseudonymized_copy(job.input, where, tag="input", **kw)
+    inp, names = pseudonymized_copy(job.input, where, tag="input", owner_map=owner_map or None,
+                                    **kw)  # fmt: skip
     labels = job.labels
     if labels:
         labels, more = pseudonymized_copy(labels, where, tag="labels", **kw)
         names.update(more)
-    return dataclasses.replace(job, input=inp, labels=labels), names
+    return dataclasses.replace(job, input=inp, labels=labels, pseudonym_map=owner_map), names
+
+
+def _ids_note(job: AnonymizeJob) -> str:
+    """``mass.ids``: how the released ids were made ("" verbatim)."""
+    if not job.pseudonymize_ids:
+        return ""
+    map_id = os.path.basename(job.pseudonym_map).removesuffix(".parquet")
+    return describe(job.pseudonym_scope, job.model, map_id)
 
 
 def _run_in_process(job, staging, test_pipeline, model_handler, info: dict, source: str) -> dict:
@@ -285,7 +316,7 @@ def _run(job: AnonymizeJob, staging: Staging, test_pipeline, handler, decided: D
     fingerprint = decided.seeds.fingerprint if decided.seeds else ""
     meta = release_metadata(info, forced_columns=list(decided.forced_columns),
                             audited=decided.audit is not None, noise_key_fingerprint=fingerprint,
-                            ids=PSEUDONYMOUS if job.pseudonymize_ids else "")  # fmt: skip
+                            ids=_ids_note(job))  # fmt: skip
     out_schema = release_schema(checked.schema, id_col=job.id_col, emb_col=job.emb_col, dim=dim,
                                 columns=list(job.allow_columns), metadata=meta)  # fmt: skip
     q_schema = quarantine_schema(checked.schema.field(job.id_col).type, job.id_col)

@@ -55,6 +55,8 @@ class AnonymizeJob:
     serving: Serving
     beam_args: tuple[str, ...]  # checked by beam_pipelines.options.beam_flags
     temp_location: str | None  # Beam's --temp_location, as Beam parses it
+    pseudonym_scope: str = "stable"  # --pseudonym-scope (mass.pseudonym.SCOPES)
+    pseudonym_map: str = ""  # the owner's private (id, pseudonym) map of a per-release scope
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,10 @@ def plan_anonymize(args: argparse.Namespace, beam_args: Sequence[str] = ()) -> A
             f"--noise-key-file PATH or set {NOISE_KEY_ENV} (create one with `mass keygen "
             "PATH`); nothing was read or published"
         )
+    scope = getattr(args, "pseudonym_scope", None)
+    if scope and not args.pseudonymize_ids:
+        raise ConfigError(f"--pseudonym-scope {scope}: pseudonyms are made only with "
+                          "--pseudonymize-ids; add it, or drop --pseudonym-scope")  # fmt: skip
     return AnonymizeJob(
         input=args.input,
         output=args.output,
@@ -124,6 +130,7 @@ def plan_anonymize(args: argparse.Namespace, beam_args: Sequence[str] = ()) -> A
         labels=args.labels,
         watch=tuple(args.watch or ()),
         pseudonymize_ids=args.pseudonymize_ids,
+        pseudonym_scope=scope or "stable",
         report=report,
         run_dir=args.run_dir,
         policy=policy,

@@ -210,6 +210,22 @@ def weak_reason(secret: bytes) -> str | None:
     return None
 
 
+STATE_ENV = "MASS_STATE_DIR"
+
+
+def state_dir() -> str:
+    """The owner's private state directory: ``$MASS_STATE_DIR``, else ``$XDG_STATE_HOME/mass``,
+    else ``~/.local/state/mass``. It holds what only the owner may read and no repository or
+    release carries: the newest-version ledger (:mod:`mass.serving.newest`) and per-release
+    pseudonym maps (:mod:`mass.pseudonym`). Created 0700 by whoever writes there first."""
+    chosen = os.environ.get(STATE_ENV)
+    if chosen:
+        return os.path.abspath(chosen)
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local",
+                                                              "state")  # fmt: skip
+    return os.path.join(os.path.abspath(base), "mass")
+
+
 def local_config() -> str | None:
     """The local config file consulted for key paths (absolute), or None when disabled."""
     chosen = os.environ.get(LOCAL_CONFIG_ENV, LOCAL_CONFIG)

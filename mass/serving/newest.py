@@ -30,14 +30,13 @@ import secrets
 from pathlib import Path
 
 from mass.errors import ChecksumMismatchError, ConfigError, ModelRollbackError
-from mass.keys import OwnerKey
+from mass.keys import STATE_ENV, OwnerKey, state_dir
 from mass.serving.contract import SIGN_PURPOSE
 
 NEWEST = "mass-newest.json"
 FLAG = "newest_record"  # the export.json field that says a record was written with it
 LINEAGE = "newest_lineage"  # export.json: the lineage of the record written with it
 PREDECESSOR = "predecessor"  # export.json: {version, sha256} the record named before, or None
-STATE_ENV = "MASS_STATE_DIR"
 LEDGER = "newest-ledger.json"
 _FORMAT = "mass-newest-v2"
 
@@ -138,18 +137,8 @@ def check_not_rolled_back(model_dir: Path, version: int, meta: dict, key: OwnerK
     remember(model_dir.name, rec["version"], rec["sha256"], rec["lineage"])
 
 
-def state_dir() -> Path:
-    """The owner's private state directory (``$MASS_STATE_DIR``, else XDG state)."""
-    chosen = os.environ.get(STATE_ENV)
-    if chosen:
-        return Path(chosen)
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local",
-                                                              "state")  # fmt: skip
-    return Path(base) / "mass"
-
-
 def ledger_path() -> Path:
-    return state_dir() / LEDGER
+    return Path(state_dir()) / LEDGER
 
 
 def _ledger() -> dict:
