@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from beam_pipelines.options import Serving, plan_serving, temp_location
 from mass import fs
 from mass.errors import ConfigError
-from mass.keys import NOISE_KEY_ENV, OwnerKey, resolve_key
+from mass.keys import NOISE_KEY_ENV, STATE_ENV, OwnerKey, resolve_key, state_dir
 from mass.release.commit import check_outputs, private_dir, staging_dir
+from mass.release.writable import probe_writable
 
 
 def resolve_policy(path: str | None) -> tuple[object, str]:
@@ -89,6 +90,11 @@ class Staging:
             private_dir(d)
 
 
+def _under(path: str, root: str) -> bool:
+    a, b = os.path.realpath(path), os.path.realpath(root)
+    return os.path.commonpath([a, b]) == b
+
+
 def plan_anonymize(args: argparse.Namespace, beam_args: Sequence[str] = ()) -> AnonymizeJob:
     """The job's plan; every check decidable from the flags and the files they name runs
     here, before any data is read or a server is started."""
@@ -100,6 +106,10 @@ def plan_anonymize(args: argparse.Namespace, beam_args: Sequence[str] = ()) -> A
     report = None if args.no_audit else args.report or f"{out}_report"
     # Before any work: which paths the job may replace (only its own outputs, never the input).
     check_outputs(output=args.output, quarantine=quarantine, inputs=args.input, report=report)
+    probe_writable("--output", args.output, into=False)  # can, not only may (mass.release.writable)
+    probe_writable("--quarantine", quarantine, into=False)
+    if report is not None:
+        probe_writable("--report", report, into=True)
     if args.no_audit and (args.labels or args.policy or args.report or args.run_dir
                           or args.watch):  # fmt: skip
         raise ConfigError("--no-audit: drop --labels/--policy/--report/--run-dir/--watch, or drop "
@@ -116,6 +126,13 @@ def plan_anonymize(args: argparse.Namespace, beam_args: Sequence[str] = ()) -> A
     if scope and not args.pseudonymize_ids:
         raise ConfigError(f"--pseudonym-scope {scope}: pseudonyms are made only with "
                           "--pseudonymize-ids; add it, or drop --pseudonym-scope")  # fmt: skip
+    if scope == "release":  # the owner's map is written there, never under a release prefix
+        private = state_dir()
+        for flag, path in (("--output", out), ("--quarantine", quarantine), ("--report", report)):
+            if path and not fs.is_remote(path) and _under(private, path):
+                raise ConfigError(f"${STATE_ENV} {private}: lies under {flag} {path}; the "
+                                  "owner's pseudonym map must stay private: move one of them")  # fmt: skip
+        probe_writable(f"--pseudonym-scope release (${STATE_ENV})", private, into=True)
     return AnonymizeJob(
         input=args.input,
         output=args.output,
