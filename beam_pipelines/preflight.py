@@ -17,6 +17,7 @@ from mass.fitrows import check_fitted_rows
 from mass.keys import NOISE_KEY_ENV, looked_for
 from mass.noise import KeyedSeeds
 from mass.release.columns import resolve_allow_columns
+from mass.trained_classes import check_trained_classes
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ def decide(job: AnonymizeJob, info: dict, checked: CheckedInput, *, dim_checked:
     model fitted on other rows than ``source`` (the input as given, before ids are
     pseudonymized) is refused first (:func:`mass.fitrows.check_fitted_rows`)."""
     check_fitted_rows(info, source or job.input, id_col=job.id_col, emb_col=job.emb_col)
+    check_trained_classes(info, [s for s in (job.labels, job.input) if s])
     if not dim_checked and info.get("dim"):
         check_dim(checked, emb_col=job.emb_col, dim=int(info["dim"]))
     forced = resolve_allow_columns(

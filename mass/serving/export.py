@@ -153,6 +153,8 @@ def export_modifier(
         "modifier": {"kind": getattr(model, "kind", None), "spec": plain(model.spec.to_dict())},
         # what `mass train` calibration chose (None for an explicit --config/--mode/--method)
         "calibration": plain(meta.get("calibration")),
+        # the trained classes of each judged attribute (mass.trained_classes refuses others)
+        "classes": _trained_classes(meta),
     }
     return _export(
         repository,
@@ -168,6 +170,12 @@ def export_modifier(
         gpu_variant=gpu_variant,
         key=key,
     )
+
+
+def _trained_classes(meta: dict) -> dict:
+    encodings = meta.get("encodings") or {}
+    attrs = [*(meta.get("suppress") or []), *(meta.get("preserve") or [])]
+    return {a: plain(list(encodings[a])) for a in attrs if a in encodings}
 
 
 def export_extractor(
