@@ -15,8 +15,8 @@ than the record, or is not the export the record names (another sha256 or lineag
 the record is gone although the version says one was written. A record signed for another
 model (name) fails its signature. An older record restored after the newer version was
 deleted (from a backup, the DVC cache) is itself a valid signed file, so the repository alone
-cannot tell it from the past: the owner's *ledger* remembers, per lineage, the highest version
-every export and every job on this machine has seen (``$MASS_STATE_DIR/newest-ledger.json``,
+cannot tell it from the past: the owner's *ledger* remembers, per lineage and model directory,
+the highest version every export and every job on this machine has seen (``$MASS_STATE_DIR/newest-ledger.json``,
 default ``$XDG_STATE_HOME/mass`` or ``~/.local/state/mass``; a 0700 directory outside any
 repository or release). A record older than the ledger's is refused as replayed.
 ``--model-version N`` serves an older version on purpose.
@@ -93,7 +93,7 @@ def record_newest(model_dir: Path, version: int, sha256: str, key: OwnerKey, lin
     tmp = model_dir / f".{NEWEST}.tmp"
     tmp.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
     os.replace(tmp, model_dir / NEWEST)
-    remember(model_dir.name, version, sha256, lineage)
+    remember(model_dir, version, sha256, lineage)
 
 
 def check_not_rolled_back(model_dir: Path, version: int, meta: dict, key: OwnerKey) -> None:
@@ -125,7 +125,7 @@ def check_not_rolled_back(model_dir: Path, version: int, meta: dict, key: OwnerK
             f"disk is {str(meta.get('sha256'))[:12]} (lineage {str(meta.get(LINEAGE))[:8]}): "
             "a record of another export; re-export, or pass --model-version to serve it"
         )
-    seen = _ledger().get(rec["lineage"])
+    seen = _ledger().get(_entry(model_dir, rec["lineage"]))
     if seen and int(seen["version"]) > rec["version"]:
         raise ModelRollbackError(
             f"{model_dir / NEWEST}: a replayed record: it names version {rec['version']}, but "
@@ -134,7 +134,7 @@ def check_not_rolled_back(model_dir: Path, version: int, meta: dict, key: OwnerK
             f"older record restored. Restore version {seen['version']}, or pass "
             f"--model-version {version} to serve this one on purpose"
         )
-    remember(model_dir.name, rec["version"], rec["sha256"], rec["lineage"])
+    remember(model_dir, rec["version"], rec["sha256"], rec["lineage"])
 
 
 def ledger_path() -> Path:
@@ -157,16 +157,23 @@ def _ledger() -> dict:
     return doc
 
 
-def remember(name: str, version: int, sha256: str, lineage: str) -> None:
-    """Raise the ledger's version of ``lineage`` to ``version`` (never lower it)."""
+def _entry(model_dir: Path, lineage: str) -> str:
+    """A ledger entry: the lineage at this model directory (a copy of the directory elsewhere,
+    exported on from there, has its own entry and never makes this one look replayed)."""
+    return f"{lineage}@{os.path.realpath(model_dir)}"
+
+
+def remember(model_dir: Path, version: int, sha256: str, lineage: str) -> None:
+    """Raise the ledger's version of ``lineage`` at ``model_dir`` to ``version`` (never lower)."""
     path = ledger_path()
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         doc = _ledger()
-        seen = doc.get(lineage)
+        entry = _entry(model_dir, lineage)
+        seen = doc.get(entry)
         if seen and int(seen["version"]) >= version:
             return
-        doc[lineage] = {"name": name, "version": version, "sha256": sha256}
+        doc[entry] = {"name": model_dir.name, "version": version, "sha256": sha256}
         tmp = path.parent / f".{LEDGER}.{os.getpid()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:

@@ -120,3 +120,14 @@ def test_another_models_record_copied_over_is_refused(tmp_path, fc):
     shutil.copy(repo / "twin" / "mass-newest.json", repo / "mod" / "mass-newest.json")
     with pytest.raises(E.ChecksumMismatchError, match="mass-newest.json: signature does not"):
         TritonServer(repo, models=["mod"]).start()
+
+
+def test_a_copy_exported_on_elsewhere_never_makes_the_original_look_replayed(tmp_path, fc):
+    """The ledger is per model directory: a copy of `mod` (same lineage) given a v2 elsewhere
+    leaves the original's v1 the newest of its own directory."""
+    repo = tmp_path / "repo"
+    fc.export_mod(tmp_path / "a", repo, seed=0)
+    copy = fc.copy_tree(repo / "mod", tmp_path / "copy" / "mod").parent
+    fc.export_mod(tmp_path / "b", copy, seed=1)
+    with pytest.raises(E.ServingError, match="unreachable"):  # past every rollback check
+        fc.mass_command(_anonymize_argv(tmp_path, fc, repo))
