@@ -36,39 +36,37 @@ import os
 import secrets
 import sys
 import time
-from pathlib import Path
 
 import apache_beam as beam
 import pyarrow as pa
 
 from beam_pipelines.gate import audit_staged
 from beam_pipelines.options import (
-    add_serving_arguments,
     counter,
-    csv_list,
-    names_runner,
     parse_job_argv,
     pipeline_for,
     run_to_completion,
     triton_endpoint,
 )
-from beam_pipelines.plan import AnonymizeJob, Staging, plan_anonymize
-from beam_pipelines.preflight import Decided, check_job_input, check_noise_key, decide
+from beam_pipelines.plan import AnonymizeJob, Staging, add_arguments, plan_anonymize
+from beam_pipelines.preflight import (
+    Decided,
+    check_export,
+    check_job_input,
+    check_noise_key,
+    decide,
+)
 from mass import fs
 from mass.batches.parquet import plan_row_groups
-from mass.batches.quarantine import publish_quarantine, quarantine_schema
-from mass.batches.validate import release_schema
+from mass.batches.quarantine import quarantine_schema
 from mass.errors import InputError, QuarantineThresholdError, SchemaError
 from mass.io import read_table
-from mass.keys import NOISE_KEY_ENV, state_dir
-from mass.pseudonym import SCOPES, describe, map_path, scope_label
-from mass.release.columns import release_metadata
-from mass.release.commit import discard_staging, private_dir, recover_output
-from mass.release.publish import publish_release
-from mass.serving.contract import export_info, server_info
-from mass.serving.manifest import signing_key, verify_version_dir
-from mass.serving.newest import check_not_rolled_back
-from mass.serving.staging import require_signed_export
+from mass.keys import state_dir
+from mass.pseudonym import describe, map_path, scope_label
+from mass.release.columns import release_metadata, release_schema
+from mass.release.commit import discard_staging, private_dir, recover_output, sweep_scratch
+from mass.release.publish import publish_quarantine, publish_release
+from mass.serving.contract import server_info
 from mass.serving.tensors import ModifierInputs
 from transforms.inference.triton import TritonModelHandler
 from transforms.modify import ModifyRowGroupFn, pick
@@ -76,102 +74,7 @@ from transforms.parquet_write import MergeShards, WriteShardedParquet
 
 log = logging.getLogger("mass.anonymize")
 INPUT_COPY = "__mass_input"  # the model's input, carried to the writer for the bypass check
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--input", required=True, help="embedding Parquet file, dir or glob")
-    parser.add_argument("--output", required=True, help="release directory (replaced atomically)")
-    parser.add_argument("--model", required=True, help="modifier name in the Triton repository")
-    parser.add_argument(
-        "--id-col",
-        default="id",
-        help="row id column (int64, unique; what keyed noise and joins use)",
-    )
-    parser.add_argument(
-        "--emb-col", default="emb", help="embedding column (fixed-size list of float32)"
-    )
-    parser.add_argument(
-        "--allow-columns",
-        type=csv_list,
-        default=[],
-        help="comma-separated extra columns to release. Refused by name: a suppressed label, "
-        "raw media. With the audit's labels (the gate is on), each column is also judged "
-        "alone against each suppressed attribute by the audit's attackers and limits before "
-        "any inference, and a column that predicts one above the policy is refused; without "
-        "labels (--no-audit) only the name rules apply",
-    )
-    parser.add_argument(
-        "--force-allow",
-        action="store_true",
-        help="release refused allow-listed columns anyway, recorded in the release metadata "
-        "(mass.forced_columns); the audit of the staged release still judges every released "
-        "column, so a real proxy still fails the gate",
-    )
-    parser.add_argument(
-        "--max-quarantined",
-        type=int,
-        default=0,
-        help="fail without publishing when more rows are quarantined",
-    )
-    parser.add_argument("--quarantine", default=None, help="quarantine dir (OUT_quarantine)")
-    g = parser.add_argument_group("audit gate (runs on the staged release before publication)")
-    g.add_argument(
-        "--labels",
-        default=None,
-        help="Parquet with id + the model's suppress/preserve label columns (default: the "
-        "input's own label columns)",
-    )
-    g.add_argument(
-        "--policy",
-        default=None,
-        help="params.yaml whose audit: section is the policy (default: ./params.yaml if "
-        "present, else the built-in defaults)",
-    )
-    g.add_argument("--report", default=None, help="audit report directory (OUT_report)")
-    g.add_argument(
-        "--watch",
-        default=None,
-        type=lambda t: tuple(v.strip() for v in t.split(",") if v.strip()),
-        help="label columns neither suppressed nor preserved whose retention the audit "
-        "reports (and gates with audit.watch_min_kept), w[,...]; default: the policy's "
-        "audit.watch",
-    )
-    g.add_argument("--run-dir", default=None, help="training run: frozen branch judges")
-    g.add_argument(
-        "--no-audit",
-        action="store_true",
-        help="publish without an audit (recorded as unaudited in the release metadata)",
-    )
-    parser.add_argument(
-        "--noise-key-file",
-        default=None,
-        help=f"owner key (`mass keygen`) that seeds the release noise; default ${NOISE_KEY_ENV}; "
-        "required for a stochastic modifier (docs/threat-model.md)",
-    )
-    parser.add_argument(
-        "--pseudonymize-ids",
-        action="store_true",
-        help="release keyed pseudonyms instead of the ids: HMAC-SHA256 of each id under a "
-        "sub-key of the owner key (--noise-key-file / $MASS_NOISE_KEY_FILE), 32 hex digits; "
-        "only the key holder can map them back (by pseudonymizing their own ids); recorded "
-        "in the release metadata (mass.ids), never the key",
-    )
-    parser.add_argument(
-        "--pseudonym-scope",
-        choices=SCOPES,
-        default=None,
-        help="with --pseudonymize-ids: 'stable' (default) gives an id the same pseudonym in "
-        "every release under the key, so releases join on their ids; 'model' one per model "
-        "name; 'release' fresh pseudonyms for this release only, the owner's (id, pseudonym) "
-        "map kept privately in $MASS_STATE_DIR/pseudonym-maps/ (docs/threat-model.md)",
-    )
-    parser.add_argument(
-        "--noise-key-on-worker",
-        action="store_true",
-        help="workers read --noise-key-file themselves (same path on every worker) instead of "
-        "receiving the noise subkey inside the pickled job",
-    )
-    add_serving_arguments(parser)
+NEAR_SLACK = 1e-6  # the writer checks rows a little below the audit's max_cosine (rounding)
 
 
 def run(
@@ -198,7 +101,8 @@ def run(
 def run_job(job: AnonymizeJob, *, test_pipeline=None, model_handler=None, model_info=None) -> dict:
     """Run the planned job (:func:`beam_pipelines.plan.plan_anonymize`); its staging
     directories are removed however it ends."""
-    removed = recover_output(job.output) + recover_output(job.quarantine)
+    removed = (recover_output(job.output) + recover_output(job.quarantine)
+               + sweep_scratch(job.temp_location))  # fmt: skip
     if removed:
         log.warning("cleared leftovers of a killed run: %s", removed)
     staging = Staging.of(job)
@@ -269,19 +173,11 @@ def _run_served(job: AnonymizeJob, staging: Staging, test_pipeline, source: str)
     """On Triton: everything decidable without the server is checked before one is started
     or contacted (with the repository's export.json when it is local)."""
     srv = job.serving
-    local = os.path.isdir(os.path.join(srv.repository, job.model))
     decided = None
     reference = None
-    if local:
-        require_signed_export(srv.repository, job.model)  # a folder nobody signed: refused
-        info = export_info(srv.repository, job.model, srv.model_version or None)
-        # The weights must still be the exported ones (the server checks again when loading).
-        meta = verify_version_dir(os.path.join(srv.repository, job.model, str(info["version"])))
-        if not srv.model_version:  # "the newest" must be the newest signed export
-            check_not_rolled_back(Path(srv.repository, job.model), int(info["version"]), meta,
-                                  signing_key())  # fmt: skip
-        reference = reference_check(srv.repository, job.model, info,
-                                    carry=names_runner(job.beam_args))  # fmt: skip
+    export = check_export(job)  # None: no local export, only a server to ask
+    if export is not None:
+        info, reference = export
         check_noise_key(job, info)
         checked = check_job_input(job, staging, int(info["dim"]) if info.get("dim") else None)
         decided = decide(job, info, checked, dim_checked=True, source=source)
@@ -481,18 +377,3 @@ def _dim_of(schema: pa.Schema, col: str) -> int:
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO)
     run()
-
-
-NEAR_SLACK = 1e-6  # the writer checks rows a little below the audit's max_cosine (rounding)
-
-
-def reference_check(repository: str, model: str, info: dict, *, carry: bool = True):
-    """The signed modifier of the verified export, for the in-process recompute of flagged and
-    sampled rows (:mod:`mass.batches.reference`); None for an export that is no modifier.
-    ``carry``: ship the checked bytes to the workers (any runner but the default local one)."""
-    from mass.batches.reference import ReferenceCheck
-
-    if not info.get("modifier") or not info.get("weights") or not info.get("sha256"):
-        return None
-    path = os.path.join(repository, model, str(info["version"]), info["weights"])
-    return ReferenceCheck(path, str(info["sha256"]), carry=carry)

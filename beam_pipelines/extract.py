@@ -33,9 +33,10 @@ from beam_pipelines.options import (
 )
 from mass import fs
 from mass.batches.parquet import input_schema
-from mass.batches.validate import check_column_names, release_schema
+from mass.batches.validate import check_column_names
 from mass.errors import MissingInputError, SchemaError, ServingError
 from mass.io import check_ids, read_table
+from mass.release.columns import release_schema
 from mass.release.commit import discard_staging, staging_dir
 from mass.release.publish import publish_release
 from mass.serving.tensors import ImageInputs, TextInputs

@@ -1,7 +1,9 @@
-"""The frozen plan of the anonymize job, built and checked once at the entry point from the
-parsed flags and Beam options; the pipeline, the gate and the preflight read it, nothing
-writes to the parsed flags (`mass extract`'s plan: :class:`beam_pipelines.extract.ExtractJob`). A new flag: add it to the command's ``add_arguments``, one field here and
-its line in ``plan_*`` (checks included), then read ``job.<field>`` where it is used.
+"""The anonymize job's flags and its frozen plan, built and checked once at the entry point
+from the parsed flags and Beam options; the pipeline, the gate and the preflight read it,
+nothing writes to the parsed flags (`mass extract`'s plan:
+:class:`beam_pipelines.extract.ExtractJob`). A new flag: its line in :func:`add_arguments`,
+one field of :class:`AnonymizeJob` and its line in :func:`plan_anonymize` (checks included),
+then read ``job.<field>`` where it is used.
 """
 
 from __future__ import annotations
@@ -11,12 +13,117 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from beam_pipelines.options import Serving, plan_serving, temp_location
+from beam_pipelines.options import (
+    Serving,
+    add_serving_arguments,
+    csv_list,
+    names_runner,
+    plan_serving,
+    temp_location,
+)
 from mass import fs
 from mass.errors import ConfigError
 from mass.keys import NOISE_KEY_ENV, STATE_ENV, OwnerKey, resolve_key, state_dir
-from mass.release.commit import check_outputs, private_dir, staging_dir
+from mass.pseudonym import SCOPES
+from mass.release.commit import check_outputs, private_dir, scratch_root, staging_dir
 from mass.release.writable import probe_writable
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of `mass anonymize` (the job: :mod:`beam_pipelines.anonymize`)."""
+    parser.add_argument("--input", required=True, help="embedding Parquet file, dir or glob")
+    parser.add_argument("--output", required=True, help="release directory (replaced atomically)")
+    parser.add_argument("--model", required=True, help="modifier name in the Triton repository")
+    parser.add_argument(
+        "--id-col",
+        default="id",
+        help="row id column (int64, unique; what keyed noise and joins use)",
+    )
+    parser.add_argument(
+        "--emb-col", default="emb", help="embedding column (fixed-size list of float32)"
+    )
+    parser.add_argument(
+        "--allow-columns",
+        type=csv_list,
+        default=[],
+        help="comma-separated extra columns to release. Refused by name: a suppressed label, "
+        "raw media. With the audit's labels (the gate is on), each column is also judged "
+        "alone against each suppressed attribute by the audit's attackers and limits before "
+        "any inference, and a column that predicts one above the policy is refused; without "
+        "labels (--no-audit) only the name rules apply",
+    )
+    parser.add_argument(
+        "--force-allow",
+        action="store_true",
+        help="release refused allow-listed columns anyway, recorded in the release metadata "
+        "(mass.forced_columns); the audit of the staged release still judges every released "
+        "column, so a real proxy still fails the gate",
+    )
+    parser.add_argument(
+        "--max-quarantined",
+        type=int,
+        default=0,
+        help="fail without publishing when more rows are quarantined",
+    )
+    parser.add_argument("--quarantine", default=None, help="quarantine dir (OUT_quarantine)")
+    g = parser.add_argument_group("audit gate (runs on the staged release before publication)")
+    g.add_argument(
+        "--labels",
+        default=None,
+        help="Parquet with id + the model's suppress/preserve label columns (default: the "
+        "input's own label columns)",
+    )
+    g.add_argument(
+        "--policy",
+        default=None,
+        help="params.yaml whose audit: section is the policy (default: ./params.yaml if "
+        "present, else the built-in defaults)",
+    )
+    g.add_argument("--report", default=None, help="audit report directory (OUT_report)")
+    g.add_argument(
+        "--watch",
+        default=None,
+        type=lambda t: tuple(v.strip() for v in t.split(",") if v.strip()),
+        help="label columns neither suppressed nor preserved whose retention the audit "
+        "reports (and gates with audit.watch_min_kept), w[,...]; default: the policy's "
+        "audit.watch",
+    )
+    g.add_argument("--run-dir", default=None, help="training run: frozen branch judges")
+    g.add_argument(
+        "--no-audit",
+        action="store_true",
+        help="publish without an audit (recorded as unaudited in the release metadata)",
+    )
+    parser.add_argument(
+        "--noise-key-file",
+        default=None,
+        help=f"owner key (`mass keygen`) that seeds the release noise; default ${NOISE_KEY_ENV}; "
+        "required for a stochastic modifier (docs/threat-model.md)",
+    )
+    parser.add_argument(
+        "--pseudonymize-ids",
+        action="store_true",
+        help="release keyed pseudonyms instead of the ids: HMAC-SHA256 of each id under a "
+        "sub-key of the owner key (--noise-key-file / $MASS_NOISE_KEY_FILE), 32 hex digits; "
+        "only the key holder can map them back (by pseudonymizing their own ids); recorded "
+        "in the release metadata (mass.ids), never the key",
+    )
+    parser.add_argument(
+        "--pseudonym-scope",
+        choices=SCOPES,
+        default=None,
+        help="with --pseudonymize-ids: 'stable' (default) gives an id the same pseudonym in "
+        "every release under the key, so releases join on their ids; 'model' one per model "
+        "name; 'release' fresh pseudonyms for this release only, the owner's (id, pseudonym) "
+        "map kept privately in $MASS_STATE_DIR/pseudonym-maps/ (docs/threat-model.md)",
+    )
+    parser.add_argument(
+        "--noise-key-on-worker",
+        action="store_true",
+        help="workers read --noise-key-file themselves (same path on every worker) instead of "
+        "receiving the noise subkey inside the pickled job",
+    )
+    add_serving_arguments(parser)
 
 
 def resolve_policy(path: str | None) -> tuple[object, str]:
@@ -62,23 +169,37 @@ class AnonymizeJob:
 
 @dataclass(frozen=True)
 class Staging:
-    """This run's private directories (named per run; removed by the job however it ends)."""
+    """This run's private directories (named per run; removed by the job however it ends).
+
+    A release on local disk is staged beside --output (mode 0700) and swapped into place. One
+    on an object store is staged in private scratch (:func:`mass.release.commit.scratch_root`:
+    below --temp_location, else this machine's temp directory) and copied under the release
+    prefix only when its audit has passed, so nothing raw (the pseudonymized input copy,
+    spills, filtered labels) and nothing unaudited is ever readable where the release is."""
 
     stage: str  # the staged release
     q_stage: str  # the staged quarantine
-    aux: str  # the audit's filtered labels, when rows were dropped
-    spills: str  # the workers' spills: below --temp_location when given, else the stage
+    aux: str  # the audit's filtered labels, the pseudonymized input copy
+    spills: str  # the workers' spills: in the scratch when there is one, else the stage
+    scratch: str | None = None  # the private scratch root (removed whole), if any
 
     @classmethod
     def of(cls, job: AnonymizeJob) -> Staging:
-        stage, aux = staging_dir(job.output), staging_dir(job.output)
-        spills = stage
-        if job.temp_location:
-            spills = fs.join(job.temp_location, f"mass-spills-{fs.basename(stage)}")
-        return cls(stage=stage, q_stage=staging_dir(job.quarantine), aux=aux, spills=spills)
+        remote_out, remote_q = fs.is_remote(job.output), fs.is_remote(job.quarantine)
+        root = None
+        if remote_out or remote_q or job.temp_location:
+            root = scratch_root(job.temp_location)
+        if remote_out:
+            stage, aux = fs.join(root, "release"), fs.join(root, "aux")
+        else:
+            stage, aux = staging_dir(job.output), staging_dir(job.output)
+        q_stage = fs.join(root, "quarantine") if remote_q else staging_dir(job.quarantine)
+        spills = fs.join(root, "spills") if root else stage
+        return cls(stage=stage, q_stage=q_stage, aux=aux, spills=spills, scratch=root)
 
     def dirs(self) -> list[str]:
-        return list(dict.fromkeys((self.stage, self.q_stage, self.aux, self.spills)))
+        named = (self.stage, self.q_stage, self.aux, self.spills, self.scratch)
+        return list(dict.fromkeys(d for d in named if d))
 
     def create_private(self) -> None:
         """Create the staged release, quarantine and spill directories mode 0700 before
@@ -105,7 +226,17 @@ def plan_anonymize(args: argparse.Namespace, beam_args: Sequence[str] = ()) -> A
     quarantine = args.quarantine or f"{out}_quarantine"
     report = None if args.no_audit else args.report or f"{out}_report"
     # Before any work: which paths the job may replace (only its own outputs, never the input).
-    check_outputs(output=args.output, quarantine=quarantine, inputs=args.input, report=report)
+    temp = temp_location(beam_args)
+    check_outputs(output=args.output, quarantine=quarantine, inputs=args.input, report=report,
+                  temp=temp)  # fmt: skip
+    if (fs.is_remote(out) or fs.is_remote(quarantine)) and temp is None and names_runner(beam_args):
+        raise ConfigError(
+            f"--output {args.output}: a release on an object store is staged in private "
+            "scratch and copied under its prefix only once its audit passes; with --runner "
+            "the workers cannot reach this machine's scratch: pass --temp_location=PATH, a "
+            "prefix every worker can reach and the release's readers cannot (not under "
+            "--output, --quarantine or --report); nothing was read or published"
+        )
     probe_writable("--output", args.output, into=False)  # can, not only may (mass.release.writable)
     probe_writable("--quarantine", quarantine, into=False)
     if report is not None:
@@ -156,5 +287,5 @@ def plan_anonymize(args: argparse.Namespace, beam_args: Sequence[str] = ()) -> A
         noise_key_on_worker=args.noise_key_on_worker,
         serving=serving,
         beam_args=tuple(beam_args),
-        temp_location=temp_location(beam_args),
+        temp_location=temp,
     )

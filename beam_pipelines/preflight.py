@@ -1,14 +1,17 @@
 """The anonymize job's checks before any data is read: the noise key a stochastic model
 needs, the keyed ROW_SEED source bound to the served model, the input (files, columns, ids,
 dimension), and, once the model is known, the allow-list, the audit plan and the allow-list
-proxy check, each decided once (:func:`decide`)."""
+proxy check, each decided once (:func:`decide`); and the signed local export the job serves
+(:func:`check_export`)."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from beam_pipelines.gate import AllowCheck, AuditPlan, audit_plan, check_allowed
+from beam_pipelines.options import names_runner
 from beam_pipelines.plan import AnonymizeJob, Staging
 from mass.batches.id_index import IDS_DIR
 from mass.batches.validate import CheckedInput, check_dim, check_input
@@ -17,6 +20,10 @@ from mass.fitrows import check_fitted_rows
 from mass.keys import NOISE_KEY_ENV, looked_for
 from mass.noise import KeyedSeeds
 from mass.release.columns import resolve_allow_columns
+from mass.serving.contract import export_info
+from mass.serving.manifest import signing_key, verify_version_dir
+from mass.serving.newest import check_not_rolled_back
+from mass.serving.staging import require_signed_export
 from mass.trained_classes import check_trained_classes
 
 
@@ -103,3 +110,34 @@ def decide(job: AnonymizeJob, info: dict, checked: CheckedInput, *, dim_checked:
         allow=allow,
         forced_columns=tuple(dict.fromkeys([*forced, *allow.forced])),
     )
+
+
+def check_export(job: AnonymizeJob) -> tuple[dict, object] | None:
+    """The local export the job serves, verified before a server is started: signed (a folder
+    nobody signed is refused), its weights still the exported ones (the server checks again
+    when loading), "the newest" the newest signed export unless --model-version names one;
+    returns (export.json, the in-process reference check), or None when the repository holds
+    no such model (a remote server is asked instead)."""
+    srv = job.serving
+    if not os.path.isdir(os.path.join(srv.repository, job.model)):
+        return None
+    require_signed_export(srv.repository, job.model)
+    info = export_info(srv.repository, job.model, srv.model_version or None)
+    meta = verify_version_dir(os.path.join(srv.repository, job.model, str(info["version"])))
+    if not srv.model_version:
+        check_not_rolled_back(Path(srv.repository, job.model), int(info["version"]), meta,
+                              signing_key())  # fmt: skip
+    return info, reference_check(srv.repository, job.model, info,
+                                 carry=names_runner(job.beam_args))  # fmt: skip
+
+
+def reference_check(repository: str, model: str, info: dict, *, carry: bool = True):
+    """The signed modifier of the verified export, for the in-process recompute of flagged and
+    sampled rows (:mod:`mass.batches.reference`); None for an export that is no modifier.
+    ``carry``: ship the checked bytes to the workers (any runner but the default local one)."""
+    from mass.batches.reference import ReferenceCheck
+
+    if not info.get("modifier") or not info.get("weights") or not info.get("sha256"):
+        return None
+    path = os.path.join(repository, model, str(info["version"]), info["weights"])
+    return ReferenceCheck(path, str(info["sha256"]), carry=carry)

@@ -20,8 +20,8 @@ import torch
 from mass.io import load_embeddings
 from mass.methods import get_method
 from mass.metrics import majority_rate, retrained_attackers
-from mass.modifiers import normalize_rows
 from mass.noise import row_seeds
+from mass.rows import normalize_rows
 
 
 def main(argv: list[str] | None = None) -> int:

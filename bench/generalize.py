@@ -93,9 +93,9 @@ def run_one(name: str, out_dir: str, budget: float | None, release_rows: bool = 
     from generalize_table import FrozenJudge, dataset, evaluate, releases
 
     from mass.audit.policy import load_policy
-    from mass.modifiers import load_modifier, normalize_rows
+    from mass.modifiers import load_modifier
     from mass.noise import row_seeds
-    from mass.rows import joint_codes
+    from mass.rows import joint_codes, normalize_rows
 
     policy = load_policy("params.yaml")
     x, labels, suppress, preserve, desc = load(name)

@@ -21,8 +21,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from beam_pipelines import anonymize  # noqa: E402
 from mass import fs  # noqa: E402
+from mass.formats import committed_parts
 from mass.keys import NOISE_KEY_ENV, write_key  # noqa: E402
-from mass.release.format import committed_parts
 from mass.testing.services import dask_cluster, moto_s3
 from mass.testing.stand_ins import NumpyModifier, write_embeddings
 from transforms.inference.function import FunctionModelHandler  # noqa: E402
@@ -83,8 +83,8 @@ def main(argv: list[str] | None = None) -> dict:
             assert _parts("s3://bench/fnapi") == want, "object-store release differs"
             with dask_cluster(os.path.join(tmp, "cluster"), 2) as address:
                 dask = ["--runner=DaskRunner", f"--dask_client_address={address}"]
-                runs["dask2_s3"] = _job("s3://bench/in", "s3://bench/dask", args.dim,
-                                        args.shards, dask)  # fmt: skip
+                runs["dask2_s3"] = _job("s3://bench/in", "s3://bench/dask", args.dim, args.shards,
+                                        [*dask, "--temp_location=s3://bench/tmp"])  # fmt: skip
                 assert _parts("s3://bench/dask") == want, "Dask release differs"
                 runs["dask2_local_disk"] = _job(local_in, os.path.join(tmp, "dask"),
                                                 args.dim, args.shards, dask)  # fmt: skip

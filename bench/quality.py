@@ -67,8 +67,9 @@ def evaluate(modifier, branches, train, test, suppress, preserve, *, families, a
     """One row of the tables: per attribute the accuracies described in the module doc."""
     from mass import metrics as M
     from mass.branch_models import LogitsOnly
-    from mass.modifiers import modify, normalize_rows
+    from mass.modifiers import modify
     from mass.noise import row_seeds
+    from mass.rows import normalize_rows
 
     xtr, xte = normalize_rows(train.x), normalize_rows(test.x)
     # public row_seeds: benchmark only (nothing published; attackers do not use seeds)

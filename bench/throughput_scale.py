@@ -82,7 +82,7 @@ def _load() -> float:
 def release_digest(out: str) -> list[str]:
     """sha256 of each committed part file of the release at ``out`` (local or object store)."""
     from mass import fs
-    from mass.release.format import committed_parts, part_files
+    from mass.formats import committed_parts, part_files
 
     files = committed_parts(out) if fs.is_remote(out) else part_files(out)
     if not files:
@@ -123,6 +123,8 @@ def run_jobs(args, work: Path, data: Path, warm: Path, repo: Path, url: str) -> 
                     shutil.rmtree(root, ignore_errors=True)
                     address = cluster.enter_context(dask_cluster(str(root), 2))
                     flags = ["--runner=DaskRunner", f"--dask_client_address={address}"]
+                    if storage == "s3":  # a store release on a cluster: private scratch there
+                        flags.append(f"--temp_location=s3://{BUCKET}/tmp_{name}")
 
                 def argv(s: str, o: str, fl=flags) -> list[str]:
                     return job_argv(s, o, repo, url, batch_rows=args.batch_rows,

@@ -334,11 +334,25 @@ def replace(src: str, dst: str) -> None:
     os.replace(_local(src), _local(dst))
 
 
-def upload_tree(local_dir: str, dest: str) -> None:
-    """Copy the files below local ``local_dir`` to ``dest`` (any filesystem)."""
-    for here, _, names in os.walk(local_dir):
-        rel = os.path.relpath(here, local_dir)
+def copy_tree(src: str, dest: str) -> list[str]:
+    """Copy the files below ``src`` to the same relative names below ``dest`` (any two
+    filesystems; within one store the copy stays server-side where pyarrow can). Returns the
+    destination paths, sorted."""
+    base = normpath(src) if is_remote(src) else os.path.normpath(_local(src))
+    sep = "/" if is_remote(src) else os.sep
+    copied = []
+    for here, _, names in walk(base):
+        rel = [p for p in here[len(base) :].split(sep) if p]
         for name in names:
-            target = join(dest, *([] if rel == "." else rel.split(os.sep)), name)
-            with open(os.path.join(here, name), "rb") as f:
-                write_bytes(target, f.read())
+            target = join(dest, *rel, name)
+            trace("w", target)
+            s_fs, s_p = filesystem(join(here, name))
+            d_fs, d_p = filesystem(target)
+            if not is_remote(target):
+                os.makedirs(os.path.dirname(d_p), exist_ok=True)
+            if s_fs is d_fs:
+                s_fs.copy_file(s_p, d_p)
+            else:
+                pafs.copy_files(s_p, d_p, source_filesystem=s_fs, destination_filesystem=d_fs)
+            copied.append(target)
+    return sorted(copied)

@@ -25,7 +25,7 @@ from mass.errors import (
     SchemaError,
     UnreadableInputError,
 )
-from mass.release.format import resolve_release
+from mass.formats import resolve_release
 
 GLOB_CHARS = "*?["
 log = logging.getLogger("mass.io")

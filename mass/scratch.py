@@ -34,9 +34,9 @@ def _start_time(pid: int) -> float | None:
         return None
 
 
-def private_dir(prefix: str, **extra: str) -> Path:
-    """``$TMPDIR/<prefix><pid>-<random>``, mode 0700, with our owner marker."""
-    path = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
+def private_dir(prefix: str, root: str | None = None, **extra: str) -> Path:
+    """``<root or $TMPDIR>/<prefix><pid>-<random>``, mode 0700, with our owner marker."""
+    path = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=root))
     os.chmod(path, 0o700)
     record = {"pid": os.getpid(), "start": _start_time(os.getpid()), **extra}
     fd = os.open(path / MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -302,8 +302,9 @@ def audit(res, train_ds, val, attrs: list[str], *, families: tuple[str, ...]) ->
     """Per attribute: majority rate, frozen accuracy on x and x', retrained attackers."""
     from mass import metrics as M
     from mass.branch_models import LogitsOnly
-    from mass.modifiers import modify, normalize_rows
+    from mass.modifiers import modify
     from mass.noise import row_seeds
+    from mass.rows import normalize_rows
 
     xtr, xva = normalize_rows(train_ds.x), normalize_rows(val.x)
     # Public row_seeds: this is the training-time audit on data the owner keeps, never

@@ -16,12 +16,13 @@ from mass.batches.spill import (
     FLAG_NAMES,
     SPILLS_DIR,
     ShardSpiller,
-    _reduce_spills,
     count_flags,
     disk_full,
     merge_sorted_spills,
+    reduce_spills,
 )
-from mass.release.format import shard_path
+from mass.formats import shard_path
+from mass.release.staged import write_sidecar
 
 
 class _ShardSink:
@@ -93,7 +94,7 @@ class _MergeShardFn(beam.DoFn):
     def _merge(self, element):
         shard, spills = element
         shard = int(shard)
-        paths = _reduce_spills(sorted(spills), fs.join(self._spills, SPILLS_DIR), self._id_col)
+        paths = reduce_spills(sorted(spills), fs.join(self._spills, SPILLS_DIR), self._id_col)
         stats = {"shard": shard, "rows": 0}
         counts = {
             k: v for name, _ in FLAG_NAMES for k, v in ((name, 0), (f"first_{name}_id", None))
@@ -115,7 +116,7 @@ class _MergeShardFn(beam.DoFn):
             fs.remove(p)
         if self._verify_col is not None:
             stats.update(counts)
-        fs.write_json(fs.join(self._dir, f"_part-{shard:05d}.json"), stats, indent=None)
+        write_sidecar(self._dir, shard, stats)
         yield stats
 
 

@@ -22,5 +22,5 @@ def audit_into(req: AuditRequest, report_dir: str, *, chart: bool = True):
     with tempfile.TemporaryDirectory(prefix="mass-report-") as tmp:
         result = run_audit(dataclasses.replace(req, report_dir=tmp))
         metrics = write_all(result, tmp, chart=chart)
-        fs.upload_tree(tmp, report_dir)
+        fs.copy_tree(tmp, report_dir)
     return result, metrics

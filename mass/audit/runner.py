@@ -13,11 +13,12 @@ import pandas as pd
 
 from mass.audit.columns import Statistics, combine, encode_released
 from mass.audit.data import encode_columns
+from mass.audit.expectations import JUDGE_COLUMNS
 from mass.audit.keyed import is_stochastic, keyless_view, modifier_parts
 from mass.audit.policy import AuditPolicy
 from mass.audit.scan import Scan, scan
 from mass.audit.stream import PARTITION_ROWS
-from mass.audit.suite import JUDGE_COLUMNS, AuditOutcome, SuiteSpec, Validator
+from mass.audit.suite import AuditOutcome, SuiteSpec, Validator
 from mass.audit.unnamed import check_watch, effective_watch, measure_unnamed, watch_frame
 from mass.errors import ConfigError, VacuousPolicyError
 from mass.keys import LOCAL_CONFIG, NOISE_KEY_ENV, OwnerKey, resolve_key

@@ -34,7 +34,6 @@ import pandas as pd
 logging.getLogger("great_expectations").setLevel(logging.WARNING)
 
 from mass.audit.expectations import (  # noqa: E402  (after the GX logger is quietened)
-    JUDGE_COLUMNS,
     ExpectAttributeToBePreserved,
     ExpectAttributeToBeSuppressed,
 )
@@ -43,7 +42,7 @@ REQUIRED_METADATA = ("mass.model", "mass.model_version", "mass.sha256", "mass.me
                      "mass.suppress", "mass.preserve", "mass.config_hash",
                      "mass.forced_columns")  # fmt: skip
 SITE = "mass_audit"
-__all__ = ["JUDGE_COLUMNS", "AuditOutcome", "SuiteSpec", "build_suites", "run_suites"]
+__all__ = ["AuditOutcome", "SuiteSpec", "build_suites", "run_suites"]
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,8 @@ Before any inference, :func:`build_id_index` streams every row group's id column
 null ids (naming file and row), spills id-sorted rows per release shard (the shard is a
 function of the id, :func:`mass.batches.spill.shard_of`) and merges each shard's spills into
 one sorted file, rejecting repeated ids on the way (equal ids are adjacent after the merge;
-the error names the files and rows). After the job, :func:`verify_against_index` checks that
-each staged part file holds exactly its shard's input ids minus the quarantined ones, by
-walking the two sorted streams side by side. Memory stays at a few record batches whatever
+the error names the files and rows). After the job the publisher checks each staged part
+against it (:func:`mass.release.verify.verify_against_index`). Memory stays at a few record batches whatever
 the number of rows; the old path held every id (plus hash tables and sort copies).
 """
 
@@ -21,16 +20,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mass import fs
-from mass.batches.parquet import footer, open_parquet
+from mass.batches.parquet import open_parquet
 from mass.batches.spill import (
     SPILLS_DIR,
     ShardSpiller,
-    _chunk_rows,
-    _reduce_spills,
+    chunk_rows,
     merge_sorted_spills,
+    reduce_spills,
 )
-from mass.errors import InvalidValueError, ReleaseError, UnreadableInputError
-from mass.release.format import shard_path
+from mass.errors import InvalidValueError, UnreadableInputError
 
 FILE, ROW = "__file", "__row"
 
@@ -96,7 +94,7 @@ def build_id_index(files: list[str], id_col: str, num_shards: int, directory: st
 
 
 def _merge_shard(files, id_col, spills, directory, shard, id_type) -> int:
-    spills = _reduce_spills(sorted(spills), fs.join(directory, SPILLS_DIR), id_col)
+    spills = reduce_spills(sorted(spills), fs.join(directory, SPILLS_DIR), id_col)
     path = fs.join(directory, f"ids-{shard:05d}.arrow")
     schema = pa.schema([(id_col, id_type or pa.int64())])
     rows, last = 0, None
@@ -111,7 +109,7 @@ def _merge_shard(files, id_col, spills, directory, shard, id_type) -> int:
             last = (ids[-1].as_py(), table.slice(len(table) - 1)) if len(ids) else last
             rows += len(ids)
             out = pa.table({id_col: ids})
-            writer.write_table(out, max_chunksize=_chunk_rows(out))
+            writer.write_table(out, max_chunksize=chunk_rows(out))
     for p in spills:
         fs.remove(p)
     return rows
@@ -134,58 +132,6 @@ def _raise_duplicate(files, id_col, table: pa.Table, last) -> None:
         f"id column '{id_col}': duplicate id {dup.as_py()!r} at {', '.join(where[:4])}; "
         "ids must be unique across the input: deduplicate the rows"
     )
-
-
-def verify_against_index(
-    staging: str, index: IdIndex, *, id_col: str, quarantined: pa.Array | None = None
-) -> int:
-    """Raise :class:`ReleaseError` unless part k of ``staging`` holds exactly shard k's input
-    ids minus ``quarantined``; returns the number of released rows."""
-    released = sum(
-        footer(shard_path(staging, s, index.num_shards)).num_rows for s in range(index.num_shards)
-    )
-    n_bad = 0 if quarantined is None else len(quarantined)
-    if released != index.rows - n_bad:
-        raise ReleaseError(
-            f"{staging}: {released} rows released for {index.rows - n_bad} "
-            "valid input rows; nothing published"
-        )
-    for s in range(index.num_shards):
-        want = index.sorted_ids(s)
-        if quarantined is not None and len(quarantined):
-            want = (a.filter(pc.invert(pc.is_in(a, value_set=quarantined))) for a in want)
-        got = _part_ids(shard_path(staging, s, index.num_shards), id_col)
-        if not _same_stream(want, got):
-            raise ReleaseError(
-                f"{staging}: released ids differ from the input ids; nothing published"
-            )
-    return released
-
-
-def _part_ids(path: str, id_col: str) -> Iterator[pa.Array]:
-    pf = open_parquet(path)
-    for rg in range(pf.metadata.num_row_groups):
-        yield pf.read_row_group(rg, columns=[id_col]).column(0).combine_chunks()
-
-
-def _same_stream(a: Iterator[pa.Array], b: Iterator[pa.Array]) -> bool:
-    """Two streams of arrays hold the same sequence of values (chunking may differ)."""
-    abuf = bbuf = None
-    while True:
-        while abuf is None or not len(abuf):
-            abuf = next(a, None)
-            if abuf is None:
-                break
-        while bbuf is None or not len(bbuf):
-            bbuf = next(b, None)
-            if bbuf is None:
-                break
-        if abuf is None or bbuf is None:
-            return abuf is None and bbuf is None
-        n = min(len(abuf), len(bbuf))
-        if not abuf.slice(0, n).cast(bbuf.type).equals(bbuf.slice(0, n)):
-            return False
-        abuf, bbuf = abuf.slice(n), bbuf.slice(n)
 
 
 IDS_DIR = "_ids"  # the input's id index (mass.batches.id_index), inside the staging directory

@@ -39,7 +39,6 @@ import pyarrow.parquet as pq
 
 from mass.batches.parquet import decode_dictionaries
 from mass.embeddings import PER_ROW, decode, embedding_array
-from mass.release.publish import fill_empty_shards, remove_sidecars
 
 REASONS = ("ok", "null", "wrong-dimension", "non-finite", "zero-vector", "tiny-norm",
            "huge-norm")  # fmt: skip
@@ -112,20 +111,6 @@ def validate_batch(
 
 def quarantine_schema(id_type: pa.DataType, id_col: str) -> pa.Schema:
     return pa.schema([(id_col, id_type), ("reason", pa.string())])
-
-
-def publish_quarantine(staging: str, out: str, *, schema: pa.Schema) -> dict:
-    """Complete the staged quarantine, write its ``_quarantine.json`` marker + manifest and
-    swap it into ``out``; return the manifest (``rows``, ``parts``)."""
-    fill_empty_shards(staging, schema, 1)
-    remove_sidecars(staging)
-    # one publication path (and one ownership marker scheme) for both outputs
-    from mass.release.manifest import write_quarantine_manifest
-    from mass.release.publish import swap_into_place
-
-    doc = write_quarantine_manifest(staging)
-    swap_into_place(staging, out)
-    return doc
 
 
 def quarantine_reasons(directory: str) -> dict[str, int]:

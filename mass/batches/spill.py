@@ -84,7 +84,7 @@ def _ascending(ids: pa.ChunkedArray | pa.Array) -> bool:
     return True
 
 
-def _chunk_rows(table: pa.Table) -> int:
+def chunk_rows(table: pa.Table) -> int:
     row = max(1, table.nbytes // max(1, table.num_rows)) if table.num_rows else 1
     return max(256, SPILL_BATCH_BYTES // row)
 
@@ -96,7 +96,7 @@ def write_spill(directory: str, table: pa.Table, id_col: str) -> str:
     path = fs.join(directory, f"spill-{uuid.uuid4().hex}.arrow")
     with disk_full(directory, "a sorted spill"):
         with fs.atomic_output(path) as sink, pa.ipc.new_file(sink, table.schema) as w:
-            w.write_table(table, max_chunksize=_chunk_rows(table))
+            w.write_table(table, max_chunksize=chunk_rows(table))
     return path
 
 
@@ -194,7 +194,7 @@ def merge_sorted_spills(paths: list[str], id_col: str):
         cursors = [c for c in cursors if c.batch is not None]
 
 
-def _reduce_spills(paths: list[str], directory: str, id_col: str) -> list[str]:
+def reduce_spills(paths: list[str], directory: str, id_col: str) -> list[str]:
     """Merge spills FAN_IN at a time until at most FAN_IN remain (multi-pass external sort)."""
     while len(paths) > FAN_IN:
         merged = []
@@ -209,7 +209,7 @@ def _reduce_spills(paths: list[str], directory: str, id_col: str) -> list[str]:
                 for table in merge_sorted_spills(group, id_col):
                     if writer is None:
                         writer = pa.ipc.new_file(sink, table.schema)
-                    writer.write_table(table, max_chunksize=_chunk_rows(table))
+                    writer.write_table(table, max_chunksize=chunk_rows(table))
                 if writer is not None:
                     writer.close()
             for p in group:

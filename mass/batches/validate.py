@@ -104,32 +104,6 @@ def check_column_names(path: str, *, id_col: str, emb_col: str, columns=()) -> N
         raise SchemaError(f"{path}: --id-col and --emb-col both name '{id_col}'; pass two columns")
 
 
-def release_schema(
-    schema: pa.Schema,
-    *,
-    id_col: str,
-    emb_col: str,
-    dim: int,
-    columns=(),
-    metadata: dict[bytes, bytes] | None = None,
-) -> pa.Schema:
-    """The release's schema: id, float32 ``[dim]`` embedding, allow-listed ``columns``, and
-    only ``mass.*`` schema metadata; the input's field and schema metadata are dropped and
-    dictionary-encoded columns are released as their values."""
-    ours = {
-        k: v for k, v in (metadata or {}).items()
-        if (k if isinstance(k, bytes) else k.encode()).startswith(b"mass.")
-    }  # fmt: skip
-    return pa.schema(
-        [
-            plain_field(schema.field(id_col)),
-            pa.field(emb_col, pa.list_(pa.float32(), dim)),
-            *[plain_field(schema.field(c)) for c in columns],
-        ],
-        metadata=ours,
-    )
-
-
 def _check_embedding_type(path: str, col: str, typ: pa.DataType) -> None:
     is_list = (
         pa.types.is_fixed_size_list(typ) or pa.types.is_list(typ) or pa.types.is_large_list(typ)

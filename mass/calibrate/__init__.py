@@ -39,10 +39,9 @@ from mass.calibrate.space import (
     ADAPTIVE_BASE,
     SEARCH_SPACE,
     Candidate,
-    _adaptive,
+    adaptive_params,
     resolved_config,
 )
-from mass.rows import joint_codes
 
 __all__ = [
     "ADAPTIVE_BASE",
@@ -52,7 +51,7 @@ __all__ = [
     "CalibrationResult",
     "Candidate",
     "ValidationAudit",
-    "_adaptive",
+    "adaptive_params",
     "apply",
     "bisect_noise",
     "budget_clock",
@@ -60,7 +59,6 @@ __all__ = [
     "fold_indices",
     "frontier",
     "infeasible_attributes",
-    "joint_codes",
     "judge",
     "load_training",
     "plot_frontier",

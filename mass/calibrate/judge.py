@@ -136,8 +136,8 @@ class ValidationAudit:
                  cfg: CalibrationConfig, folds: int | None = None,
                  watch: list[str] | tuple[str, ...] = (), fold_rows=()):  # fmt: skip
         from mass import metrics as M
-        from mass.modifiers import normalize_rows
         from mass.noise import row_seeds
+        from mass.rows import normalize_rows
 
         self.suppress, self.preserve, self.policy, self.cfg = suppress, preserve, policy, cfg
         self.families = [f for f in COST_ORDER if f in policy.families]

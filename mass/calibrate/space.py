@@ -46,7 +46,7 @@ class Candidate:
         return self.method == "mass"
 
 
-def _adaptive(pre_erase: str, **extra: Any) -> dict[str, Any]:
+def adaptive_params(pre_erase: str, **extra: Any) -> dict[str, Any]:
     ad = {**ADAPTIVE_BASE["adaptive"], "pre_erase": pre_erase, **extra.pop("adaptive", {})}
     return {**ADAPTIVE_BASE, **extra, "adaptive": ad}
 
@@ -79,13 +79,13 @@ SEARCH_SPACE: tuple[Candidate, ...] = (
     # noise once and missed calibration's stricter validation by a remapped judge (+0.004):
     # docs/calibration.md, "transductive repair"
     Candidate("ot-repair/transductive", "ot_repair", {"transductive": True}, transductive=True),
-    Candidate("mass+quadratic", "mass", _adaptive("quadratic")),
-    Candidate("mass+leace", "mass", _adaptive("leace")),
-    Candidate("mass", "mass", _adaptive("none")),
+    Candidate("mass+quadratic", "mass", adaptive_params("quadratic")),
+    Candidate("mass+leace", "mass", adaptive_params("leace")),
+    Candidate("mass", "mass", adaptive_params("none")),
     Candidate(
         "mass+quadratic/utility",
         "mass",
-        _adaptive("quadratic", w_r=5.0, adaptive={"adv_weight": 10.0}),
+        adaptive_params("quadratic", w_r=5.0, adaptive={"adv_weight": 10.0}),
     ),
     Candidate("leace|R+R-span", "leace_project", last_resort=True),
 )

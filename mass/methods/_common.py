@@ -17,7 +17,8 @@ from torch import nn
 
 from mass.config import check_attribute_names
 from mass.io import EmbeddingDataset
-from mass.modifiers import l2_normalize, normalize_rows
+from mass.modifiers import l2_normalize
+from mass.rows import normalize_rows
 
 
 def check_attrs(train: EmbeddingDataset, suppress: list[str], preserve: list[str]) -> None:

@@ -34,12 +34,7 @@ from torch import nn
 from mass.methods import FitResult, Method, Params, register_method
 from mass.methods._common import batches, classifier, fit_inputs
 from mass.methods.base import knob
-from mass.modifiers.genfilter import (
-    GenFilterModifier,
-    GenFilterSpec,
-    kl_distortion,
-    project_to_budget,
-)
+from mass.modifiers.genfilter import GenFilterModifier, GenFilterSpec
 
 
 def kl_to_prior(mu: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:
@@ -255,9 +250,7 @@ __all__ = [
     "GenFilterModifier",
     "filter_loss",
     "gaussian_budget_sigma",
-    "kl_distortion",
     "kl_to_prior",
     "lipschitz_penalty",
-    "project_to_budget",
     "vae_loss",
 ]

@@ -15,8 +15,9 @@ from mass.branches import train_agnostic, train_classifier
 from mass.config import MassConfig
 from mass.io import EmbeddingDataset
 from mass.methods import FitResult, Method, register_method
-from mass.modifiers import ChainModifier, normalize_rows
+from mass.modifiers import ChainModifier
 from mass.noise import row_seeds
+from mass.rows import normalize_rows
 from mass.trainer import Branches, ModifierTrainer
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,6 @@ from mass.modifiers.base import (
     l2_normalize,
     mlp,
     modify,
-    normalize_rows,
     register_modifier,
 )
 from mass.modifiers.chain import ChainModifier, ChainSpec
@@ -53,7 +52,6 @@ __all__ = [
     "mlp",
     "modifier_meta",
     "modify",
-    "normalize_rows",
     "register_modifier",
     "save_modifier",
 ]

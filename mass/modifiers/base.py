@@ -10,9 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from mass.rows import normalize_rows
-
-__all__ = ["MODIFIER_KINDS", "build", "l2_normalize", "mlp", "modify", "normalize_rows",
+__all__ = ["MODIFIER_KINDS", "build", "l2_normalize", "mlp", "modify",
            "register_modifier"]  # fmt: skip
 
 

@@ -7,6 +7,7 @@ import json
 
 import pyarrow as pa
 
+from mass.batches.validate import plain_field
 from mass.errors import ReleaseError, SchemaError
 
 META_KEYS = (
@@ -110,3 +111,29 @@ def release_metadata(
     if ids:
         values["mass.ids"] = ids
     return {k.encode(): v.encode() for k, v in values.items()}
+
+
+def release_schema(
+    schema: pa.Schema,
+    *,
+    id_col: str,
+    emb_col: str,
+    dim: int,
+    columns=(),
+    metadata: dict[bytes, bytes] | None = None,
+) -> pa.Schema:
+    """The release's schema: id, float32 ``[dim]`` embedding, allow-listed ``columns``, and
+    only ``mass.*`` schema metadata; the input's field and schema metadata are dropped and
+    dictionary-encoded columns are released as their values."""
+    ours = {
+        k: v for k, v in (metadata or {}).items()
+        if (k if isinstance(k, bytes) else k.encode()).startswith(b"mass.")
+    }  # fmt: skip
+    return pa.schema(
+        [
+            plain_field(schema.field(id_col)),
+            pa.field(emb_col, pa.list_(pa.float32(), dim)),
+            *[plain_field(schema.field(c)) for c in columns],
+        ],
+        metadata=ours,
+    )

@@ -10,7 +10,7 @@ there, written once) and a small pointer object ``OUT/_release.json`` (``OUT/_qu
 for a quarantine): the version's manifest plus ``"version"``, the prefix it names. The
 pointer is written LAST, in one PUT, which S3 and GCS make atomic (a reader sees the previous
 pointer or the new one, never a mix). So: a reader resolving the pointer
-(:func:`mass.release.format.committed_parts`, used by :func:`mass.io.expand_paths`, hence ``mass audit``,
+(:func:`mass.formats.committed_parts`, used by :func:`mass.io.expand_paths`, hence ``mass audit``,
 ``mass train`` and the jobs' own readers) sees exactly one complete release; the previous
 version stays readable until the new pointer is written and is deleted only afterwards; a
 crash before the pointer leaves the previous release (the orphaned version is removed by the
@@ -33,9 +33,9 @@ import socket
 import uuid
 from collections.abc import Callable
 
-from mass import fs
+from mass import fs, scratch
 from mass.errors import OutputPathError, ReleaseError
-from mass.release.format import (
+from mass.formats import (
     QUARANTINE_MARKER,
     RELEASE_FORMAT,
     RELEASE_MARKER,
@@ -48,6 +48,7 @@ from mass.scratch import pid_alive
 # Test-only: SIGKILL the job at a publication point ("before-swap", "after-swap") so the
 # crash tests kill inside the swap itself (tests/failclosed/test_atomic_publish.py).
 KILL_AT_ENV = "MASS_TEST_KILL_AT"
+SCRATCH_PREFIX = "mass-job-"  # a job's private scratch (scratch_root)
 _COMMITTED: set[str] = set()  # staged versions this process committed (never discarded)
 
 
@@ -127,9 +128,11 @@ def check_replaceable(flag: str, path: str, marker: str) -> None:
         )
 
 
-def check_outputs(*, output: str, quarantine: str, inputs: str, report: str | None = None) -> None:
+def check_outputs(*, output: str, quarantine: str, inputs: str, report: str | None = None,
+                  temp: str | None = None) -> None:  # fmt: skip
     """Decide, before any work, that the job may replace ``output`` and ``quarantine`` (and
-    write its audit report into ``report``); raise :class:`OutputPathError` naming the path.
+    write its audit report into ``report``, its raw intermediates below ``temp``, Beam's
+    --temp_location); raise :class:`OutputPathError` naming the path.
     """
     outs = (("--output", output, RELEASE_MARKER), ("--quarantine", quarantine, QUARANTINE_MARKER))
     for flag, path in (*((f, p) for f, p, _ in outs), ("--report", report)):
@@ -156,6 +159,9 @@ def check_outputs(*, output: str, quarantine: str, inputs: str, report: str | No
         raise OutputPathError(
             f"--output {output} and --quarantine {quarantine} {how}; give each its own directory"
         )
+    if temp is not None:
+        _check_temp(temp, outs=[(f, p) for f, p, _ in outs] + [("--report", report)],
+                    roots=roots)  # fmt: skip
     if report is None:
         return
     r = fs.normpath(report)
@@ -178,6 +184,25 @@ def check_outputs(*, output: str, quarantine: str, inputs: str, report: str | No
             raise OutputPathError(
                 f"--report {report}: lies inside the input {shown}; the job never writes "
                 "into its input: put the report elsewhere"
+            )
+
+
+def _check_temp(temp: str, *, outs, roots) -> None:
+    """The job's raw intermediates go below --temp_location: never where the release, its
+    quarantine or report are read, nor into an input."""
+    t = _real(temp)
+    for flag, path in outs:
+        if path is not None and _inside(t, _real(path)):
+            raise OutputPathError(
+                f"--temp_location {temp}: lies inside {flag} {path}; the job's raw "
+                "intermediates (input copies, spills, the unaudited release) would be readable "
+                "where that output is read: choose a private location outside it"
+            )
+    for shown, root in roots:
+        if _inside(t, root):
+            raise OutputPathError(
+                f"--temp_location {temp}: lies inside the input {shown}; the job never writes "
+                "into its input: choose a private location outside it"
             )
 
 
@@ -323,21 +348,68 @@ def _pointer(staging: str) -> tuple[str, dict]:
 
 
 def _commit_remote(staging: str, out: str, published: Callable[[], None] | None) -> None:
-    """Write the pointer naming ``staging`` (one PUT: the commit), then drop the previous
-    version. A crash before the PUT leaves the previous release, after it the new one."""
-    version = f"{VERSIONS}/{fs.basename(staging)}"
-    if fs.normpath(fs.join(out, version)) != fs.normpath(staging):
-        raise ReleaseError(f"{staging}: not a version of {out}; nothing published")
-    marker, doc = _pointer(staging)
+    """Write the pointer naming the staged version (one PUT: the commit), then drop the
+    previous version. A crash before the PUT leaves the previous release, after it the new one.
+
+    A release staged privately (local scratch or ``--temp_location``: :func:`scratch_root`) is
+    copied to a new version under ``out`` only here, after its audit passed: nothing unaudited
+    is ever under the release prefix. A version already staged under ``out/_versions/`` (the
+    features of `mass extract`, which are no release) is committed in place."""
+    if fs.normpath(fs.dirname(staging)) == fs.normpath(fs.join(out, VERSIONS)):
+        target = fs.normpath(staging)
+    else:
+        target = staging_dir(out)
+        try:
+            fs.copy_tree(staging, target)
+        except BaseException:
+            fs.rmtree(target)  # a partial copy is never left (nor named by a pointer)
+            raise
+    version = f"{VERSIONS}/{fs.basename(target)}"
+    marker, doc = _pointer(target)
     previous = (
         fs.read_json(fs.join(out, marker)).get("version") if holds_marker(out, marker) else None
     )
     fs.write_json(fs.join(out, marker), {**doc, "version": version})
-    _COMMITTED.add(fs.normpath(staging))
+    _COMMITTED.add(target)
     if published is not None:
         published()
     if previous and previous != version and previous.startswith(VERSIONS + "/"):
         fs.rmtree(fs.join(out, previous))
+
+
+def scratch_root(temp_location: str | None) -> str:
+    """A new private directory for one job's raw intermediates (the staged release and
+    quarantine, spills holding each row's input embedding, the pseudonymized input copy, the
+    audit's filtered labels) when they may not be staged beside the output: below
+    ``temp_location`` when given (a store prefix or local path every worker reaches and release
+    readers do not), else in the local temp directory, mode 0700 with an owner marker
+    (:mod:`mass.scratch`). Named ``mass-job-<pid>-...`` so that the next run removes a killed
+    job's leftovers (:func:`sweep_scratch`)."""
+    if temp_location is None or not fs.is_remote(temp_location):
+        if temp_location is not None:
+            os.makedirs(temp_location, exist_ok=True)
+        return str(scratch.private_dir(SCRATCH_PREFIX, root=temp_location))
+    name = f"{SCRATCH_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}-{socket.gethostname()}"
+    return fs.join(fs.normpath(temp_location), name)
+
+
+def sweep_scratch(temp_location: str | None) -> list[str]:
+    """Remove the :func:`scratch_root` directories of jobs that are gone: locally those with
+    our owner marker whose owner died (:func:`mass.scratch.sweep`); on a store those named by
+    a dead process of this host (another host's job may still run)."""
+    if temp_location is None or not fs.is_remote(temp_location):
+        return [str(p) for p in scratch.sweep(SCRATCH_PREFIX, temp_location)]
+    root = fs.normpath(temp_location)
+    removed = []
+    for name in fs.listdir(root) if fs.isdir(root) else []:
+        if not name.startswith(SCRATCH_PREFIX):
+            continue
+        pid, host = _version_owner(name[len(SCRATCH_PREFIX) :])
+        if pid is None or host != socket.gethostname() or pid == os.getpid() or pid_alive(pid):
+            continue
+        fs.rmtree(fs.join(root, name))
+        removed.append(fs.join(root, name))
+    return removed
 
 
 def discard_staging(path: str) -> None:

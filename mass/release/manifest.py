@@ -9,7 +9,7 @@ import json
 from mass import fs
 from mass.batches.parquet import footer
 from mass.digest import sha256_file
-from mass.release.format import (
+from mass.formats import (
     QUARANTINE_FORMAT,
     QUARANTINE_MARKER,
     RELEASE_FORMAT,

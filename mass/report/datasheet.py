@@ -3,7 +3,7 @@
 Both names start with ``_`` on purpose: pyarrow, pandas, Spark and Hadoop skip such files when
 they read a directory, so ``pd.read_parquet(release_dir)`` keeps working (a ``RELEASE.md``
 beside the parts makes those readers fail). ``_release.json`` is also the publisher's
-marker + manifest (:data:`mass.release.format.RELEASE_MARKER`); the datasheet is merged into it.
+marker + manifest (:data:`mass.formats.RELEASE_MARKER`); the datasheet is merged into it.
 
 ``write_datasheet`` is called at publication with the release's schema metadata (the
 ``mass.*`` keys of :func:`mass.release.columns.release_metadata`, plus any lineage the caller
@@ -33,7 +33,7 @@ from mass.report.unnamed import (
 
 VOLATILE = ("time", "release_path", "labels_path", "input_path")  # audit.json lineage only
 RELEASE_MD = "_RELEASE.md"
-RELEASE_JSON = "_release.json"  # == mass.release.format.RELEASE_MARKER
+RELEASE_JSON = "_release.json"  # == mass.formats.RELEASE_MARKER
 SCHEMA = "mass.datasheet/1"
 THREAT_MODEL = (
     "Attacker: has read all code, docs and configuration, holds every release with its ids, "

@@ -21,7 +21,7 @@ import pytest
 from beam_pipelines import anonymize
 from mass.embeddings import embedding_array
 from mass.errors import AuditFailedError, ProxyColumnError
-from mass.release.format import RELEASE_MARKER
+from mass.formats import RELEASE_MARKER
 from mass.report.html import REPORT_NAME
 from transforms.inference.function import FunctionModelHandler
 

@@ -1,6 +1,7 @@
 """The anonymize job on an S3-compatible object store (moto's server on 127.0.0.1, reached
-through the standard AWS_* variables, as s3fs and others test in CI): input, staging, spill
-runs, release and quarantine all in the store; publication by versioned prefix + pointer;
+through the standard AWS_* variables, as s3fs and others test in CI): input, release and
+quarantine in the store, staging in private scratch (tests/failclosed/test_store_staging.py);
+publication by versioned prefix + pointer;
 and (slow) on a 2-worker dask.distributed cluster of separate processes with disjoint
 scratch and working directories, plus `dvc push` to the same store."""
 
@@ -18,8 +19,8 @@ import pytest
 from beam_pipelines import anonymize
 from mass import fs
 from mass.errors import OutputPathError, ReleaseError
+from mass.formats import VERSIONS, committed_parts
 from mass.io import expand_paths, read_table
-from mass.release.format import VERSIONS, committed_parts
 from mass.testing.services import BIN, REPO, dask_cluster
 from mass.testing.stand_ins import Bypass, NumpyModifier, write_embeddings
 from transforms.inference.function import FunctionModelHandler
@@ -138,7 +139,8 @@ def test_two_worker_dask_cluster_on_the_store_matches_the_local_run(s3, local_sr
     with dask_cluster(str(tmp_path / "cluster"), 2, trace=True) as address:
         out = "s3://mass-test/out4/rel"
         summary = _run(src, out, "--shards", "3", "--batch-rows", "128", "--runner=DaskRunner",
-                       f"--dask_client_address={address}")  # fmt: skip
+                       f"--dask_client_address={address}",
+                       "--temp_location=s3://mass-test/tmp4")  # fmt: skip
         assert summary["rows_out"] == 3000
         assert _store_parts(out) == _local_parts(str(tmp_path / "local"))
         traces = glob.glob(str(tmp_path / "cluster" / "w*" / "trace.log"))
@@ -206,7 +208,9 @@ def test_a_job_killed_at_the_commit_leaves_one_whole_release(s3, local_src, poin
                           capture_output=True, timeout=300)  # fmt: skip
     assert proc.returncode == -9, proc.stderr.decode()[-2000:]
     versions = {k.split("/")[1] for k in _keys(out) if k.startswith(VERSIONS)}
-    assert len(versions) == 2  # the dead job's version is still there
+    # before the commit the dead job's release is still in its private scratch, never under
+    # the prefix; after it, the previous version is still there (dropped after the pointer)
+    assert len(versions) == (1 if point == "before-swap" else 2)
     pointer = fs.read_bytes(f"{out}/_release.json")
     if point == "before-swap":
         assert (pointer, _store_parts(out)) == before
@@ -219,8 +223,8 @@ def test_a_job_killed_at_the_commit_leaves_one_whole_release(s3, local_src, poin
 
 
 def test_temp_location_holds_the_spills(s3, local_src, tmp_path, monkeypatch):
-    """--temp_location (Beam's flag) moves the spills into the store; the job removes
-    them; the release is the same bytes."""
+    """--temp_location (Beam's flag) moves the spills into the store (the job's private
+    scratch there, ``mass-job-*``); the job removes them; the release is the same bytes."""
     _run(local_src, str(tmp_path / "plain"), "--shards", "2", "--batch-rows", "100")
     trace = tmp_path / "trace.log"
     monkeypatch.setenv(fs.TRACE_ENV, str(trace))
@@ -232,6 +236,6 @@ def test_temp_location_holds_the_spills(s3, local_src, tmp_path, monkeypatch):
         for p in [line.split(" ", 1)[1]]
         if line.startswith("w ") and "/_spills/spill-" in p and "/_ids/" not in p
     ]  # fmt: skip (the id index is built by the launcher)
-    assert written and all(p.startswith("s3://mass-test/tmp/mass-spills-") for p in written)
+    assert written and all(p.startswith("s3://mass-test/tmp/mass-job-") for p in written)
     assert _keys("s3://mass-test/tmp") == []
     assert _local_parts(str(tmp_path / "rel")) == _local_parts(str(tmp_path / "plain"))

@@ -19,7 +19,7 @@ import pytest
 from beam_pipelines import anonymize
 from mass.embeddings import embedding_array
 from mass.errors import AuditFailedError, ConfigError, ReleaseError
-from mass.release.format import RELEASE_MARKER
+from mass.formats import RELEASE_MARKER
 from transforms.inference.function import FunctionModelHandler
 
 DIM, ROWS = 16, 2000  # the audit judges 95% upper bounds: 600 rows cannot pass a clean release
@@ -281,7 +281,7 @@ def test_the_gate_audits_a_staged_object_store_release_and_uploads_the_report(sr
     from mass import fs
     from mass.audit import AuditRequest, run_audit
     from mass.audit.policy import AuditPolicy
-    from mass.release.format import committed_parts
+    from mass.formats import committed_parts
     from mass.testing.services import moto_s3
 
     with moto_s3(str(tmp_path), "gate"):

@@ -248,7 +248,7 @@ def test_extract_then_anonymize_on_a_two_worker_cluster_and_object_store(repo, s
     features and the release equal, byte for byte, the local FnApiRunner runs on local disk,
     and every file a worker opened was an s3:// object (no local path crosses the shuffle)."""
     from mass import fs
-    from mass.release.format import committed_parts
+    from mass.formats import committed_parts
     from mass.testing.services import dask_cluster, moto_s3
 
     rng = np.random.default_rng(1)
@@ -291,7 +291,7 @@ def test_extract_then_anonymize_on_a_two_worker_cluster_and_object_store(repo, s
             dask = ["--runner=DaskRunner", f"--dask_client_address={address}"]
             extract.run([*extract_flags("s3://cluster/raw", "s3://cluster/feat"), *dask])
             summary = anonymize.run([*anonymize_flags("s3://cluster/emb", "s3://cluster/rel"),
-                                     *dask])  # fmt: skip
+                                     *dask, "--temp_location=s3://cluster/tmp"])  # fmt: skip
             assert summary["rows_out"] == 1200
             for name in ("feat", "rel"):
                 mine = {fs.basename(p): fs.read_bytes(p)

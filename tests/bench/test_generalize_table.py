@@ -31,7 +31,7 @@ def _synthetic(n: int, seed: int):
 def rows():
     import pyarrow as pa
 
-    from mass.modifiers import normalize_rows
+    from mass.rows import normalize_rows
 
     x, y = _synthetic(600, 0)
     tr, te = np.arange(400), np.arange(400, 600)

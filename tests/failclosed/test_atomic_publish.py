@@ -22,8 +22,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from mass.formats import RELEASE_MARKER
 from mass.release.commit import KILL_AT_ENV, recover_output, swap_into_place
-from mass.release.format import RELEASE_MARKER
 
 ROWS = 20_000
 CLI = "import sys; from mass.cli import main; sys.exit(main(sys.argv[1:]))"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from mass.errors import OutputPathError
-from mass.release.format import QUARANTINE_MARKER, RELEASE_MARKER
+from mass.formats import QUARANTINE_MARKER, RELEASE_MARKER
 from mass.serving import free_port
 
 

@@ -12,7 +12,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mass.audit.suite import JUDGE_COLUMNS, SuiteSpec, run_suites
+from mass.audit.expectations import JUDGE_COLUMNS
+from mass.audit.suite import SuiteSpec, run_suites
 from mass.report.datadocs import make_offline
 from mass.report.datasheet import RELEASE_MD, write_datasheet
 from mass.report.html import render_html

@@ -136,3 +136,16 @@ print(json.dumps({{"loaded": loaded, "skipped": skipped}}))
     assert out["loaded"] == []
     # only the Triton stub's own module may be missing here (it exists inside tritonserver)
     assert {name for _, name in out["skipped"]} <= {"triton_python_backend_utils"}
+
+
+def test_the_release_wing_is_one_way():
+    """mass.release (what a release is and how it is committed) sits above the jobs' record-
+    batch steps: mass.batches never imports it, and the ground-floor names (mass.formats) and
+    every module below the release wing import nothing of it either."""
+    batches = [m for m in g.all_modules("mass") if m.startswith("mass.batches.")]
+    assert len(batches) > 5
+    up = [f"{m}:{line} imports {name}" for m in batches for name, _, line in g.imported_names(m)
+          if name == "mass.release" or name.startswith("mass.release.")]  # fmt: skip
+    assert up == []
+    names = [name for name, _, _ in g.imported_names("mass.formats")]
+    assert all(n in ("mass", "mass.fs") or not n.startswith("mass") for n in names), names

@@ -8,9 +8,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from mass.batches import spill as R
-from mass.batches.id_index import build_id_index, verify_against_index
+from mass.batches.id_index import build_id_index
 from mass.errors import InvalidValueError, ReleaseError
-from mass.release.format import shard_path
+from mass.formats import shard_path
+from mass.release.verify import verify_against_index
 
 
 def _write(path, ids, row_group=50):

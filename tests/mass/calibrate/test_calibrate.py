@@ -160,7 +160,7 @@ def test_the_default_budget_is_cpu_time_which_waiting_does_not_spend(files, tmp_
 
 def test_budget_exhausted_reports_budget(files, tmp_path):
     ds = load_embeddings(str(files / "ring.parquet"), label_cols=["s", "u"])
-    space = (C.Candidate("mass", "mass", C._adaptive("none")),)
+    space = (C.Candidate("mass", "mass", C.adaptive_params("none")),)
     with pytest.raises(CalibrationError) as e:
         C.calibrate(ds, suppress=["s"], preserve=["u"], policy=AuditPolicy(),
                     cfg=CalibrationConfig(budget_minutes=0.01), space=space,
@@ -438,7 +438,7 @@ def test_trained_candidates_validate_on_one_holdout_fit_and_skip_useless_erasers
     ds = load_embeddings(str(files / "ring.parquet"), label_cols=["s", "u"])
     by_name = {c.name: c for c in C.SEARCH_SPACE}
     space = (by_name["leace"], by_name["leace|R"], by_name["leace x3"],
-             C.Candidate("mass", "mass", {**C._adaptive("none"), "epochs": 5,
+             C.Candidate("mass", "mass", {**C.adaptive_params("none"), "epochs": 5,
                                           "branch_epochs": 2}))  # fmt: skip
     res = C.calibrate(ds, suppress=["s"], preserve=["u"], policy=AuditPolicy(),
                       cfg=CalibrationConfig(budget_minutes=5), space=space,
@@ -573,7 +573,7 @@ def test_trained_candidates_are_planned_on_the_slowest_rate_measured(files, monk
 
     monkeypatch.setattr(S, "bisect_noise", failing)
     ds = load_embeddings(str(files / "ring.parquet"), label_cols=["s", "u"])
-    base = {**C._adaptive("none"), "branch_epochs": 2, "epochs": 1000}
+    base = {**C.adaptive_params("none"), "branch_epochs": 2, "epochs": 1000}
     space = tuple(C.Candidate(f"m{i}", "mass", base) for i in range(3))
     with pytest.raises(CalibrationError):
         C.calibrate(ds, suppress=["s"], preserve=["u"], policy=AuditPolicy(),

@@ -9,13 +9,12 @@ from mass.methods._common import subset, toy_dataset
 from mass.methods.genfilter import (
     filter_loss,
     gaussian_budget_sigma,
-    kl_distortion,
     kl_to_prior,
     lipschitz_penalty,
-    project_to_budget,
     vae_loss,
 )
 from mass.modifiers import load_modifier, save_modifier
+from mass.modifiers.genfilter import kl_distortion, project_to_budget
 
 T = torch.tensor
 

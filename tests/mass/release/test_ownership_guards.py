@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from mass import formats as release_format
 from mass.errors import OutputPathError
 from mass.release import commit
-from mass.release import format as release_format
 
 
 @pytest.mark.parametrize("doc", [{}, {"format": "notes/1"}, {"format": release_format.QUARANTINE_FORMAT}],

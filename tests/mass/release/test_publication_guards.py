@@ -13,12 +13,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from mass import formats as release_format
 from mass.embeddings import embedding_array
 from mass.errors import AuditFailedError
+from mass.formats import shard_path
 from mass.release import columns as release_columns
-from mass.release import format as release_format
 from mass.release import publish as R
-from mass.release.format import shard_path
 
 INFO = {"name": "m", "version": 1, "sha256": "s", "method": "mass", "suppress": ["colour"],
         "preserve": ["digit"], "config_hash": "h"}  # fmt: skip

@@ -8,9 +8,9 @@ import pytest
 
 from mass.embeddings import embedding_array
 from mass.errors import ReleaseError
+from mass.formats import shard_path
 from mass.release.columns import release_metadata, resolve_allow_columns
 from mass.release.commit import swap_into_place
-from mass.release.format import shard_path
 from mass.release.publish import publish_release
 
 SCHEMA = pa.schema(

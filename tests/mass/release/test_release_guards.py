@@ -15,10 +15,11 @@ import pytest
 from mass.batches.spill import NONFINITE, UNMODIFIED, row_flags
 from mass.embeddings import embedding_array
 from mass.errors import ReleaseError
+from mass.formats import shard_path
 from mass.release import columns as release_columns
 from mass.release import commit as P
 from mass.release import publish as R
-from mass.release.format import shard_path
+from mass.release.verify import verify_release
 
 INFO = {"name": "m", "version": 1, "sha256": "s", "method": "mass", "suppress": ["colour"],
         "preserve": ["digit"], "config_hash": "h"}  # fmt: skip
@@ -77,7 +78,7 @@ def test_clean_flags_publish(tmp_path):
 def test_a_missing_part_file_is_refused(tmp_path):
     stage, _ = _stage(tmp_path)
     with pytest.raises(ReleaseError, match="1 part files, expected 2"):
-        R.verify_release(stage, expected_ids=pa.array([0, 1, 2], pa.int64()), id_col="id",
+        verify_release(stage, expected_ids=pa.array([0, 1, 2], pa.int64()), id_col="id",
                          emb_col="emb", allow_columns=[], num_shards=2)  # fmt: skip
 
 
