@@ -14,7 +14,7 @@ import pandas as pd
 from mass.audit.columns import Statistics, combine, encode_released
 from mass.audit.data import encode_columns
 from mass.audit.expectations import JUDGE_COLUMNS
-from mass.audit.keyed import is_stochastic, keyless_view, modifier_parts
+from mass.audit.keyed import keyless_view
 from mass.audit.policy import AuditPolicy
 from mass.audit.scan import Scan, scan
 from mass.audit.stream import PARTITION_ROWS
@@ -23,6 +23,7 @@ from mass.audit.unnamed import check_watch, effective_watch, measure_unnamed, wa
 from mass.errors import ConfigError, VacuousPolicyError
 from mass.keys import LOCAL_CONFIG, NOISE_KEY_ENV, OwnerKey, resolve_key
 from mass.metrics import KEYED, AttributeReport, attribute_report, z_value
+from mass.noise_streams import is_stochastic, modifier_parts
 from mass.rundir import load_judges
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ OUT_OF_SCOPE = "anyone holding the original embeddings is out of scope."
 def protection(metadata: Mapping) -> str:
     """One sentence: modifier plus owner-keyed noise, modifier alone (deterministic), modifier
     plus public (unkeyed) noise, or unknown when the modifier is not recorded."""
-    from mass.audit.keyed import is_stochastic, modifier_parts
+    from mass.noise_streams import is_stochastic, modifier_parts
 
     meta = {str(k.decode() if isinstance(k, bytes) else k):
             str(v.decode() if isinstance(v, bytes) else v) for k, v in metadata.items()}  # fmt: skip
