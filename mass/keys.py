@@ -76,8 +76,12 @@ class OwnerKey:
 
 
 def write_key(path: str) -> OwnerKey:
-    """Write a new random key to ``path`` (mode 0600); never overwrite an existing path."""
+    """Write a new random key to ``path`` (mode 0600); never overwrite an existing path. A draw
+    that :func:`weak_reason` would refuse (probability below 1e-9) is drawn again, so every key
+    `mass keygen` writes is read back."""
     key = OwnerKey.generate()
+    while weak_reason(key.secret):
+        key = OwnerKey.generate()
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise ConfigError(f"{path}: directory {parent} does not exist; create it first")
