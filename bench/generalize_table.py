@@ -8,9 +8,9 @@ from its run); ``last resort`` (``leace_project``: R's discriminant span); ``lea
 else 1.2, the largest it tries); ``ot-repair`` (held out: its class predictor and transport fitted on the
 training rows, as the product applies it); ``ot-repair+cells`` (the same, each row released as
 the nearest of ~n/(10 k) k-means centres: calibration's candidate); ``ot-repair+cells|R`` (the
-cells within each class of R, a stored predictor picking it); ``ot-repair+ranks|R`` (rank
-cells within each class of R: bins along its top principal axis, edges per predicted S
-class); ``ot-repair (transductive)``: the transport
+cells within each class of R, a stored predictor picking it); ``ot-repair+partition|R`` and
+``ot-repair+partition2|R`` (rank cells of one partition within each class of R: common bins
+along 1 or 2 axes of the covariance within S, two passes); ``ot-repair (transductive)``: the transport
 fitted on the release rows themselves with their true S (a batch job that knows S for the
 rows it releases: total repair, S-independent by construction).
 
@@ -119,7 +119,8 @@ def releases(train, xt, seeds, s_codes, suppress, preserve, calibrated=None,
     cells = {
         "ot-repair+cells": "fitted on the training rows, released in cells",
         "ot-repair+cells|R": "cells within each class of R",
-        "ot-repair+ranks|R": "rank cells within each class of R",
+        "ot-repair+partition|R": "one partition within each class of R (1 axis)",
+        "ot-repair+partition2|R": "one partition within each class of R (2 axes)",
     }
     for c in ordered(SEARCH_SPACE, preserve):  # calibration's own candidates, as it runs them
         if c.name in cells:

@@ -22,6 +22,8 @@ from great_expectations.expectations.metrics.metric_provider import metric_value
 from great_expectations.expectations.metrics.table_metric_provider import TableMetricProvider
 
 from mass.metrics import judge_ok, preserved_ok
+from mass.metrics.rules import FROZEN_SLACK, frozen_kept_ok
+from mass.metrics.scores import FROZEN
 
 JUDGE_COLUMNS = ("attribute", "role", "judge", "accuracy", "majority", "floor", "original",
                  "balanced", "ci_high", "balanced_ci_high", "chance", "balanced_floor")  # fmt: skip
@@ -111,7 +113,11 @@ class ExpectAttributeToBeSuppressed(BatchExpectation):
 
 class ExpectAttributeToBePreserved(BatchExpectation):
     """The best retrained attacker on the release keeps >= ``min_fraction`` of the best
-    retrained attacker's accuracy on the original embeddings."""
+    retrained attacker's accuracy on the original embeddings, and the frozen judge (a model
+    trained on the original rows, applied unchanged to the release), when it has a row, keeps
+    >= ``min_fraction - FROZEN_SLACK`` of its own accuracy on the original rows: a release
+    that keeps the attribute only up to a relabelling reads well retrained, backwards frozen.
+    """
 
     attribute: str
     min_fraction: float
@@ -133,16 +139,31 @@ class ExpectAttributeToBePreserved(BatchExpectation):
         acc, original = float(best["accuracy"]), float(best["original"])
         retention = acc / original if original > 0 else float("nan")
         ok = preserved_ok(acc, original, float(self.min_fraction))
+        frozen = _frozen_reading(metrics["mass.attribute_judges"], float(self.min_fraction))
+        observed = (f"retention {retention:.4f} ({best['judge']} {acc:.4f} "
+                    f"of original {original:.4f})")  # fmt: skip
+        if frozen is not None:
+            observed += (f"; frozen {frozen['retention']:.4f} ({frozen['accuracy']:.4f} of "
+                         f"{frozen['original']:.4f}, needs {frozen['min_fraction']:.2f})")  # fmt: skip
         return {
-            "success": ok,
+            "success": ok and (frozen is None or frozen["passed"]),
             "result": {
-                "observed_value": f"retention {retention:.4f} ({best['judge']} {acc:.4f} "
-                f"of original {original:.4f})",
-                "details": {
-                    "accuracy": acc,
-                    "original": original,
-                    "retention": retention,
-                    "judge": best["judge"],
-                },  # fmt: skip
+                "observed_value": ("" if ok else "FAILED retrained; ")
+                + ("" if frozen is None or frozen["passed"] else "FAILED frozen; ") + observed,
+                "details": {"accuracy": acc, "original": original, "retention": retention,
+                            "judge": best["judge"], "frozen": frozen},
             },
-        }
+        }  # fmt: skip
+
+
+def _frozen_reading(rows: list[dict], min_fraction: float) -> dict | None:
+    """The preserved attribute's frozen judge: its accuracy on the release over its own on
+    the original rows, against ``min_fraction - FROZEN_SLACK`` (None: no frozen row)."""
+    frozen = [r for r in rows if r["role"] == "preserved" and r["judge"] == FROZEN]
+    if not frozen:
+        return None
+    acc, original = float(frozen[0]["accuracy"]), float(frozen[0]["original"])
+    need = min_fraction - FROZEN_SLACK
+    return {"accuracy": acc, "original": original, "min_fraction": need,
+            "retention": acc / original if original > 0 else float("nan"),
+            "passed": frozen_kept_ok(acc, original, min_fraction)}  # fmt: skip

@@ -30,6 +30,8 @@ audit:
                           # retention every audit and calibration reports (--watch overrides)
   watch_min_kept: null    # e.g. 0.8: every learnable watch attribute keeps this normalised
                           # information, (release - majority) / (original - majority)
+  gate_certificate: false # also hold a cell release's certified bound (any attacker) to the
+                          # strictest judge's limits; a release without one then fails
 ```
 The rules are documented in docs/audit.md.
 When ``audit.allow_columns`` is absent, ``anonymize.allow_columns`` (if any) is used.
@@ -48,7 +50,7 @@ from mass.metrics import ATTACKER_FAMILIES, FROZEN
 KEYS = {"frozen_margin", "attacker_margin", "min_utility_fraction", "suppress", "preserve",
         "families", "folds", "seed", "max_rows", "norm_tol", "allow_columns", "confidence",
         "curve", "curve_tol", "max_cosine", "max_levels", "gate_key_compromised",
-        "force_vacuous", "watch", "watch_min_kept"}  # fmt: skip
+        "force_vacuous", "watch", "watch_min_kept", "gate_certificate"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ class AuditPolicy:
     force_vacuous: bool = False  # a vacuous policy runs, recorded as forced, instead of refused
     watch: tuple[str, ...] = ()  # reported by every audit (docs/audit.md); --watch overrides
     watch_min_kept: float | None = None  # None: watch attributes are reported, not gated
+    gate_certificate: bool = False  # the certificate is reported; true: judged (docs/audit.md)
 
     def to_dict(self) -> dict:
         """The resolved policy as plain JSON values (audit.json ``policy``)."""
@@ -192,7 +195,7 @@ def policy_from_dict(section: Mapping[str, Any] | None) -> AuditPolicy:
         kw["watch_min_kept"] = _number("watch_min_kept", sec["watch_min_kept"], lo=0.0, hi=2.0)
     if "max_levels" in sec:
         kw["max_levels"] = _int("max_levels", sec["max_levels"], lo=2)
-    for key in ("curve", "gate_key_compromised", "force_vacuous"):
+    for key in ("curve", "gate_key_compromised", "force_vacuous", "gate_certificate"):
         if key in sec:
             if not isinstance(sec[key], bool):
                 raise ConfigError(f"audit.{key}: expected true or false, got {sec[key]!r}")

@@ -7,6 +7,7 @@ import math
 import os
 from datetime import UTC, datetime
 
+from mass.audit.certified import certificate_block, certificate_line
 from mass.audit.data import parse_json_list
 from mass.audit.runner import AuditResult
 from mass.audit.unnamed import unnamed_lines
@@ -31,6 +32,8 @@ def audit_metrics(result: AuditResult) -> dict:
         row = {"role": r.role, "n": r.n, "majority": _num(r.majority), "floor": _num(r.floor),
                "baseline": _num(r.baseline), "original": _num(r.original),
                "frozen_x": _num(r.frozen_x), "frozen_xprime": _num(r.frozen_xprime)}  # fmt: skip
+        # both readings of the release: retrained (attackers, worst) and frozen (who, kept)
+        row["frozen_by"], row["frozen_kept"] = r.frozen_by or None, _num(r.frozen_kept)
         row.update({fam: _num(acc) for fam, acc in r.attackers.items()})
         row.update({j: _num(acc) for j, acc in r.extra_judges.items()})
         row["worst"] = _num(r.worst)
@@ -58,6 +61,8 @@ def audit_metrics(result: AuditResult) -> dict:
                 max((r.balanced_ci_high[j] - bal[j] for j in r.balanced_ci_high),
                     default=float("nan")),
             ))  # fmt: skip
+            # the cell release's bound on any attacker, beside the retrained ones
+            row["certificate"] = certificate_block(r)
         else:
             row["retention"] = _num(r.retention)
         row["learning_curve"] = {f: [[_num(a), _num(b)] for a, b in c]
@@ -202,6 +207,8 @@ def format_table(result: AuditResult) -> str:
         if r.key_compromised is not None:
             key = ", ".join(f"{f} {v:.3f}" for f, v in r.key_compromised.items())
             lines.append(f"{r.name}: key compromised (noise removed): {key}")
+        if (cert := certificate_line(r)) is not None:
+            lines.append(cert)
     if result.key_status:
         lines.append(f"key-compromised figure: {result.key_status}")
     lines += unnamed_lines(result.unnamed)

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mass.audit.certified import certificate_rows, with_certificate
 from mass.audit.columns import Statistics, combine, encode_released
 from mass.audit.data import encode_columns
 from mass.audit.expectations import JUDGE_COLUMNS
@@ -23,6 +24,8 @@ from mass.audit.unnamed import check_watch, effective_watch, measure_unnamed, wa
 from mass.errors import ConfigError, VacuousPolicyError
 from mass.keys import LOCAL_CONFIG, NOISE_KEY_ENV, OwnerKey, resolve_key
 from mass.metrics import KEYED, AttributeReport, attribute_report, z_value
+from mass.metrics.rules import FROZEN_READER
+from mass.metrics.scores import FROZEN
 from mass.noise_streams import is_stochastic, modifier_parts
 from mass.rundir import load_judges
 
@@ -140,11 +143,12 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
                 margins=pol.margins(a), extra=together.dense, stats=together.stats,
                 columns=released, key_x=key_x, gate_key=gate_key, class_names=_names(s, a), **kw,
             ))  # fmt: skip
+            reports[-1] = with_certificate(reports[-1], s.xp, y[a], s.metadata, pol)
         for a in req.preserve:
             reports.append(attribute_report(a, y[a], x, xp, role="preserved",
                                             frozen=frozen.get(a), min_fraction=pol.fraction(a),
                                             extra=extra, class_names=_names(s, a),
-                                            **kw))  # fmt: skip
+                                            frozen_family=FROZEN_READER, **kw))  # fmt: skip
         unnamed = measure_unnamed(x, xp, y, suppress=req.suppress, preserve=req.preserve,
                                   watch=watch, policy=pol, extra=extra,
                                   names={w: _names(s, w) for w in watch})  # fmt: skip
@@ -259,12 +263,15 @@ def judge_frame(reports: list[AttributeReport]) -> pd.DataFrame:
     nan = float("nan")
     recs = [
         {"attribute": r.name, "role": r.role, "judge": judge, "accuracy": acc,
-         "majority": r.majority, "floor": r.floor, "original": r.original,
+         "majority": r.majority, "floor": r.floor,
+         # the frozen judge is read against its own accuracy on the original rows
+         "original": r.frozen_x if judge == FROZEN and r.frozen_x is not None else r.original,
          "balanced": r.balanced.get(judge, nan), "ci_high": r.ci_high.get(judge, nan),
          "balanced_ci_high": r.balanced_ci_high.get(judge, nan), "chance": r.chance,
          "balanced_floor": r.balanced_floor}
         for r in reports for judge, acc in r.accuracies.items()
     ]  # fmt: skip
+    recs += certificate_rows(reports)  # judged only where the margins name it
     return pd.DataFrame(recs, columns=list(JUDGE_COLUMNS))
 
 

@@ -46,6 +46,7 @@ def measure_unnamed(x, xp, y: dict[str, np.ndarray], *, suppress, preserve, watc
     """``{"watch": {attr: watch_report row}, "structure": structure_kept,
     "structure_reference": {"identity", "last_resort"}}`` on the audited rows (``names``:
     attribute -> class names of its integer codes, for the watch rows' rare classes)."""
+    from mass.metrics.rules import FROZEN_READER
     from mass.metrics.unnamed import structure_kept, structure_reference, watch_report
 
     sup = {s: y[s] for s in suppress}
@@ -55,7 +56,7 @@ def measure_unnamed(x, xp, y: dict[str, np.ndarray], *, suppress, preserve, watc
         out["watch"] = watch_report(x, xp, {w: y[w] for w in watch}, sup, seed=policy.seed,
                                     max_rows=policy.max_rows, families=policy.families,
                                     folds=min(policy.folds, 5), extra=extra,
-                                    names=names)  # fmt: skip
+                                    names=names, frozen=FROZEN_READER)  # fmt: skip
     codes = joint_codes(sup) if sup else None
     out["structure"] = structure_kept(x, xp, codes, seed=policy.seed, max_rows=rows)
     try:

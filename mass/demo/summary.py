@@ -5,7 +5,8 @@
         [--run-dir runs/modifier --metrics metrics/summary.json]
 
 Says where the release is and how many rows it has, the audit verdict, per suppressed
-attribute the worst retrained attacker and its 95% upper bound against the limit, per
+attribute the worst retrained attacker and its 95% upper bound against the limit (and a cell
+release's certified bound on any attacker, or why it has none), per
 preserved attribute the fraction of its original accuracy that was kept against the policy's
 minimum, and what it keeps that no flag named (watch attributes, label-free structure;
 a last-resort release says it is data minimisation). Exit status 0 when the audit passed, 1 when it failed (the numbers still print).
@@ -21,7 +22,7 @@ import json
 import os
 import sys
 
-from mass.report.view import unjudged_key_view
+from mass.report.view import certificate_text, unjudged_key_view
 
 
 def _num(v) -> str:
@@ -54,6 +55,8 @@ def summarize(audit: dict, release: str) -> list[str]:
                 f"Suppressed:   {name:<{width}}  worst attacker {_num(a.get('worst'))}, "
                 f"95% bound {_num(bound)} vs limit {_num(a.get('limit'))}  {verdict}{why}"
             )
+            if (cert := certificate_text(a)) is not None:  # the bound on any attacker
+                lines.append(f"Certificate:  {name:<{width}}  {cert}")
         elif a.get("role") == "preserved":
             need = (policy.get("preserve") or {}).get(name, policy.get("min_utility_fraction"))
             lines.append(
@@ -122,6 +125,14 @@ def _unnamed_fields(unnamed: dict) -> dict:
     return out
 
 
+def _certificate_fields(a: dict) -> dict:
+    """A suppressed attribute's certified bounds (null without a certificate, stable keys)."""
+    c = a.get("certificate")
+    if not isinstance(c, dict):
+        return {}
+    return {"certified_accuracy": c.get("accuracy"), "certified_balanced": c.get("balanced")}
+
+
 def metrics(audit: dict, run: dict | None = None) -> dict:
     """One run's comparable numbers (the DVC metrics file; keys stable across runs).
 
@@ -152,6 +163,7 @@ def metrics(audit: dict, run: dict | None = None) -> dict:
             row = {"bound": bound, "limit": limit}
             if bound is not None and limit is not None:
                 row["excess"] = bound - limit
+            row.update(_certificate_fields(a))
         else:
             row = _kept_fields(a)
         if row:

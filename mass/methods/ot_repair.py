@@ -35,16 +35,14 @@ linear predictor on the repaired row picks the class at release time, so coarse 
 longer average a preserved attribute away (on small data sets plain cells kept R at
 0.60-0.84 of its original; docs/calibration.md, "cells by R").
 
-``cell_axes`` (rank cells, with ``cell_rows``): instead of k-means centres, a row's cell is
-its bin along each of the top ``cell_axes`` principal axes of the repaired fit rows (within
-its class of the preserved label with ``cells_by_preserved``), the bin edges being the
-quantiles of its *predicted suppressed class* there (weighed against ``cell_prior_rows``
-pseudo-rows at the group's common edges, so the shrinkage fades as the class has more
-rows), and it is released as the cell's mean. Along the released axis the classes are
-matched exactly on the fit rows, and the widest structure within each group
-keeps its resolution instead of sharing k-means' budget with every other direction (the
-demo's thickness: 0.61 of its information with k-means cells by colour, 0.82 with rank
-cells, digit still at a pure-noise release's level; docs/calibration.md, "rank cells").
+``cell_axes`` (rank cells, with ``cell_rows``; fitted by :mod:`mass.methods.rank_cells`):
+instead of k-means centres, a row's cell is its bin along each of ``cell_axes`` axes of the
+repaired fit rows (within its class of the preserved label with ``cells_by_preserved``), and
+it is released as the cell's mean. ``cell_edges: common`` makes the bins one partition, the
+same for every suppressed class, so a row's cell never depends on S ("one partition");
+``class`` (the older specs) bins with the edges of the row's *predicted* suppressed class
+("rank cells"). ``cell_basis: within_s`` takes the axes of the covariance within the
+suppressed classes (docs/calibration.md).
 """
 
 from __future__ import annotations
@@ -60,12 +58,15 @@ from mass.fitrows import ids_digest, rows_digest
 from mass.methods import FitResult, Method, Params, register_method
 from mass.methods._common import batches, check_attrs, label_tensors, n_classes, unit_x
 from mass.methods.base import knob
+from mass.methods.rank_cells import (
+    classes_present,
+    fit_rank_cells,
+    linear_class_predictor,
+    rank_cell_shape,
+)
 from mass.modifiers import AffineModifier, AffineSpec, ChainModifier, l2_normalize
 from mass.modifiers.codebook import CodebookModifier, CodebookSpec
 from mass.modifiers.sliced_repair import SlicedRepairModifier, SlicedRepairSpec, quantile_map
-
-# a class with fewer fit rows in a group than this many per bin takes the group's common edges
-RANK_MIN_ROWS_PER_BIN = 2
 
 MAX_JOINT_CLASSES = 256
 
@@ -98,6 +99,13 @@ class RepairParams(Params):
                           "repaired rows (within each preserved class with "
                           "cells_by_preserved), edges per predicted suppressed class, "
                           "about cell_rows rows of each class per cell")  # fmt: skip
+    cell_edges: str = knob("class", choices=("class", "common"), help="rank cells: "
+                           "'common' = one partition per group, the same bin edges for every "
+                           "suppressed class (a row's cell never depends on S); 'class' = "
+                           "edges per predicted suppressed class (older specs)")  # fmt: skip
+    cell_basis: str = knob("pca", choices=("pca", "within_s"), help="rank cells' axes: the "
+                           "group's principal axes, or those of its covariance within the "
+                           "suppressed classes (where the rows vary for reasons other than S)")  # fmt: skip
     cell_prior_rows: int = knob(30, lo=0, help="rank cells: a class with n fit rows in a "
                                 "group takes n / (n + this) of its own bin edges and the rest "
                                 "of the group's common edges (0: its own only)")  # fmt: skip
@@ -203,35 +211,12 @@ def fit_transport(mod: SlicedRepairModifier, x: torch.Tensor, cls: torch.Tensor,
     return cur.float()
 
 
-def classes_present(y: torch.Tensor, k: int) -> int:
-    """How many of the ``k`` classes of ``y`` have fit rows (at least 1)."""
-    return max(int((torch.bincount(y, minlength=k) > 0).sum()), 1)
-
-
 def _kmeans(z: np.ndarray, cells: int, seed: int) -> np.ndarray:
     from sklearn.cluster import KMeans
 
     if cells <= 1:
         return z.mean(axis=0, keepdims=True)
     return KMeans(n_clusters=cells, n_init=3, random_state=seed).fit(z).cluster_centers_
-
-
-def _class_predictor(z: np.ndarray, r: np.ndarray, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(weight [k, dim], bias [k]) of a multinomial logistic regression of ``r`` on ``z``;
-    a class absent from ``r`` gets bias -1e9 (never predicted)."""
-    from sklearn.linear_model import LogisticRegression
-
-    weight, bias = torch.zeros(k, z.shape[1]), torch.full((k,), -1e9)
-    seen = torch.as_tensor(np.unique(r))
-    if len(seen) == 1:
-        bias[seen] = 0.0
-        return weight, bias
-    lr = LogisticRegression(max_iter=1000).fit(z, r)
-    coef, icpt = lr.coef_, lr.intercept_
-    if len(seen) == 2:  # sklearn's binary form: one logit for the second class
-        coef, icpt = np.vstack([np.zeros_like(coef), coef]), np.r_[0.0, icpt]
-    weight[seen], bias[seen] = torch.from_numpy(coef).float(), torch.from_numpy(icpt).float()
-    return weight, bias
 
 
 def fit_cells(z: torch.Tensor, y: torch.Tensor, k: int, p: RepairParams,
@@ -256,61 +241,7 @@ def fit_cells(z: torch.Tensor, y: torch.Tensor, k: int, p: RepairParams,
         return CodebookModifier(spec).set(centres).eval()
     owner = torch.from_numpy(np.repeat(classes, [len(c) for c in parts]).astype(np.int64))
     spec = CodebookSpec(dim=z.shape[1], cells=len(centres), classes=r[1])
-    return CodebookModifier(spec).set(centres, owner, *_class_predictor(zz, rr, r[1])).eval()
-
-
-def rank_cell_shape(y: torch.Tensor, k: int, groups: int, p: RepairParams) -> dict:
-    """The spec fields of rank cells: levels per axis such that a cell holds about
-    ``cell_rows`` fit rows of each (group, suppressed class) pair, at least 2."""
-    present = classes_present(y, k)
-    per_pair = len(y) / (present * groups)
-    levels = max(2, int(round((per_pair / p.cell_rows) ** (1.0 / p.cell_axes))))
-    return {"cell_axes": p.cell_axes, "cell_levels": levels, "cell_groups": groups}
-
-
-def fit_rank_cells(mod: SlicedRepairModifier, z: torch.Tensor, cls: torch.Tensor,
-                   group: torch.Tensor, p: RepairParams) -> int:  # fmt: skip
-    """Fill the rank cells of ``mod`` from its repaired fit rows ``z``, their predicted
-    suppressed classes ``cls`` and their groups (the preserved joint label, or zeros): per
-    group its mean, top principal axes and common bin edges (quantiles), per class in the
-    group its own edges shrunk towards the common ones by ``cell_prior_rows``, a linear
-    predictor of the group and the centre (mean, unit-normalised when the output is) of
-    every cell; an empty cell releases its group's mean. Returns how many cells hold fit
-    rows."""
-    spec = mod.spec
-    m, lv, zz = spec.cell_axes, spec.cell_levels, z.double()
-    levels = torch.linspace(0, 1, lv + 1, dtype=torch.float64)[1:-1]
-    for g in torch.unique(group).tolist():
-        rows = group == g
-        zg = zz[rows]
-        mean = zg.mean(dim=0)
-        vh = torch.linalg.svd(zg - mean, full_matrices=False).Vh[:m]
-        axes = torch.zeros(m, zz.shape[1], dtype=torch.float64)
-        axes[: len(vh)] = vh
-        t = (zg - mean) @ axes.T
-        common = torch.quantile(t, levels, dim=0).T  # [m, levels - 1]
-        for c in range(spec.classes):
-            own = cls[rows] == c
-            edges = common
-            n = int(own.sum())
-            if n >= RANK_MIN_ROWS_PER_BIN * lv:
-                w = n / (n + p.cell_prior_rows)
-                edges = w * torch.quantile(t[own], levels, dim=0).T + (1 - w) * common
-            mod.edges[g, c] = edges.float()
-        mod.group_mean[g], mod.axes[g] = mean.float(), axes.float()
-    weight, bias = _class_predictor(zz.numpy(), group.numpy(), spec.cell_groups)
-    mod.group_weight.copy_(weight)
-    mod.group_bias.copy_(bias)
-    _, cell = mod.cell_of(z, cls, group)
-    key = group * lv**m + cell
-    sums = torch.zeros(spec.cell_groups * lv**m, zz.shape[1], dtype=torch.float64)
-    sums.index_add_(0, key, zz)
-    counts = torch.bincount(key, minlength=len(sums))
-    centres = torch.where(counts[:, None] > 0, sums / counts.clamp(min=1)[:, None],
-                          mod.group_mean.double().repeat_interleave(lv**m, dim=0))  # fmt: skip
-    centres = l2_normalize(centres) if spec.renormalize else centres
-    mod.centres.copy_(centres.view(spec.cell_groups, lv**m, -1).float())
-    return int((counts > 0).sum())
+    return CodebookModifier(spec).set(centres, owner, *linear_class_predictor(zz, rr, r[1])).eval()
 
 
 @register_method("ot_repair")
@@ -343,7 +274,7 @@ class OtRepair(Method):
             joint_label(train, preserve, "preserved") if by_r else (torch.zeros_like(y), 1)
         )
         ranks = rank_cell_shape(y, k, cells, p) if p.cell_axes else {}
-        extra_cells = 0
+        extra_cells: dict[str, int] = {}
         if p.pre_leace:
             from mass.methods.leace import leace_affine
 
@@ -366,7 +297,7 @@ class OtRepair(Method):
                 out = fit_transport(mod, cur, cls, gen, p)
                 out = l2_normalize(out) if p.renormalize else out
                 if last:
-                    extra_cells = fit_rank_cells(mod, out, cls, group, p)
+                    extra_cells = fit_rank_cells(mod, out, cls, y, group, p)
                     out = mod.centres[mod.cell_of(out, cls)]  # as served: group predicted
             moved.append(float(torch.linalg.vector_norm(out - cur, dim=1).mean()))
             parts.append(mod.eval())
@@ -374,7 +305,8 @@ class OtRepair(Method):
         extra = {"predictor_accuracy": accuracy, "mean_displacement": moved,
                  "chance": float(np.bincount(y.numpy()).max() / len(y))}  # fmt: skip
         if p.cell_axes:
-            extra["cells"] = extra_cells
+            extra["cells"] = extra_cells["cells"]
+            extra["rows_per_cell"] = {k[5:]: v for k, v in extra_cells.items() if k != "cells"}
         elif p.cell_rows:
             r = (group, cells) if by_r else None
             book = fit_cells(out, y, k, p, r)  # the last part's output, as served

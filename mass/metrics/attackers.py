@@ -121,6 +121,30 @@ def attack_predictions(
     return out
 
 
+def frozen_reader(
+    x, x_prime, y, *, family: str = "logreg", folds: int = 10, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """What a model trained on the ORIGINAL rows reads in the release, out of fold.
+
+    Stratified k-fold: per split, ``family`` is fitted on the original ``x`` of the training
+    rows and applied unchanged to the held-out rows of ``x`` and of the release ``x_prime``
+    (same rows, same order). Returns (predictions on x, predictions on x'), one per row. A
+    release that keeps an attribute only up to a relabelling (a binary label flipped, rows
+    moved into another class's cells) reads well to attackers retrained on it and badly here.
+    """
+    _attacker(family, seed, 1)  # fail fast on a typo before any fitting
+    x = np.asarray(x, dtype=np.float32)
+    xp = np.asarray(x_prime, dtype=np.float32)
+    y = np.asarray(y)
+    if x.shape != xp.shape:
+        raise ValueError(f"frozen reader: original {x.shape} and release {xp.shape} differ")
+    on_x, on_xp = np.empty_like(y), np.empty_like(y)
+    for tr, te in cv_folds(y, folds, seed):
+        both = _fit_predict(family, seed, x[tr], y[tr], np.vstack([x[te], xp[te]]))
+        on_x[te], on_xp[te] = both[: te.size], both[te.size :]
+    return on_x, on_xp
+
+
 def retrained_attackers(
     x_train,
     y_train,

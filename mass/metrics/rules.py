@@ -14,7 +14,9 @@ from mass.metrics.attackers import (
     attack_predictions,
     frozen_accuracy,
     frozen_predict,
+    frozen_reader,
 )
+from mass.metrics.certificate import Certificate
 from mass.metrics.scores import (
     ATTACKER_FAMILIES,
     FROZEN,
@@ -79,8 +81,22 @@ def preserved_ok(accuracy: float, original: float, min_fraction: float) -> bool:
     return original <= 0 or utility_retention(accuracy, original) >= min_fraction - 1e-12
 
 
+# A preserved attribute's frozen reading (a model trained on the original rows, applied
+# unchanged to the release) must keep min_fraction - FROZEN_SLACK of what it reads on the
+# original (docs/audit.md, "Preserved attributes": why 0.1).
+FROZEN_SLACK = 0.1
+FROZEN_READER = "logreg"  # the frozen reader fitted by the audit when no branch model is known
+
+
+def frozen_kept_ok(frozen_xprime: float, frozen_x: float, min_fraction: float) -> bool:
+    """The frozen reading of a preserved attribute keeps ``min_fraction - FROZEN_SLACK`` of
+    the same frozen model's accuracy on the original rows."""
+    return preserved_ok(frozen_xprime, frozen_x, min_fraction - FROZEN_SLACK)
+
+
 REMAP = "_remap"  # judge-name suffix: the judge's predictions re-mapped on held-out rows
 KEYED = "_key"  # judge-name suffix: family retrained on the release with the noise removed
+CERTIFICATE = "certificate"  # judge name: the cell release's certified bound (any attacker)
 COLUMN = "@"  # family@column: the family retrained on that released column alone
 CURVE_FRACTIONS = (0.25, 0.5, 1.0)
 
@@ -131,6 +147,12 @@ class AttributeReport:
     # class name -> rows, for each class with fewer rows than folds (mass.metrics.strata)
     rare_classes: dict[str, int] = field(default_factory=dict)
     original_balanced: float | None = None  # best balanced accuracy on the original x
+    # suppressed: the cell release's bound on any attacker (mass.metrics.certificate), judged
+    # as the judge CERTIFICATE when ``margins`` holds it (audit.gate_certificate)
+    certificate: Certificate | None = None
+    # who the frozen judge is: "branch" (the run directory's model) or the family fitted on
+    # the original rows out of fold (FROZEN_READER); "" when there is none
+    frozen_by: str = ""
 
     @property
     def baseline(self) -> float:
@@ -156,6 +178,13 @@ class AttributeReport:
         return max(accs.values()) if accs else float("nan")
 
     @property
+    def frozen_kept(self) -> float | None:
+        """The frozen judge's accuracy on x' over its accuracy on x (None: no frozen judge)."""
+        if self.frozen_xprime is None or not self.frozen_x:
+            return None
+        return utility_retention(self.frozen_xprime, self.frozen_x)
+
+    @property
     def retention(self) -> float | None:
         return None if self.original <= 0 else utility_retention(self.worst, self.original)
 
@@ -165,11 +194,25 @@ class AttributeReport:
                         self.balanced_ci_high.get(judge), self.balanced_baseline,
                         self.margins[judge])  # fmt: skip
 
+    def certificate_ok(self) -> bool:
+        """The certificate's bounds within the CERTIFICATE judge's limits (none: fails)."""
+        c, margin = self.certificate, self.margins.get(CERTIFICATE)
+        if margin is None:
+            return True
+        if c is None or c.accuracy is None or c.balanced is None:
+            return False
+        return judge_ok(c.accuracy, self.baseline, c.balanced, self.balanced_baseline, margin)
+
     @property
     def passed(self) -> bool:
         if self.role == "suppressed":
-            return all(self.judge_ok(judge) for judge in self.accuracies)
-        return preserved_ok(self.worst, self.original, self.min_fraction or 0.0)
+            return all(self.judge_ok(judge) for judge in self.accuracies) and (
+                self.certificate_ok())  # fmt: skip
+        fraction = self.min_fraction or 0.0
+        frozen = self.frozen_xprime is None or frozen_kept_ok(
+            self.frozen_xprime, self.frozen_x or 0.0, fraction
+        )
+        return preserved_ok(self.worst, self.original, fraction) and frozen
 
 
 def family_of(judge: str) -> str:
@@ -249,6 +292,19 @@ def _key_judges(key_x: np.ndarray, y: np.ndarray, z: float, kw: dict[str, Any], 
     return accuracy, ({f + KEYED: score(y, p[1.0], z) for f, p in kp.items()} if gate else {})
 
 
+def _frozen_judge(frozen, family: str | None, x, x_prime, y, *, role: str, folds: int,
+                  seed: int):  # fmt: skip
+    """(the frozen judge's predictions on x' or None, its accuracy on x or None, who it is):
+    the run directory's branch model when given, else (a preserved attribute, ``family``
+    set) ``family`` fitted on the original rows out of fold (:func:`frozen_reader`)."""
+    if frozen is not None:
+        return frozen_predict(frozen, x_prime), frozen_accuracy(frozen, x, y), "branch"
+    if family is None or role != "preserved":
+        return None, None, ""
+    on_x, on_xp = frozen_reader(x, x_prime, y, family=family, folds=folds, seed=seed)
+    return on_xp, float((on_x == y).mean()), family
+
+
 def _baselines(y: np.ndarray, preserved: Mapping[str, np.ndarray], folds: int,
                seed: int) -> dict[str, Any]:  # fmt: skip
     """The report's baselines: majority rate and chance, leakage floors on both scales."""
@@ -301,6 +357,7 @@ def attribute_report(
     class_names=None,
     original_balanced: float | None = None,
     groups=None,
+    frozen_family: str | None = None,
 ) -> AttributeReport:
     """Audit one attribute: baselines, frozen judge on x and x', attackers retrained on x'.
 
@@ -315,10 +372,11 @@ def attribute_report(
     those columns, computed per attacker split from its training rows only. ``columns``
     (name -> :class:`mass.audit.columns.Released`) are released columns judged ALONE, ids
     included: each family retrained on one column is a judge named ``family@column``, held
-    to the family's margin. ``groups`` (a code per row): attackers cross-validated within each
-    group only (``original`` is measured without). Classes with fewer rows than ``folds`` are
-    judged by the rare-class rule (:mod:`mass.metrics.strata`) and listed in ``rare_classes``
-    (by ``class_names[code]`` when given).
+    to the family's margin. ``frozen_family`` (preserved, no ``frozen``): that family fitted
+    on the original rows, out of fold, is the frozen judge. ``groups`` (a code per row):
+    attackers cross-validated within each group only (``original`` is measured without).
+    Classes with fewer rows than ``folds`` are judged by the rare-class rule
+    (:mod:`mass.metrics.strata`) and listed in ``rare_classes`` (by ``class_names[code]``).
     """
     if role not in ("suppressed", "preserved"):
         raise ValueError(f"role must be 'suppressed' or 'preserved', got {role!r}")
@@ -339,9 +397,9 @@ def attribute_report(
     feats = x_prime if extra is None or extra.shape[1] == 0 else np.hstack([x_prime, extra])
     fractions = CURVE_FRACTIONS if sup and curve else (1.0,)
     preds = attack_predictions(feats, y, fractions=fractions, stats=stats, **kw)
-    judged: dict[str, np.ndarray] = {}
-    if frozen is not None:
-        judged[FROZEN] = frozen_predict(frozen, x_prime)
+    on_xp, frozen_x, frozen_by = _frozen_judge(frozen, frozen_family, x, x_prime, y, role=role,
+                                               folds=folds, seed=seed)  # fmt: skip
+    judged: dict[str, np.ndarray] = {} if on_xp is None else {FROZEN: on_xp}
     judged.update({f: p[1.0] for f, p in preds.items()})
     if sup:
         judged.update(_column_judges(columns, y, kw))
@@ -352,17 +410,15 @@ def attribute_report(
         scores.update(keyed)
     learning_curve = _learning_curve(preds, fractions, y)
     climbing = tuple(f for f, c in learning_curve.items() if curve_climbing(c, y.size, curve_tol))
-    margin_map = _margin_map(margins, list(scores), families, frozen=frozen is not None)
+    margin_map = _margin_map(margins, list(scores), families, frozen=on_xp is not None)
     if not sup:  # preserved: only the direct judges are reported
         scores = {j: s for j, s in scores.items() if j == FROZEN or j in families}
     return AttributeReport(
-        name=name,
-        role=role,
-        n=int(y.size),
+        name=name, role=role, n=int(y.size),
         **_baselines(y, preserved, folds, seed),
         original=max(original.values()),
         original_by_family=dict(original),
-        frozen_x=None if frozen is None else frozen_accuracy(frozen, x, y),
+        frozen_x=frozen_x, frozen_by=frozen_by,
         **_judge_fields(scores, families),
         margins=margin_map if sup else {},
         min_fraction=None if sup else min_fraction,
@@ -372,4 +428,4 @@ def attribute_report(
         confidence=confidence,
         rare_classes=rare_named(y, folds, class_names),
         original_balanced=original_balanced,
-    )
+    )  # fmt: skip

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from mass.metrics.attackers import attack_predictions
+from mass.metrics.attackers import attack_predictions, frozen_reader
 from mass.metrics.scores import ATTACKER_FAMILIES, leakage_floor, majority_rate
 from mass.metrics.strata import rare_named
 from mass.rows import joint_codes, seeded_rows
@@ -78,6 +78,7 @@ def watch_report(
     extra=None,
     original: Mapping[str, Mapping[str, float]] | None = None,
     names: Mapping[str, object] | None = None,
+    frozen: str | None = None,
 ) -> dict[str, dict]:
     """Per watch attribute: attackers retrained on the original and on the release (best
     family and each), majority, normalised information kept, dependence on S and the rare
@@ -89,13 +90,18 @@ def watch_report(
     ``original``: attribute -> family -> accuracy on ``x_orig`` already measured on the same
     rows (calibration measures it once, not per candidate). ``names``: attribute -> class
     names of integer-coded labels (``names[code]``), for the rare-class listing.
+    ``frozen`` (a family, e.g. "logreg"): also read each attribute with that family fitted on
+    the original rows and applied unchanged to the released embeddings, out of fold
+    (``frozen_original``, ``frozen_release``, ``frozen_kept``); ``kept`` is then the lower of
+    the retrained and the frozen reading (``retrained_kept`` keeps the former), so a watch
+    attribute released inside out counts as lost.
     """
     x_orig, x_rel = np.asarray(x_orig, np.float32), np.asarray(x_rel, np.float32)
     keep = seeded_rows(len(x_orig), max_rows, seed)
     rows = np.arange(len(x_orig)) if keep is None else keep
     feats = x_rel if extra is None or np.asarray(extra).shape[1] == 0 else np.hstack(
         [x_rel, np.asarray(extra, np.float32)])  # fmt: skip
-    x_o, x_r = x_orig[rows], feats[rows]
+    x_o, x_r, x_e = x_orig[rows], feats[rows], x_rel[rows]
     s_cols = {s: np.asarray(v)[rows] for s, v in suppressed.items()}
     out: dict[str, dict] = {}
     for name, labels in watch.items():
@@ -111,15 +117,31 @@ def watch_report(
         from_all = leakage_floor(y, s_cols, folds=folds, seed=seed) if s_cols else maj
         kept = normalised_kept(best_r, best_o, maj)
         explained = normalised_kept(from_all, best_o, maj)
+        read = _frozen_reading(x_o, x_e, y, maj, frozen, folds, seed) if frozen else {}
         out[name] = {
             "n": int(y.size), "majority": maj, "original": best_o, "release": best_r,
             "original_by_family": orig, "release_by_family": rel,
-            "kept": kept, "learnable": kept is not None, "dependence": dep,
+            "kept": _lower(kept, read.get("frozen_kept")), "retrained_kept": kept,
+            "learnable": kept is not None, "dependence": dep, **read,
             "from_all_s": from_all,
             "explained_by_s": None if explained is None else float(np.clip(explained, 0, 1)),
             "rare_classes": rare_named(y, folds, (names or {}).get(name)),
         }  # fmt: skip
     return out
+
+
+def _frozen_reading(x_o, x_e, y, majority: float, family: str, folds: int,
+                    seed: int) -> dict:  # fmt: skip
+    """A model fitted on the original rows, applied unchanged to the release (out of fold)."""
+    on_x, on_xp = frozen_reader(x_o, x_e, y, family=family, folds=folds, seed=seed)
+    fo, fr = float((on_x == y).mean()), float((on_xp == y).mean())
+    return {"frozen_original": fo, "frozen_release": fr,
+            "frozen_kept": normalised_kept(fr, fo, majority)}  # fmt: skip
+
+
+def _lower(a: float | None, b: float | None) -> float | None:
+    """The lower of two readings; one that is undefined (None) does not count."""
+    return a if b is None else b if a is None else min(a, b)
 
 
 def _neighbours(x: np.ndarray, k: int) -> np.ndarray:

@@ -11,10 +11,11 @@ only (``torch.searchsorted``, gathers), so Triton's python backend serves it as 
 Rank cells (``cell_axes`` > 0; ``ot_repair`` ``cell_axes``): the repaired row is released as
 the centre of its cell. A stored linear predictor reads the row's group (a class of the
 preserved label, or one group) from the repaired row; the cell is the row's bin, among
-``cell_levels`` per axis, along each of the group's ``cell_axes`` principal axes, with the bin
-edges of the row's *predicted suppressed class* (the same class the transport used), so on
-the fit rows every class fills every bin alike: an exact 1-D repair along the axes the
-release keeps, and nothing finer than a cell is released (docs/calibration.md, "rank cells").
+``cell_levels`` per axis, along each of the group's ``cell_axes`` axes. With ``cell_shared``
+the bin edges are the group's, the same for every suppressed class: one partition, a row's
+cell never depends on its class (docs/calibration.md, "one partition"). Without it (older
+specs) they are the edges of the row's *predicted suppressed class* (the class the transport
+used; docs/calibration.md, "rank cells"). Nothing finer than a cell is released.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ class SlicedRepairSpec:
     cell_axes: int = 0
     cell_levels: int = 0
     cell_groups: int = 0
+    # one partition: every suppressed class binned with the same edges (absent in older specs:
+    # edges per predicted class)
+    cell_shared: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -76,6 +80,7 @@ class SlicedRepairModifier(nn.Module):
             fit_rows_sha256=str(d.get("fit_rows_sha256", "")),
             cell_axes=int(d.get("cell_axes", 0)), cell_levels=int(d.get("cell_levels", 0)),
             cell_groups=int(d.get("cell_groups", 0)),
+            cell_shared=bool(d.get("cell_shared", False)),
         )  # fmt: skip
 
     stochastic = False  # draws no noise; export.json records it, so no key is required
@@ -96,7 +101,7 @@ class SlicedRepairModifier(nn.Module):
             self.register_buffer("group_bias", torch.zeros(g))
             self.register_buffer("group_mean", torch.zeros(g, d))
             self.register_buffer("axes", torch.zeros(g, m, d))
-            self.register_buffer("edges", torch.zeros(g, k, m, lv - 1))
+            self.register_buffer("edges", torch.zeros(g, 1 if spec.cell_shared else k, m, lv - 1))
             self.register_buffer("centres", torch.zeros(g, lv**m, d))
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
@@ -122,11 +127,13 @@ class SlicedRepairModifier(nn.Module):
     def cell_of(self, z: torch.Tensor, cls: torch.Tensor,
                 group: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
         """(group, cell within the group) of repaired rows ``z`` whose suppressed class is
-        ``cls``; the group is predicted from ``z`` unless given (the fit's own labels)."""
+        ``cls`` (unused with ``cell_shared``: one partition for every class); the group is
+        predicted from ``z`` unless given (the fit's own labels)."""
         if group is None:
             group = (z @ self.group_weight.T + self.group_bias).argmax(dim=1)
         t = torch.einsum("nd,nmd->nm", z - self.group_mean[group], self.axes[group])
-        bins = (self.edges[group, cls] < t[..., None]).sum(dim=-1)  # [N, axes]
+        edges = self.edges[group, 0] if self.spec.cell_shared else self.edges[group, cls]
+        bins = (edges < t[..., None]).sum(dim=-1)  # [N, axes]
         powers = self.spec.cell_levels ** torch.arange(self.spec.cell_axes)
         return group, (bins * powers).sum(dim=1)
 

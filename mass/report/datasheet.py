@@ -110,7 +110,8 @@ def _audit_summary(audit: Mapping | None, report_path: str | None) -> dict:
     verdict = {True: "passed", False: "failed"}.get(audit.get("pass"), "unknown")
     attrs = {}
     for name, row in view.attributes(audit).items():
-        keep = ("role", "pass", "majority", "floor", "baseline", "limit", "worst", "retention")
+        keep = ("role", "pass", "majority", "floor", "baseline", "limit", "worst", "retention",
+                "certificate")  # fmt: skip
         attrs[name] = {k: row.get(k) for k in keep if k in row}
     return {"verdict": verdict, "report": report_path, "attributes": attrs,
             "unnamed": unnamed_of(audit),
@@ -191,6 +192,8 @@ def _markdown(sheet: Mapping, name: str | None) -> str:
             lines.append(f"- {md(name_)} (suppressed): worst judge {view.fmt(row.get('worst'))} "
                          f"vs max(majority, floor) {view.fmt(row.get('baseline'))}{lim}, "
                          f"{'pass' if row.get('pass') else 'FAIL'}")  # fmt: skip
+            if (cert := view.certificate_text(row)) is not None:
+                lines.append(f"  - certificate: {md(cert)}")
         else:
             lines.append(f"- {md(name_)} (preserved): retention "
                          f"{view.fmt(row.get('retention'))}, "

@@ -108,8 +108,11 @@ def _advice(audit: Mapping) -> list[str]:
     for name, row in view.by_role(audit, "preserved").items():
         if row.get("pass") is False:
             out.append(
-                f"'{name}' lost utility: retention {view.fmt(row.get('retention'))} is below the "
-                f"required {view.fmt(view.min_fraction(audit, name))}. Weaken suppression or "
+                f"'{name}' lost utility: retention {view.fmt(row.get('retention'))} retrained, "
+                f"{view.fmt(row.get('frozen_kept'))} read by a model trained on the original "
+                f"(required {view.fmt(view.min_fraction(audit, name))}, frozen 0.1 less). A "
+                "frozen reading far below the retrained one means the release keeps the "
+                "attribute only up to a relabelling (classes swapped). Weaken suppression or "
                 "retrain with a higher preservation weight, or lower the policy's "
                 f"audit.preserve.{name} if the data owner accepts it."
             )
@@ -154,8 +157,14 @@ def _attribute(audit: Mapping, name: str, row: Mapping) -> str:
     else:
         facts += [("best attacker on the release", view.fmt(row.get("worst"))),
                   ("retention (release / original)", view.fmt(row.get("retention"))),
-                  ("required retention", view.fmt(view.min_fraction(audit, name)))]  # fmt: skip
+                  ("required retention", view.fmt(view.min_fraction(audit, name))),
+                  (f"frozen reading ({row.get('frozen_by') or 'none'}): original -> release",
+                   f"{view.fmt(row.get('frozen_x'))} -> {view.fmt(row.get('frozen_xprime'))}"),
+                  ("frozen retention (release / original)",
+                   view.fmt(row.get("frozen_kept")))]  # fmt: skip
     facts.append(("best attacker on the original", view.fmt(row.get("original"))))
+    if (cert := view.certificate_text(row)) is not None:  # the bound on any attacker
+        facts.append(("certificate (cell release)", cert))
     unjudged = view.unjudged_key_view(audit, row)
     if unjudged:  # failed closed: the policy gates a view nobody could compute
         facts.append(("failed closed: key-compromised view not judged", unjudged))

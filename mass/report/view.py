@@ -143,6 +143,24 @@ def flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
     return [(prefix, text)]
 
 
+def certificate_text(row: Mapping[str, Any]) -> str | None:
+    """A suppressed attribute's certificate in words (audit.json ``certificate``, docs/audit.md
+    "Certificate"); None when the audit computed none (older audit.json)."""
+    c = row.get("certificate")
+    if not isinstance(c, Mapping):
+        return None
+    if not c.get("certified"):
+        return f"none: {c.get('reason') or 'not certified'}"
+    conf = 1.0 - (num(c.get("delta")) or 0.05)
+    within = {True: "within the limit", False: "OVER the limit"}.get(c.get("within_limit"), "")
+    gated = "judged" if c.get("gated") else "reported, not judged"
+    return (
+        f"any attacker's accuracy <= {fmt(c.get('accuracy'))}, balanced <= "
+        f"{fmt(c.get('balanced'))} ({conf:.0%}; {c.get('cells')} cells, {c.get('rows')} "
+        f"rows; {', '.join(x for x in (within, gated) if x)})"
+    )
+
+
 def unjudged_key_view(audit: Mapping[str, Any], row: Mapping[str, Any]) -> str | None:
     """Why a suppressed attribute failed closed for want of a key-compromised figure (the
     policy gates that view and none was computed: its bounds on the release may all be within

@@ -79,12 +79,16 @@ def next_record(model_dir: Path, key: OwnerKey) -> dict:
     return {LINEAGE: current["lineage"], PREDECESSOR: pred}
 
 
-def record_newest(model_dir: Path, version: int, sha256: str, key: OwnerKey, lineage: str) -> None:
-    """After an export: record ``version`` unless a higher one of this lineage is recorded."""
+def record_newest(model_dir: Path, version: int, sha256: str, key: OwnerKey,
+                  lineage: str | None = None) -> None:  # fmt: skip
+    """After an export: record ``version`` unless a higher one of this lineage is recorded
+    (``lineage`` None: the current record's, else a new one; :func:`next_record`)."""
     try:
         current = read_newest(model_dir, key)
     except ChecksumMismatchError:
         current = None
+    if lineage is None:
+        lineage = str(next_record(model_dir, key)[LINEAGE])
     if current is not None and current["lineage"] == lineage and current["version"] > version:
         return
     tag = key.mac(SIGN_PURPOSE, _signed(model_dir.name, version, sha256, lineage))
@@ -117,7 +121,8 @@ def check_not_rolled_back(model_dir: Path, version: int, meta: dict, key: OwnerK
             f"--model-version {version} to serve it on purpose"
         )
     if rec["version"] == version and (
-        rec["sha256"] != meta.get("sha256") or rec["lineage"] != meta.get(LINEAGE, rec["lineage"])
+        meta.get("sha256", rec["sha256"]) != rec["sha256"]
+        or meta.get(LINEAGE, rec["lineage"]) != rec["lineage"]
     ):
         raise ModelRollbackError(
             f"{model_dir / NEWEST}: names version {version} with weights "

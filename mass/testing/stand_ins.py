@@ -32,6 +32,33 @@ class NumpyModifier:
         return infer
 
 
+class ZeroDims:
+    """Zeroes the embedding dimensions ``dims`` and renormalises: erases what lives there."""
+
+    def __init__(self, dims) -> None:
+        self.dims = tuple(int(d) for d in dims)
+
+    def __call__(self):
+        def infer(t):
+            x = np.array(t[EMBEDDING], np.float32)
+            x[:, list(self.dims)] = 0.0
+            return _unit(x)
+
+        return infer
+
+
+class RandomRotation:
+    """A seeded random rotation: far from the input (cosine ~0), yet it keeps everything."""
+
+    def __init__(self, dim: int, seed: int = 7) -> None:
+        self.dim, self.seed = dim, seed
+
+    def __call__(self):
+        q, _ = np.linalg.qr(np.random.default_rng(self.seed).normal(size=(self.dim, self.dim)))
+        q = q.astype(np.float32)
+        return lambda t: _unit(np.asarray(t[EMBEDDING], np.float32) @ q)
+
+
 class Bypass:
     """Returns its input unchanged: what a misconfigured model would do."""
 

@@ -20,6 +20,7 @@ from beam_pipelines import anonymize
 from mass.embeddings import embedding_array
 from mass.errors import AuditFailedError, ConfigError, ReleaseError
 from mass.formats import RELEASE_MARKER
+from mass.testing.stand_ins import RandomRotation, ZeroDims
 from transforms.inference.function import FunctionModelHandler
 
 DIM, ROWS = 16, 2000  # the audit judges 95% upper bounds: 600 rows cannot pass a clean release
@@ -32,24 +33,10 @@ def _unit(v):
     return (v / np.where(n > 0, n, 1)).astype(np.float32)
 
 
-class Erase:
-    """Drops the digit dimensions (0-4), keeps colour (5-7) and the rest: passes the audit."""
-
-    def __call__(self):
-        def infer(t):
-            x = np.array(t["EMBEDDING"], np.float32)
-            x[:, :5] = 0.0
-            return _unit(x)
-
-        return infer
-
-
-class Rotate:
-    """A random rotation: far from the input (cosine ~0) yet digit is read back perfectly."""
-
-    def __call__(self):
-        q, _ = np.linalg.qr(np.random.default_rng(7).normal(size=(DIM, DIM)))
-        return lambda t: _unit(np.asarray(t["EMBEDDING"], np.float32) @ q.astype(np.float32))
+# Drops the digit dimensions (0-4), keeps colour (5-7) and the rest: passes the audit.
+ERASE = ZeroDims(range(5))
+# A random rotation: far from the input (cosine ~0) yet digit is read back perfectly.
+ROTATE = RandomRotation(DIM)
 
 
 class Scale:
@@ -126,7 +113,7 @@ def test_a_passing_audit_publishes_with_its_verdict_in_the_manifest(src, tmp_pat
     # key-compromised view is the release itself (judged, and passing, like it)
     info = {**INFO, "modifier": {"kind": "affine", "spec": AffineSpec(DIM).to_dict()},
             "stochastic": False}  # fmt: skip
-    summary = _run(src, out, Erase(), "--report", str(report), quick=False, info=info)
+    summary = _run(src, out, ERASE, "--report", str(report), quick=False, info=info)
     assert summary["audited"] and summary["rows_out"] == ROWS
     audit = json.loads((report / "audit.json").read_text())
     assert audit["pass"] is True and set(audit["attributes"]) == {"digit", "colour"}
@@ -153,10 +140,10 @@ def test_a_passing_audit_publishes_with_its_verdict_in_the_manifest(src, tmp_pat
 
 def test_a_failing_audit_publishes_nothing_and_names_the_attribute(src, tmp_path):
     out, report = tmp_path / "rel", tmp_path / "rep"
-    _run(src, out, Erase(), "--report", str(report))
+    _run(src, out, ERASE, "--report", str(report))
     before = _files(out)
     with pytest.raises(AuditFailedError) as info:
-        _run(src, out, Rotate(), "--report", str(report))
+        _run(src, out, ROTATE, "--report", str(report))
     msg = str(info.value)
     assert "attribute 'digit'" in msg and "nothing published" in msg and str(report) in msg
     assert "'colour'" not in msg  # the preserved attribute passed: only digit is named
@@ -175,7 +162,7 @@ def test_the_built_in_policy_refuses_a_release_naming_no_modifier_and_says_why(s
     policy.write_text("audit:\n  families: [logreg]\n  folds: 3\n  curve: false\n")
     out = tmp_path / "rel"
     with pytest.raises(AuditFailedError) as info:
-        _run(src, out, Erase(), "--policy", str(policy))
+        _run(src, out, ERASE, "--policy", str(policy))
     msg = str(info.value)
     assert "attribute 'digit'" in msg and "'colour'" not in msg and "nothing published" in msg
     assert ("key-compromised view (audit.gate_key_compromised) was not judged: no "
@@ -186,7 +173,7 @@ def test_the_built_in_policy_refuses_a_release_naming_no_modifier_and_says_why(s
 def test_a_failing_audit_leaves_no_release_where_there_was_none(src, tmp_path):
     out = tmp_path / "rel"
     with pytest.raises(AuditFailedError, match="attribute 'digit'"):
-        _run(src, out, Rotate())
+        _run(src, out, ROTATE)
     assert not out.exists()
     assert (tmp_path / "rel_report" / "audit.json").exists()  # the default report path
 
@@ -195,9 +182,9 @@ def test_without_labels_the_job_refuses_unless_no_audit(tmp_path):
     bare = _write(tmp_path / "bare.parquet", labels=False)
     out = tmp_path / "rel"
     with pytest.raises(ConfigError, match=r"no column\(s\) \['digit', 'colour'\].*--no-audit"):
-        _run(bare, out, Erase())
+        _run(bare, out, ERASE)
     assert not out.exists() and sorted(os.listdir(tmp_path)) == ["bare.parquet"]
-    summary = _run(bare, out, Erase(), "--no-audit")
+    summary = _run(bare, out, ERASE, "--no-audit")
     assert summary["audited"] is False
     manifest = json.loads((out / RELEASE_MARKER).read_text())
     assert manifest["audited"] is False and manifest["audit"] is None
@@ -210,7 +197,7 @@ def test_without_labels_the_job_refuses_unless_no_audit(tmp_path):
 def test_a_model_without_suppressed_attributes_needs_no_audit(src, tmp_path):
     out = tmp_path / "rel"
     with pytest.raises(ConfigError, match="names no suppressed attribute.*--no-audit"):
-        _run(src, out, Erase(), info={**INFO, "suppress": []})
+        _run(src, out, ERASE, info={**INFO, "suppress": []})
     assert sorted(os.listdir(tmp_path)) == []
 
 
@@ -221,9 +208,9 @@ def test_labels_from_a_separate_file(src, tmp_path):
     pq.write_table(pq.read_table(src, columns=["id", "digit", "colour"]), str(labels))
     out, report = tmp_path / "rel", tmp_path / "rep"
     with pytest.raises(AuditFailedError, match="attribute 'digit'"):
-        _run(bare, out, Rotate(), "--labels", str(labels), "--report", str(report))
+        _run(bare, out, ROTATE, "--labels", str(labels), "--report", str(report))
     assert not out.exists()
-    _run(bare, out, Erase(), "--labels", str(labels), "--report", str(report))
+    _run(bare, out, ERASE, "--labels", str(labels), "--report", str(report))
     assert json.loads((out / RELEASE_MARKER).read_text())["audit"]["verdict"] == "pass"
 
 
@@ -234,7 +221,7 @@ def test_policy_file_is_used_and_a_strict_one_fails_the_gate(src, tmp_path):
                       + NO_KEY_VIEW)  # fmt: skip
     out = tmp_path / "rel"
     with pytest.raises(AuditFailedError, match="attribute 'colour' \\(preserved"):
-        _run(src, out, Erase(), "--policy", str(strict))
+        _run(src, out, ERASE, "--policy", str(strict))
     assert not out.exists()
 
 
@@ -248,7 +235,7 @@ def test_quarantined_rows_are_left_out_of_the_audit(tmp_path):
     x[[3, 30]] = np.nan
     table = table.set_column(1, "emb", embedding_array(x.astype(np.float32)))
     pq.write_table(table, str(path))
-    summary = _run(path, tmp_path / "rel", Erase(), "--max-quarantined", "2")
+    summary = _run(path, tmp_path / "rel", ERASE, "--max-quarantined", "2")
     assert summary["audited"] and (summary["rows_out"], summary["quarantined"]) == (ROWS - 2, 2)
     audit = json.loads((tmp_path / "rel_report" / "audit.json").read_text())
     assert audit["pass"] is True and audit["rows"]["audited"] == ROWS - 2
@@ -268,7 +255,7 @@ def test_a_forced_suppressed_column_fails_the_gate(src, tmp_path):
     """--force-allow lets the job write the column, the audit still forbids it in a release."""
     out = tmp_path / "rel"
     with pytest.raises(AuditFailedError, match="attribute 'digit'") as info:
-        _run(src, out, Erase(), "--allow-columns", "digit", "--force-allow")
+        _run(src, out, ERASE, "--allow-columns", "digit", "--force-allow")
     assert "digit" in str(info.value)
     assert not out.exists()
 
@@ -288,7 +275,7 @@ def test_the_gate_audits_a_staged_object_store_release_and_uploads_the_report(sr
         with open(src, "rb") as f:
             fs.write_bytes("s3://gate/in/in.parquet", f.read())
         out = "s3://gate/rel"
-        summary = _run("s3://gate/in/in.parquet", out, Erase())
+        summary = _run("s3://gate/in/in.parquet", out, ERASE)
         assert summary["audited"] and summary["rows_out"] == ROWS
         assert fs.read_json(f"{out}_report/audit.json")["pass"] is True
         assert fs.isfile(f"{out}_report/privacy_utility.png")
@@ -297,7 +284,7 @@ def test_the_gate_audits_a_staged_object_store_release_and_uploads_the_report(sr
         assert manifest["datasheet"]["embedding"]["rows"] == ROWS  # from the parts' footers
         parts = committed_parts(out)
         with pytest.raises(AuditFailedError, match="attribute 'digit'"):
-            _run("s3://gate/in/in.parquet", out, Rotate())
+            _run("s3://gate/in/in.parquet", out, ROTATE)
         assert fs.read_json(f"{out}/{RELEASE_MARKER}") == manifest
         assert committed_parts(out) == parts and all(fs.isfile(p) for p in parts)
         req = AuditRequest(release=out, labels="s3://gate/in/in.parquet", suppress=("digit",),
@@ -306,17 +293,8 @@ def test_the_gate_audits_a_staged_object_store_release_and_uploads_the_report(sr
         assert run_audit(req).counts["release"] == ROWS
 
 
-class EraseWatch:
-    """Erase, and also drops the watch attribute's dimensions (8-10): loses 'thick'."""
-
-    def __call__(self):
-        def infer(t):
-            x = np.array(t["EMBEDDING"], np.float32)
-            x[:, :5] = 0.0
-            x[:, 8:11] = 0.0
-            return _unit(x)
-
-        return infer
+# ERASE, and also the watch attribute's dimensions (8-10): loses 'thick'.
+ERASE_WATCH = ZeroDims([*range(5), 8, 9, 10])
 
 
 def test_the_gate_reports_and_can_gate_a_watch_attribute(tmp_path):
@@ -334,12 +312,12 @@ def test_the_gate_reports_and_can_gate_a_watch_attribute(tmp_path):
     gated = tmp_path / "gated.yaml"
     gated.write_text("audit:\n  folds: 3\n  curve: false\n  watch_min_kept: 0.8\n" + NO_KEY_VIEW)
     out, report = tmp_path / "rel", tmp_path / "rep"
-    _run(src, out, Erase(), "--watch", "thick", "--report", str(report), "--policy", str(gated))
+    _run(src, out, ERASE, "--watch", "thick", "--report", str(report), "--policy", str(gated))
     kept = json.loads((report / "audit.json").read_text())["unnamed"]["watch"]["thick"]["kept"]
     assert kept > 0.9
     assert f"thick (watch, named by no flag): kept {kept:.2f}" in (out / "_RELEASE.md").read_text()
     with pytest.raises(AuditFailedError):
-        _run(src, tmp_path / "rel2", EraseWatch(), "--watch", "thick", "--report",
+        _run(src, tmp_path / "rel2", ERASE_WATCH, "--watch", "thick", "--report",
              str(tmp_path / "rep2"), "--policy", str(gated))  # fmt: skip
     assert not (tmp_path / "rel2").exists()
     failed = json.loads((tmp_path / "rep2" / "audit.json").read_text())["failed_expectations"]

@@ -12,7 +12,8 @@ from mass.audit.policy import policy_from_dict
 from mass.noise import row_seeds
 
 METHODS = ["identity", "last resort", "leace + noise", "ot-repair", "ot-repair+cells",
-           "ot-repair+cells|R", "ot-repair+ranks|R", "ot-repair (transductive)"]  # fmt: skip
+           "ot-repair+cells|R", "ot-repair+partition|R", "ot-repair+partition2|R",
+           "ot-repair (transductive)"]  # fmt: skip
 
 
 def _synthetic(n: int, seed: int):

@@ -28,6 +28,7 @@ from mass.embeddings import embedding_array
 from mass.errors import AuditFailedError, ConfigError, OutputPathError
 from mass.formats import RELEASE_MARKER, VERSIONS
 from mass.testing.services import REPO
+from mass.testing.stand_ins import RandomRotation, ZeroDims
 from transforms.inference.function import FunctionModelHandler
 
 DIM, ROWS = 16, 2000
@@ -36,29 +37,8 @@ INFO = {"name": "gate", "version": 1, "sha256": "abc", "method": "test",
 RELEASED = {"id", "emb"}
 
 
-def _unit(v):
-    n = np.linalg.norm(v, axis=1, keepdims=True)
-    return (v / np.where(n > 0, n, 1)).astype(np.float32)
-
-
-class Erase:
-    """Zeroes the digit dimensions (0-4): passes the audit."""
-
-    def __call__(self):
-        def infer(t):
-            x = np.array(t["EMBEDDING"], np.float32)
-            x[:, :5] = 0.0
-            return _unit(x)
-
-        return infer
-
-
-class Rotate:
-    """A random rotation: digit is read back perfectly, so the audit fails."""
-
-    def __call__(self):
-        q, _ = np.linalg.qr(np.random.default_rng(7).normal(size=(DIM, DIM)))
-        return lambda t: _unit(np.asarray(t["EMBEDDING"], np.float32) @ q.astype(np.float32))
+ERASE = ZeroDims(range(5))  # zeroes the digit dimensions (0-4): passes the audit
+ROTATE = RandomRotation(DIM)  # keeps digit readable: fails the audit
 
 
 def _input(path) -> str:
@@ -132,7 +112,7 @@ def test_a_store_release_prefix_never_holds_raw_data_during_a_pseudonymized_job(
 ):
     out = "s3://mass-test/staging1/rel"
     with Poller(out) as seen:
-        summary = _run(src, out, Erase(), "--pseudonymize-ids", "--policy", policy,
+        summary = _run(src, out, ERASE, "--pseudonymize-ids", "--policy", policy,
                        "--report", str(tmp_path / "rep"))  # fmt: skip
     assert summary["audited"] and summary["rows_out"] == ROWS
     assert seen.polls > 20, "the poller must have watched the job"
@@ -146,7 +126,7 @@ def test_a_store_release_prefix_never_holds_raw_data_during_a_pseudonymized_job(
 def test_a_release_that_fails_its_audit_is_never_readable_under_the_prefix(s3, src, policy):
     out = "s3://mass-test/staging2/rel"
     with Poller(out) as seen, pytest.raises(AuditFailedError, match="attribute 'digit'"):
-        _run(src, out, Rotate(), "--policy", policy, "--pseudonymize-ids")
+        _run(src, out, ROTATE, "--policy", policy, "--pseudonymize-ids")
     assert seen.polls > 20
     assert seen.keys == set(), sorted(seen.keys)  # nothing at all: it was never published
     assert not fs.exists(out)
@@ -155,7 +135,7 @@ def test_a_release_that_fails_its_audit_is_never_readable_under_the_prefix(s3, s
 def test_temp_location_holds_the_private_staging_and_is_emptied(s3, src, policy, tmp_path):
     out, temp = "s3://mass-test/staging3/rel", "s3://mass-test/private-tmp"
     with Poller(temp) as scratch:
-        _run(src, out, Erase(), "--pseudonymize-ids", "--policy", policy,
+        _run(src, out, ERASE, "--pseudonymize-ids", "--policy", policy,
              "--report", str(tmp_path / "rep"), f"--temp_location={temp}")  # fmt: skip
     staged = {k.split("/", 1)[1] for k in scratch.keys if k.startswith("mass-job-")}
     assert any(k.startswith("aux/ids/input-") for k in staged), sorted(staged)[:10]
@@ -169,8 +149,8 @@ import numpy as np
 from beam_pipelines import anonymize
 from transforms.inference.function import FunctionModelHandler
 sys.path.insert(0, sys.argv[3])
-from test_store_staging import INFO, Erase
-h = FunctionModelHandler(Erase(), output_dim=16, keep_input_as=anonymize.INPUT_COPY)
+from test_store_staging import ERASE, INFO
+h = FunctionModelHandler(ERASE, output_dim=16, keep_input_as=anonymize.INPUT_COPY)
 anonymize.run(["--input", sys.argv[1], "--output", sys.argv[2], "--model", "gate",
                "--pseudonymize-ids", "--policy", sys.argv[4], "--batch-rows", "100"],
               model_handler=h, model_info=INFO)
@@ -198,7 +178,7 @@ def test_a_job_killed_before_publication_leaves_its_raw_copy_only_in_private_scr
 
     saved, tempfile.tempdir = tempfile.tempdir, str(tmp)  # this process's scratch: tmp too
     try:
-        _run(src, out, Erase(), "--pseudonymize-ids", "--policy", policy,
+        _run(src, out, ERASE, "--pseudonymize-ids", "--policy", policy,
              "--report", str(tmp_path / "rep"))  # fmt: skip
     finally:
         tempfile.tempdir = saved
@@ -208,12 +188,12 @@ def test_a_job_killed_before_publication_leaves_its_raw_copy_only_in_private_scr
 
 def test_a_store_release_on_a_named_runner_needs_a_private_temp_location(s3, src):
     with pytest.raises(ConfigError, match="--temp_location"):
-        _run(src, "s3://mass-test/staging5/rel", Erase(), "--no-audit", "--runner=DaskRunner")
+        _run(src, "s3://mass-test/staging5/rel", ERASE, "--no-audit", "--runner=DaskRunner")
     with pytest.raises(OutputPathError, match="--temp_location .* inside --output"):
-        _run(src, "s3://mass-test/staging5/rel", Erase(), "--no-audit",
+        _run(src, "s3://mass-test/staging5/rel", ERASE, "--no-audit",
              "--temp_location=s3://mass-test/staging5/rel/tmp")  # fmt: skip
     with pytest.raises(OutputPathError, match="--temp_location .* inside --quarantine"):
-        _run(src, "s3://mass-test/staging5/rel", Erase(), "--no-audit",
+        _run(src, "s3://mass-test/staging5/rel", ERASE, "--no-audit",
              "--quarantine=s3://mass-test/staging5/q",
              "--temp_location=s3://mass-test/staging5/q/tmp")  # fmt: skip
     assert not fs.exists("s3://mass-test/staging5")

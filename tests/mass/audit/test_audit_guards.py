@@ -34,8 +34,17 @@ def test_suppression_passes_on_its_own_rows_and_refuses_rows_of_another_role():
 
 
 def test_preservation_counts_retrained_attackers_only():
-    kept = [_row("logreg", "preserved", 0.85), _row("frozen", "preserved", 0.2)]
+    kept = [_row("logreg", "preserved", 0.85), _row("frozen", "preserved", 0.85)]
     assert _preserved(kept)["success"] is True
+    # issue 37: the frozen judge is a second requirement (never proof): a release read
+    # inside out by a model trained on the original fails, whatever retrained attackers read
+    inverted = _preserved([_row("logreg", "preserved", 0.85), _row("frozen", "preserved", 0.2)])
+    assert inverted["success"] is False
+    assert inverted["result"]["observed_value"].startswith("FAILED frozen")
+    # its margin: FROZEN_SLACK (0.1) below min_fraction, against its own original accuracy
+    retrained = _row("logreg", "preserved", 0.85)
+    assert _preserved([retrained, _row("frozen", "preserved", 0.73)])["success"]  # 0.811 kept
+    assert not _preserved([retrained, _row("frozen", "preserved", 0.71)])["success"]  # 0.789
     assert _preserved([_row("logreg", "preserved", 0.5)])["success"] is False
     # the frozen judge still reading the attribute proves nothing about what a user can learn
     lost = _preserved([_row("logreg", "preserved", 0.5), _row("frozen", "preserved", 0.9)])

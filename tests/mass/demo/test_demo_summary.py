@@ -59,8 +59,10 @@ def test_summary_states_the_verdict_and_each_attribute_against_its_limit(tmp_pat
     assert r.returncode == (0 if drop_s else 1) and r.stderr == ""
     assert r.stdout.splitlines() == summarize(audit, release)
     lines = r.stdout.splitlines()
-    # release, verdict, one line per attribute, the structure kept: not a metrics table
-    assert len(lines) == 5 and lines[4].startswith("Structure:    kNN overlap")
+    # release, verdict, one line per attribute, the certificate (none: this release is
+    # continuous), the structure kept: not a metrics table
+    assert len(lines) == 6 and lines[5].startswith("Structure:    kNN overlap")
+    assert lines[3].startswith(f"Certificate:  s  none: continuous release: {N} distinct vectors")
     s, kept = audit["attributes"]["s"], audit["attributes"]["r"]
     sup = next(line for line in lines if line.startswith("Suppressed:"))
     bound = max(s["ci_high"].values())
@@ -101,9 +103,14 @@ def test_metrics_file_holds_the_comparable_numbers_only(tmp_path):
     assert m["pass"] is True and m["rows"] == N and m["method"] == "test"
     assert (m["candidate"], m["noise"], m["seconds"]["calibration"]) == ("leace|R", 1.2, 12.5)
     assert m["suppressed"]["s"] == {"bound": round(bound, 4), "limit": round(s["limit"], 4),
-                                    "excess": round(bound - s["limit"], 4)}  # fmt: skip
+                                    "excess": round(bound - s["limit"], 4),
+                                    "certified_accuracy": None,  # a continuous release
+                                    "certified_balanced": None}  # fmt: skip
     assert m["privacy_excess"] == m["suppressed"]["s"]["excess"] < 0
-    assert m["preserved"]["r"] == {"kept": round(kept["retention"], 4)} and m["utility_kept"]
+    # both readings of the preserved attribute: retrained (kept) and frozen (issue 37)
+    assert m["preserved"]["r"] == {"kept": round(kept["retention"], 4),
+                                   "frozen_kept": round(kept["frozen_kept"], 4)}  # fmt: skip
+    assert m["utility_kept"]
     assert "ci_high" not in json.dumps(m) and "learning_curve" not in json.dumps(m)
     leaves = []
 

@@ -48,20 +48,26 @@ def _run(tmp: Path, name: str, *, noise_dim: int, seed: int) -> Path:
     return run
 
 
-def _repair_run(tmp: Path, by_preserved: bool = False, ranks: bool = False) -> Path:
+def _repair_run(tmp: Path, by_preserved: bool = False, ranks: bool = False,
+                partition: bool = False) -> Path:  # fmt: skip
     """An ot_repair fit with cells (a chain of sliced_repair: searchsorted and gathers, and
     codebook: nearest centre, in the python backend); ``by_preserved``: the codebook
     stratified by u (a stored predictor, then the nearest centre of its class); ``ranks``:
-    rank cells inside sliced_repair instead (group predictor, axis, per-class bin edges)."""
+    rank cells inside sliced_repair instead (group predictor, axis, per-class bin edges);
+    ``partition``: rank cells of one partition (common edges, two axes within S, 2 passes)."""
     from mass.methods import get_method
     from mass.methods._common import toy_dataset
 
     ds = toy_dataset(400, dim=DIM, classes={"s": 3, "u": 2}, seed=3)
     params = {"steps": 4, "cell_rows": 10, "cells_by_preserved": by_preserved or ranks}
     params.update({"cell_axes": 1} if ranks else {})
+    if partition:
+        params.update({"cell_axes": 2, "cells_by_preserved": True, "cell_edges": "common",
+                       "cell_basis": "within_s", "passes": 2})  # fmt: skip
     fit = get_method("ot_repair").fit(ds, suppress=["s"], preserve=["u"], params=params,
                                       progress=False)  # fmt: skip
-    run = tmp / ("repair_ranks" if ranks else "repair_r" if by_preserved else "repair")
+    name = "repair_ranks" if ranks else "repair_r" if by_preserved else "repair"
+    run = tmp / ("repair_partition" if partition else name)
     run.mkdir()
     save_modifier(fit.modifier, str(run / "modifier.pt"), method="ot_repair", suppress=["s"])
     return run
@@ -79,6 +85,7 @@ def served(tmp_path_factory, triton_server_factory):
         "repair": _repair_run(tmp),
         "repair_r": _repair_run(tmp, by_preserved=True),
         "repair_ranks": _repair_run(tmp, ranks=True),
+        "repair_partition": _repair_run(tmp, partition=True),
     }
     results = {n: export_modifier(r, repo, n, max_batch_size=512) for n, r in runs.items()}
     torch.manual_seed(2)
@@ -93,7 +100,16 @@ def served(tmp_path_factory, triton_server_factory):
         repo,
         model_control="explicit",
         startup_timeout=600,
-        load_models=("det", "sto", "cnn", "raw", "repair", "repair_r", "repair_ranks"),
+        load_models=(
+            "det",
+            "sto",
+            "cnn",
+            "raw",
+            "repair",
+            "repair_r",
+            "repair_ranks",
+            "repair_partition",
+        ),
     )
     yield {"server": server, "repo": repo, "runs": runs, "results": results, "tmp": tmp}
     server.stop()
@@ -123,7 +139,9 @@ def _rows(n: int, seed: int = 0):
     return x, row_seeds(np.arange(1000, 1000 + n)).reshape(-1, 1)
 
 
-@pytest.mark.parametrize("name", ["det", "sto", "repair", "repair_r", "repair_ranks"])
+@pytest.mark.parametrize(
+    "name", ["det", "sto", "repair", "repair_r", "repair_ranks", "repair_partition"]
+)
 def test_served_modifier_matches_in_process(served, name):
     x, seeds = _rows(300)
     got = _infer(served["server"], name, {"EMBEDDING": x, "ROW_SEED": seeds}, "PRIVATIZED")

@@ -1,0 +1,86 @@
+"""The certificate of a cell release in the audit (docs/audit.md, "Certificate"): computed
+once per suppressed attribute on every audited row (:mod:`mass.metrics.certificate`), judged
+as the judge CERTIFICATE under ``audit.gate_certificate``, and written to audit.json and the
+audit's stdout table."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from mass.audit.policy import AuditPolicy
+from mass.metrics import AttributeReport
+from mass.metrics.certificate import Certificate, certify
+from mass.metrics.rules import CERTIFICATE, judge_ok
+from mass.noise_streams import modifier_parts
+
+
+def with_certificate(r: AttributeReport, xp: np.ndarray, y: np.ndarray,
+                     metadata: dict[str, str], pol: AuditPolicy) -> AttributeReport:  # fmt: skip
+    """The suppressed report with the release's certificate on the audited rows ``xp`` and,
+    under ``audit.gate_certificate``, the judge CERTIFICATE held to the strictest judge's
+    margin.
+
+    A transductive modifier (:mod:`mass.fitrows`) fitted its cells on the released rows: the
+    certificate needs rows the cells never saw, so there is none.
+    """
+    parts = modifier_parts(metadata) or []
+    if any(spec.get("fit_ids_sha256") for _, spec in parts):
+        n = int(len(y))
+        why = (f"transductive fit: the cells were fitted on these {n} released rows; a "
+               "certificate needs audited rows the cells never saw")  # fmt: skip
+        cert = Certificate(n, 0, int(np.unique(y).size), round(1 - pol.confidence, 12),
+                           reason=why)  # fmt: skip
+    else:
+        cert = certify(xp, y, confidence=pol.confidence)
+    margins = dict(r.margins)
+    if pol.gate_certificate and margins:
+        margins[CERTIFICATE] = min(margins.values())
+    return replace(r, certificate=cert, margins=margins)
+
+
+def _or_nan(v: float | None) -> float:
+    return float("nan") if v is None else float(v)
+
+
+def certificate_rows(reports: list[AttributeReport]) -> list[dict]:
+    """The judge-frame rows of the certified bounds (the expectation judges them only when
+    the attribute's margins hold CERTIFICATE; a missing bound is NaN and then fails)."""
+    return [
+        {"attribute": r.name, "role": r.role, "judge": CERTIFICATE,
+         "accuracy": _or_nan(c.plugin_accuracy), "majority": r.majority, "floor": r.floor,
+         "original": r.original, "balanced": _or_nan(c.plugin_balanced),
+         "ci_high": _or_nan(c.accuracy), "balanced_ci_high": _or_nan(c.balanced),
+         "chance": r.chance, "balanced_floor": r.balanced_floor}
+        for r in reports if r.role == "suppressed" and (c := r.certificate) is not None
+    ]  # fmt: skip
+
+
+def certificate_block(r: AttributeReport) -> dict | None:
+    """audit.json ``attributes.<a>.certificate``: the bounds, what they rest on, the limits
+    they are compared with, whether they are within them and whether the gate judged them."""
+    c = r.certificate
+    if c is None:
+        return None
+    m = min((v for j, v in r.margins.items() if j != CERTIFICATE), default=None)
+    within = None  # the gate's own rule (judge_ok), whether or not the gate applies it
+    if m is not None and c.accuracy is not None and c.balanced is not None:
+        within = judge_ok(c.accuracy, r.baseline, c.balanced, r.balanced_baseline, m)
+    out = c.to_dict()
+    out.update(limit=None if m is None else round(r.baseline + m, 6),
+               balanced_limit=None if m is None else round(r.balanced_baseline + m, 6),
+               gated=CERTIFICATE in r.margins, within_limit=within)  # fmt: skip
+    return out
+
+
+def certificate_line(r: AttributeReport) -> str | None:
+    """One line of the audit's stdout table (None for an attribute without a certificate)."""
+    c = r.certificate
+    if c is None:
+        return None
+    if not c.certified:
+        return f"{r.name}: no certificate ({c.reason})"
+    return (f"{r.name}: certified (any attacker, {1 - c.delta:.0%}): accuracy <= "
+            f"{c.accuracy:.3f}, balanced <= {c.balanced:.3f} ({c.cells} cells, {c.rows} rows)"
+            + (" [gated]" if CERTIFICATE in r.margins else ""))  # fmt: skip

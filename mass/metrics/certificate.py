@@ -1,0 +1,150 @@
+"""A finite-sample certificate for a cell release: an upper bound on what ANY attacker can
+read of a suppressed attribute S from the released vector (issue 35 item 2; docs/audit.md,
+"Certificate").
+
+A cell release maps every row to one of finitely many vectors; a released vector names its
+cell (exact bytes). On n audited rows drawn i.i.d. like the rows an attacker targets and NOT
+used to fit the cells, with labels s_i, let n(c, s) count rows of cell c and class s.
+
+- Accuracy. The Bayes-optimal predictor h*(c) = argmax_s P(s | c) is a fixed function, so its
+  hits on the n rows are Binomial(n, A*), A* its accuracy, which no classifier of the release
+  beats. The plug-in h^(c) = argmax_s n(c, s) maximises the hits on these rows over every
+  function of the cell, hence hits(h*) <= m = sum_c max_s n(c, s), and the one-sided
+  Clopper-Pearson upper bound at m (monotone in m) bounds A* with probability >= 1 - delta.
+- Balanced accuracy over the k classes present. g*(c) = argmax_s P(c | s) is a fixed
+  function; given the labels, its per-row hits are independent and the class-weighted mean
+  B(g*) = (1/k) sum_s hits_s(g*) / n_s has expectation B*, its balanced accuracy (the best of
+  any classifier). The plug-in g^(c) = argmax_s n(c, s) / n_s maximises that weighted mean, so
+  B(g*) <= B^ = (1/k) sum_c max_s n(c, s) / n_s, and Hoeffding's inequality for a sum of terms
+  in [0, 1 / (k n_s)] gives B* <= B^ + sqrt(ln(1/delta) sum_s (1/n_s) / (2 k^2)).
+
+Multi-class S needs no pairs: both arguments hold for any k. Unseen cells need no budget: the
+plug-in's optimism covers them. Bounds are clipped to 1. A release with more distinct
+vectors than ``rows / min_rows_per_cell`` is continuous (a vector per row is an identity map
+and certifies nothing): it gets no certificate, with the reason.
+
+Pure numpy/scipy: the audit (mass.audit.runner) calls :func:`certify` on its audited rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.stats import beta
+
+MIN_ROWS_PER_CELL = 2  # fewer rows per distinct vector on average: continuous, no certificate
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """The bounds (``None`` with ``reason`` when the release has none) and what they rest on."""
+
+    rows: int
+    cells: int  # distinct released vectors (each names one cell)
+    classes: int  # classes of S present among the rows
+    delta: float  # each bound fails with probability at most delta
+    accuracy: float | None = None  # upper bound on any attacker's accuracy
+    balanced: float | None = None  # upper bound on any attacker's balanced accuracy
+    plugin_accuracy: float | None = None  # the plug-in predictor's accuracy on these rows
+    plugin_balanced: float | None = None
+    rows_per_cell: dict[str, float] = field(default_factory=dict)  # min / median / max
+    reason: str | None = None  # why there is no certificate
+
+    @property
+    def certified(self) -> bool:
+        return self.reason is None
+
+    def to_dict(self) -> dict:
+        """The audit.json ``certificate`` block (rounded like the rest of audit.json)."""
+
+        def r(v):
+            return None if v is None else round(float(v), 6)
+
+        return {"certified": self.certified, "accuracy": r(self.accuracy),
+                "balanced": r(self.balanced), "plugin_accuracy": r(self.plugin_accuracy),
+                "plugin_balanced": r(self.plugin_balanced), "rows": self.rows,
+                "cells": self.cells, "classes": self.classes, "delta": self.delta,
+                "rows_per_cell": dict(self.rows_per_cell), "reason": self.reason}  # fmt: skip
+
+
+def cells_of(x: np.ndarray) -> np.ndarray:
+    """Cell code per row: rows with byte-identical vectors (in ``x``'s dtype) share a code."""
+    x = np.ascontiguousarray(x)
+    if x.ndim != 2:
+        raise ValueError(f"released vectors must be 2-d [rows, dim], got shape {x.shape}")
+    if x.shape[0] == 0:
+        return np.zeros(0, dtype=np.int64)
+    keys = x.view(np.dtype((np.void, x.dtype.itemsize * x.shape[1]))).ravel()
+    return np.unique(keys, return_inverse=True)[1].ravel().astype(np.int64)
+
+
+def accuracy_bound(hits: int, n: int, delta: float) -> float:
+    """One-sided Clopper-Pearson upper bound on a success rate from ``hits`` of ``n``."""
+    if n <= 0:
+        return 1.0
+    return 1.0 if hits >= n else float(beta.ppf(1.0 - delta, hits + 1, n - hits))
+
+
+def balanced_bound(plugin: float, class_rows: np.ndarray, delta: float) -> float:
+    """Hoeffding upper bound on the Bayes-optimal balanced accuracy from the plug-in's
+    ``plugin`` and the rows per class (module docstring)."""
+    n_s = np.asarray(class_rows, dtype=np.float64)
+    k = n_s.size
+    if k == 0:
+        return 1.0
+    slack = np.sqrt(np.log(1.0 / delta) * float(np.sum(1.0 / n_s)) / (2.0 * k * k))
+    return float(min(1.0, plugin + slack))
+
+
+def _plugin(cells: np.ndarray, s: np.ndarray, k: int) -> tuple[int, float, np.ndarray]:
+    """(max_s n(c, s) summed over cells, the plug-in balanced accuracy, rows per class),
+    from the occupied (cell, class) pairs only: no cells x classes table."""
+    pair, count = np.unique(cells * k + s, return_counts=True)
+    cell, cls = pair // k, pair % k
+    class_rows = np.bincount(s, minlength=k)
+    n_cells = int(cells.max()) + 1
+    best = np.zeros(n_cells, dtype=np.int64)
+    np.maximum.at(best, cell, count)
+    best_rate = np.zeros(n_cells, dtype=np.float64)
+    np.maximum.at(best_rate, cell, count / class_rows[cls])
+    return int(best.sum()), float(best_rate.sum() / k), class_rows
+
+
+def certify_cells(cells, s, *, confidence: float = 0.95,
+                  min_rows_per_cell: int = MIN_ROWS_PER_CELL) -> Certificate:  # fmt: skip
+    """The certificate from cell codes (any hashable per row) and S labels (any values)."""
+    cells, s = np.asarray(cells).ravel(), np.asarray(s).ravel()
+    if cells.size != s.size:
+        raise ValueError(f"{cells.size} cell codes for {s.size} labels: one per row")
+    delta = round(1.0 - float(confidence), 12)
+    if not 0.0 < delta < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    n = int(s.size)
+    if n == 0:
+        return Certificate(0, 0, 0, delta, reason="no audited rows")
+    cells = np.unique(cells, return_inverse=True)[1].ravel().astype(np.int64)
+    s = np.unique(s, return_inverse=True)[1].ravel().astype(np.int64)
+    n_cells, k = int(cells.max()) + 1, int(s.max()) + 1
+    per_cell = np.bincount(cells)
+    spread = {"min": int(per_cell.min()), "median": float(np.median(per_cell)),
+              "max": int(per_cell.max())}  # fmt: skip
+    if n_cells * min_rows_per_cell > n:
+        why = (f"continuous release: {n_cells} distinct vectors for {n} rows (a certificate "
+               f"needs at most one distinct vector per {min_rows_per_cell} rows)")  # fmt: skip
+        return Certificate(n, n_cells, k, delta, rows_per_cell=spread, reason=why)
+    hits, plugin_bal, class_rows = _plugin(cells, s, k)
+    return Certificate(
+        rows=n, cells=n_cells, classes=k, delta=delta,
+        accuracy=accuracy_bound(hits, n, delta),
+        balanced=balanced_bound(plugin_bal, class_rows, delta),
+        plugin_accuracy=hits / n, plugin_balanced=plugin_bal, rows_per_cell=spread,
+    )  # fmt: skip
+
+
+def certify(x: np.ndarray, s, *, confidence: float = 0.95,
+            min_rows_per_cell: int = MIN_ROWS_PER_CELL) -> Certificate:  # fmt: skip
+    """The certificate of released vectors ``x`` [rows, dim] for S labels ``s`` (one per row):
+    each distinct vector is a cell (:func:`cells_of`)."""
+    return certify_cells(cells_of(x), s, confidence=confidence,
+                         min_rows_per_cell=min_rows_per_cell)  # fmt: skip
