@@ -28,9 +28,13 @@ the job refuses unless ``--no-audit``, which publishes the release recorded as u
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import logging
+import os
+import secrets
+import sys
 import time
 
 import apache_beam as beam
@@ -57,7 +61,8 @@ from mass.batches.parquet import plan_row_groups
 from mass.batches.quarantine import quarantine_schema
 from mass.errors import InputError, QuarantineThresholdError, SchemaError
 from mass.io import read_table
-from mass.pseudonym import DESCRIPTION as PSEUDONYMOUS
+from mass.keys import state_dir
+from mass.pseudonym import describe, map_path, scope_label
 from mass.release.columns import release_metadata, release_schema
 from mass.release.commit import discard_staging, private_dir, recover_output, sweep_scratch
 from mass.release.publish import publish_quarantine, publish_release
@@ -109,9 +114,14 @@ def run_job(job: AnonymizeJob, *, test_pipeline=None, model_handler=None, model_
         if job.pseudonymize_ids:  # the whole job runs on a private copy
             job, names = _pseudonymize_inputs(job, staging)
         if model_handler is not None:
-            return _run_in_process(job, staging, test_pipeline, model_handler,
-                                   model_info or {}, source)  # fmt: skip
-        return _run_served(job, staging, test_pipeline, source)
+            summary = _run_in_process(job, staging, test_pipeline, model_handler,
+                                      model_info or {}, source)  # fmt: skip
+        else:
+            summary = _run_served(job, staging, test_pipeline, source)
+        if job.pseudonym_map:
+            log.info("the owner's pseudonym map (private): %s", job.pseudonym_map)
+            summary["pseudonym_map"] = job.pseudonym_map
+        return summary
     except InputError as e:
         if not names:
             raise
@@ -121,6 +131,9 @@ def run_job(job: AnonymizeJob, *, test_pipeline=None, model_handler=None, model_
     finally:
         for d in staging.dirs():
             discard_staging(d)  # never a version this run committed (object stores)
+        if job.pseudonym_map and sys.exc_info()[0] is not None:  # nothing was published
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(job.pseudonym_map)
 
 
 def _pseudonymize_inputs(job: AnonymizeJob, staging: Staging) -> tuple[AnonymizeJob, dict]:
@@ -128,14 +141,25 @@ def _pseudonymize_inputs(job: AnonymizeJob, staging: Staging) -> tuple[Anonymize
     owner-keyed pseudonyms (:mod:`mass.batches.pseudonymize`); removed with the staging."""
     from mass.batches.pseudonymize import pseudonymized_copy
 
-    kw = dict(id_col=job.id_col, key=job.noise_key)
+    label = scope_label(job.pseudonym_scope, job.model)
+    owner_map = map_path(state_dir(), secrets.token_hex(8)) if label.startswith("release:") else ""
+    kw = dict(id_col=job.id_col, key=job.noise_key, label=label)
     where = fs.join(private_dir(staging.aux), "ids")
-    inp, names = pseudonymized_copy(job.input, where, tag="input", **kw)
+    inp, names = pseudonymized_copy(job.input, where, tag="input", owner_map=owner_map or None,
+                                    **kw)  # fmt: skip
     labels = job.labels
     if labels:
         labels, more = pseudonymized_copy(labels, where, tag="labels", **kw)
         names.update(more)
-    return dataclasses.replace(job, input=inp, labels=labels), names
+    return dataclasses.replace(job, input=inp, labels=labels, pseudonym_map=owner_map), names
+
+
+def _ids_note(job: AnonymizeJob) -> str:
+    """``mass.ids``: how the released ids were made ("" verbatim)."""
+    if not job.pseudonymize_ids:
+        return ""
+    map_id = os.path.basename(job.pseudonym_map).removesuffix(".parquet")
+    return describe(job.pseudonym_scope, job.model, map_id)
 
 
 def _run_in_process(job, staging, test_pipeline, model_handler, info: dict, source: str) -> dict:
@@ -189,7 +213,7 @@ def _run(job: AnonymizeJob, staging: Staging, test_pipeline, handler, decided: D
     fingerprint = decided.seeds.fingerprint if decided.seeds else ""
     meta = release_metadata(info, forced_columns=list(decided.forced_columns),
                             audited=decided.audit is not None, noise_key_fingerprint=fingerprint,
-                            ids=PSEUDONYMOUS if job.pseudonymize_ids else "")  # fmt: skip
+                            ids=_ids_note(job))  # fmt: skip
     out_schema = release_schema(checked.schema, id_col=job.id_col, emb_col=job.emb_col, dim=dim,
                                 columns=list(job.allow_columns), metadata=meta)  # fmt: skip
     q_schema = quarantine_schema(checked.schema.field(job.id_col).type, job.id_col)

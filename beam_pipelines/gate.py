@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from mass import fs
 from mass.batches.validate import CheckedInput
-from mass.errors import AuditFailedError, ConfigError, UnreadableInputError
+from mass.errors import AuditFailedError, ConfigError, UnreadableInputError, VacuousPolicyError
 from mass.io import expand_paths, read_table
 from mass.release.commit import private_dir
 from mass.report.view import unjudged_key_view
@@ -149,7 +149,12 @@ def audit_staged(
         input=original, id_col=job.id_col, emb_col=job.emb_col, allow=job.allow_columns,
         verified_near=verified,
     )  # fmt: skip
-    _, metrics = audit_into(req, report)  # local or object store
+    try:
+        _, metrics = audit_into(req, report)  # local or object store
+    except VacuousPolicyError as e:  # named by the release, not the staging removed on exit
+        raise VacuousPolicyError(
+            str(e).replace(staged, f"{job.output} (staged, not published)")
+        ) from e
     path = fs.join(report, "audit.json")
     if not metrics.get("pass"):
         raise AuditFailedError(

@@ -47,7 +47,10 @@ def parse_job_argv(
 def beam_flags(extra: list[str], tail: list[str], ours: list[str]) -> list[str]:
     """``extra`` (what the job's parser left over) then ``tail`` (after ``--``), once Beam's own
     parser knows every flag in them; else :class:`UnknownFlagError` naming the first unknown
-    one and the nearest flag of the job (``ours``) or of Beam."""
+    one and the nearest flag of the job (``ours``) or of Beam. A flag after ``--`` that names
+    one of the job's own flags (``-- --labels FILE``: Dataflow's job labels to Beam, the audit's
+    labels file to the user) is refused: the job would silently not see it."""
+    _refuse_shadowing(tail, ours)
     beam = _beam_parser(extra + tail)
     for chunk in (extra, tail):
         try:
@@ -57,6 +60,18 @@ def beam_flags(extra: list[str], tail: list[str], ours: list[str]) -> list[str]:
         if unknown:
             raise unknown_flag(unknown, [*ours, *option_strings(beam)], BEAM_ROUTE)
     return [*extra, *tail]
+
+
+def _refuse_shadowing(tail: list[str], ours: list[str]) -> None:
+    mine = {s.replace("_", "-") for s in ours}
+    for token in tail:
+        name = token.split("=", 1)[0]
+        if name.startswith("--") and name.replace("_", "-") in mine:
+            raise UnknownFlagError(
+                f"-- {name}: a flag of this job given after `--`, where only Beam reads it "
+                f"(as its own option of that name, if it has one); the job would not see it. "
+                f"Put {name} before the `--`; nothing was run"
+            )
 
 
 def _beam_parser(flags: list[str]) -> argparse.ArgumentParser:

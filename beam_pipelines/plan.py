@@ -22,8 +22,10 @@ from beam_pipelines.options import (
 )
 from mass import fs
 from mass.errors import ConfigError
-from mass.keys import NOISE_KEY_ENV, OwnerKey, resolve_key
+from mass.keys import NOISE_KEY_ENV, STATE_ENV, OwnerKey, resolve_key, state_dir
+from mass.pseudonym import SCOPES
 from mass.release.commit import check_outputs, private_dir, scratch_root, staging_dir
+from mass.release.writable import probe_writable
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -106,6 +108,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "in the release metadata (mass.ids), never the key",
     )
     parser.add_argument(
+        "--pseudonym-scope",
+        choices=SCOPES,
+        default=None,
+        help="with --pseudonymize-ids: 'stable' (default) gives an id the same pseudonym in "
+        "every release under the key, so releases join on their ids; 'model' one per model "
+        "name; 'release' fresh pseudonyms for this release only, the owner's (id, pseudonym) "
+        "map kept privately in $MASS_STATE_DIR/pseudonym-maps/ (docs/threat-model.md)",
+    )
+    parser.add_argument(
         "--noise-key-on-worker",
         action="store_true",
         help="workers read --noise-key-file themselves (same path on every worker) instead of "
@@ -140,6 +151,8 @@ class AnonymizeJob:
     serving: Serving
     beam_args: tuple[str, ...]  # checked by beam_pipelines.options.beam_flags
     temp_location: str | None  # Beam's --temp_location, as Beam parses it
+    pseudonym_scope: str = "stable"  # --pseudonym-scope (mass.pseudonym.SCOPES)
+    pseudonym_map: str = ""  # the owner's private (id, pseudonym) map of a per-release scope
 
 
 @dataclass(frozen=True)
@@ -186,6 +199,11 @@ class Staging:
             private_dir(d)
 
 
+def _under(path: str, root: str) -> bool:
+    a, b = os.path.realpath(path), os.path.realpath(root)
+    return os.path.commonpath([a, b]) == b
+
+
 def plan_anonymize(args: argparse.Namespace, beam_args: Sequence[str] = ()) -> AnonymizeJob:
     """The job's plan; every check decidable from the flags and the files they name runs
     here, before any data is read or a server is started."""
@@ -207,6 +225,10 @@ def plan_anonymize(args: argparse.Namespace, beam_args: Sequence[str] = ()) -> A
             "prefix every worker can reach and the release's readers cannot (not under "
             "--output, --quarantine or --report); nothing was read or published"
         )
+    probe_writable("--output", args.output, into=False)  # can, not only may (mass.release.writable)
+    probe_writable("--quarantine", quarantine, into=False)
+    if report is not None:
+        probe_writable("--report", report, into=True)
     if args.no_audit and (args.labels or args.policy or args.report or args.run_dir
                           or args.watch):  # fmt: skip
         raise ConfigError("--no-audit: drop --labels/--policy/--report/--run-dir/--watch, or drop "
@@ -221,6 +243,17 @@ def plan_anonymize(args: argparse.Namespace, beam_args: Sequence[str] = ()) -> A
             f"--noise-key-file PATH or set {NOISE_KEY_ENV} (create one with `mass keygen "
             "PATH`); nothing was read or published"
         )
+    scope = getattr(args, "pseudonym_scope", None)
+    if scope and not args.pseudonymize_ids:
+        raise ConfigError(f"--pseudonym-scope {scope}: pseudonyms are made only with "
+                          "--pseudonymize-ids; add it, or drop --pseudonym-scope")  # fmt: skip
+    if scope == "release":  # the owner's map is written there, never under a release prefix
+        private = state_dir()
+        for flag, path in (("--output", out), ("--quarantine", quarantine), ("--report", report)):
+            if path and not fs.is_remote(path) and _under(private, path):
+                raise ConfigError(f"${STATE_ENV} {private}: lies under {flag} {path}; the "
+                                  "owner's pseudonym map must stay private: move one of them")  # fmt: skip
+        probe_writable(f"--pseudonym-scope release (${STATE_ENV})", private, into=True)
     return AnonymizeJob(
         input=args.input,
         output=args.output,
@@ -235,6 +268,7 @@ def plan_anonymize(args: argparse.Namespace, beam_args: Sequence[str] = ()) -> A
         labels=args.labels,
         watch=tuple(args.watch or ()),
         pseudonymize_ids=args.pseudonymize_ids,
+        pseudonym_scope=scope or "stable",
         report=report,
         run_dir=args.run_dir,
         policy=policy,

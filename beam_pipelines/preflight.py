@@ -24,6 +24,7 @@ from mass.serving.contract import export_info
 from mass.serving.manifest import signing_key, verify_version_dir
 from mass.serving.newest import check_not_rolled_back
 from mass.serving.staging import require_signed_export
+from mass.trained_classes import check_trained_classes
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,8 @@ def decide(job: AnonymizeJob, info: dict, checked: CheckedInput, *, dim_checked:
     input's dimension is checked here unless ``checked`` was made knowing it. A transductive
     model fitted on other rows than ``source`` (the input as given, before ids are
     pseudonymized) is refused first (:func:`mass.fitrows.check_fitted_rows`)."""
-    check_fitted_rows(info, source or job.input, id_col=job.id_col)
+    check_fitted_rows(info, source or job.input, id_col=job.id_col, emb_col=job.emb_col)
+    check_trained_classes(info, [s for s in (job.labels, job.input) if s])
     if not dim_checked and info.get("dim"):
         check_dim(checked, emb_col=job.emb_col, dim=int(info["dim"]))
     forced = resolve_allow_columns(

@@ -76,8 +76,12 @@ class OwnerKey:
 
 
 def write_key(path: str) -> OwnerKey:
-    """Write a new random key to ``path`` (mode 0600); never overwrite an existing path."""
+    """Write a new random key to ``path`` (mode 0600); never overwrite an existing path. A draw
+    that :func:`weak_reason` would refuse (probability below 1e-9) is drawn again, so every key
+    `mass keygen` writes is read back."""
     key = OwnerKey.generate()
+    while weak_reason(key.secret):
+        key = OwnerKey.generate()
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise ConfigError(f"{path}: directory {parent} does not exist; create it first")
@@ -98,10 +102,12 @@ def write_key(path: str) -> OwnerKey:
 def read_key(path: str) -> OwnerKey:
     """Read a key file written by :func:`write_key`; errors name the file and what to do.
 
-    Refused: a symlink (never followed: whoever controls the link picks the key), a file owned
-    by another user (who could swap it) or readable by others, anything but one
-    ``mass-key-v1:`` line of 64 hex digits, and a secret that is plainly not random (all one
-    byte, few distinct bytes, an arithmetic run, or printable text: see :func:`weak_reason`).
+    Refused: a symlink (never followed: whoever controls the link picks the key), anything but
+    a regular file (a FIFO, device, socket or directory is refused from its ``lstat`` before it
+    is opened, so a FIFO never blocks the job; the open itself is non-blocking and must find
+    the same file), a file owned by another user (who could swap it) or readable by others,
+    anything but one ``mass-key-v1:`` line of 64 hex digits, and a secret that is plainly not
+    random (see :func:`weak_reason`).
     """
     try:
         link = os.lstat(path)
@@ -112,14 +118,23 @@ def read_key(path: str) -> OwnerKey:
             f"{path}: a symlink (to {os.path.realpath(path)}); key files are never read through "
             f"a link: pass the real file, or copy it with `install -m 600 SOURCE {path}`"
         )
+    if not stat.S_ISREG(link.st_mode):
+        raise ConfigError(
+            f"{path}: not a regular file ({_file_kind(link.st_mode)}); nothing was read from it. "
+            "Pass a key file from `mass keygen`"
+        )
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(path, flags)
     except OSError as e:
         raise ConfigError(f"{path}: cannot open the key file ({e})") from e
     with os.fdopen(fd) as f:
         st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(f"{path}: not a regular file; pass a key file from `mass keygen`")
+        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (link.st_dev, link.st_ino):
+            raise ConfigError(
+                f"{path}: replaced while it was being opened (now {_file_kind(st.st_mode)}); "
+                "pass a key file from `mass keygen` that nobody else can change"
+            )
         if st.st_uid != os.geteuid():
             raise ConfigError(
                 f"{path}: key file is owned by uid {st.st_uid}, not by you (uid {os.geteuid()}): "
@@ -149,12 +164,32 @@ def read_key(path: str) -> OwnerKey:
     return OwnerKey(secret, path)
 
 
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):  # fmt: skip
+        if test(mode):
+            return name
+    return f"file type {stat.S_IFMT(mode):o}"
+
+
 MIN_DISTINCT_BYTES = 20  # 32 random bytes have ~30 distinct values; < 20: p < 1e-10
+# printable bytes (0x20-0x7e) among 32 random ones: Binomial(32, 95/256), mean 11.9; P(>= 29)
+# ~ 4e-10, while a passphrase padded with up to three other bytes still has >= 29
+MAX_PRINTABLE = 28
+MAX_PATTERN_STRIDE = 16  # repeated blocks and interleaved runs of period up to 16
 
 
 def weak_reason(secret: bytes) -> str | None:
     """Why ``secret`` is plainly not 32 random bytes, or None. Random bytes fail none of these
-    checks except with negligible probability (printable text: (95/256)^32 ~ 2e-14)."""
+    checks except with negligible probability (tests/mass/test_keys.py draws 20,000).
+
+    Refused: one byte repeated; fewer than 20 distinct bytes; an arithmetic run; more than 28
+    printable bytes (a passphrase, padded or not); and a low-complexity pattern: for some
+    stride s <= 16 the differences ``b[i+s] - b[i]`` (mod 256) or ``b[i+s] ^ b[i]`` take
+    fewer than half as many values as there are pairs (repeated blocks of period s, several
+    byte runs interleaved every s bytes). Random pairs collide with probability 1/256, so
+    half of 16 or more colliding is beyond any realistic chance."""
     if len(set(secret)) == 1:
         return f"all {len(secret)} bytes are 0x{secret[0]:02x}"
     if len(set(secret)) < MIN_DISTINCT_BYTES:
@@ -162,9 +197,37 @@ def weak_reason(secret: bytes) -> str | None:
     steps = {(b - a) % 256 for a, b in zip(secret, secret[1:], strict=False)}
     if len(steps) == 1:
         return "an arithmetic run of bytes"
-    if all(0x20 <= b < 0x7F for b in secret):
-        return "printable text, like a password"
+    printable = sum(0x20 <= b < 0x7F for b in secret)
+    if printable > MAX_PRINTABLE:
+        return f"printable text, like a password ({printable} of {len(secret)} bytes printable)"
+    for s in range(1, min(MAX_PATTERN_STRIDE, len(secret) // 2) + 1):
+        pairs = list(zip(secret, secret[s:], strict=False))
+        for name, values in (
+            ("steps", {(b - a) % 256 for a, b in pairs}),
+            ("xors", {a ^ b for a, b in pairs}),
+        ):
+            if 2 * len(values) < len(pairs):
+                return (
+                    f"a low-complexity pattern: bytes {s} apart differ by only {len(values)} "
+                    f"distinct {name} over {len(pairs)} pairs (repeated blocks or interleaved runs)"
+                )
     return None
+
+
+STATE_ENV = "MASS_STATE_DIR"
+
+
+def state_dir() -> str:
+    """The owner's private state directory: ``$MASS_STATE_DIR``, else ``$XDG_STATE_HOME/mass``,
+    else ``~/.local/state/mass``. It holds what only the owner may read and no repository or
+    release carries: the newest-version ledger (:mod:`mass.serving.newest`) and per-release
+    pseudonym maps (:mod:`mass.pseudonym`). Created 0700 by whoever writes there first."""
+    chosen = os.environ.get(STATE_ENV)
+    if chosen:
+        return os.path.abspath(chosen)
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local",
+                                                              "state")  # fmt: skip
+    return os.path.join(os.path.abspath(base), "mass")
 
 
 def local_config() -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 import pytest
 
@@ -42,6 +43,8 @@ _session_owner_key()
 # A checkout where `make demo` ran holds .mass/local.yaml naming its key: tests never read it
 # (tests of the no-key paths would find that key; tests of the local config set their own).
 os.environ["MASS_LOCAL_CONFIG"] = ""
+# The owner's newest-version ledger (mass.serving.newest) lives in this session's own directory.
+os.environ["MASS_STATE_DIR"] = tempfile.mkdtemp(prefix="mass-state-")
 
 
 def _apply_mutant() -> None:

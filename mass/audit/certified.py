@@ -9,11 +9,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from mass.audit.keyed import modifier_parts
 from mass.audit.policy import AuditPolicy
 from mass.metrics import AttributeReport
 from mass.metrics.certificate import Certificate, certify
 from mass.metrics.rules import CERTIFICATE, judge_ok
+from mass.noise_streams import modifier_parts
 
 
 def with_certificate(r: AttributeReport, xp: np.ndarray, y: np.ndarray,

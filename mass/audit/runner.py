@@ -15,7 +15,7 @@ from mass.audit.certified import certificate_rows, with_certificate
 from mass.audit.columns import Statistics, combine, encode_released
 from mass.audit.data import encode_columns
 from mass.audit.expectations import JUDGE_COLUMNS
-from mass.audit.keyed import is_stochastic, keyless_view, modifier_parts
+from mass.audit.keyed import keyless_view
 from mass.audit.policy import AuditPolicy, check_overrides
 from mass.audit.scan import Scan, scan
 from mass.audit.stream import PARTITION_ROWS
@@ -26,6 +26,7 @@ from mass.keys import LOCAL_CONFIG, NOISE_KEY_ENV, OwnerKey, resolve_key
 from mass.metrics import KEYED, AttributeReport, attribute_report, family_of, z_value
 from mass.metrics.rules import FROZEN_READER
 from mass.metrics.scores import FROZEN
+from mass.noise_streams import is_stochastic, modifier_parts
 from mass.rundir import load_judges
 
 log = logging.getLogger(__name__)

@@ -5,6 +5,8 @@ audited on the pseudonyms, and no row order or part boundary follows the origina
 
 from __future__ import annotations
 
+import os
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -15,28 +17,64 @@ from mass.pseudonym import pseudonymize
 BATCH_ROWS = 65536
 
 
-def pseudonymized_copy(path: str, dest_dir: str, *, id_col: str, key,
-                       tag: str) -> tuple[str, dict[str, str]]:  # fmt: skip
+def pseudonymized_copy(path: str, dest_dir: str, *, id_col: str, key, tag: str, label: str = "",
+                       owner_map: str | None = None) -> tuple[str, dict[str, str]]:  # fmt: skip
     """Copy every file of ``path`` into ``dest_dir/<tag>-NNNNN.parquet`` with ``id_col``
-    replaced by its pseudonyms (row for row); returns (the glob of the copy, copy file ->
-    the user's file, for error messages)."""
+    replaced by its pseudonyms in the scope ``label`` (row for row); returns (the glob of the
+    copy, copy file -> the user's file, for error messages). ``owner_map``: a local path
+    where the (id, pseudonym) pairs are written too, 0600 in a 0700 directory."""
     fs.makedirs(dest_dir)
     names: dict[str, str] = {}
-    for i, src in enumerate(expand_paths(path)):
-        with fs.open_input(src) as f:
-            pf = pq.ParquetFile(f)
-            schema = pf.schema_arrow
-            at = schema.get_field_index(id_col)
-            out_schema = schema.set(at, pa.field(id_col, pa.string(), nullable=False))
-            dest = fs.join(dest_dir, f"{tag}-{i:05d}.parquet")
-            names[dest] = src
-            with fs.atomic_output(dest) as sink, pq.ParquetWriter(sink, out_schema) as w:
-                for batch in pf.iter_batches(batch_size=BATCH_ROWS):
-                    cols = list(batch.columns)
-                    if at >= 0:
-                        cols[at] = pseudonymize(cols[at], key)
-                    w.write_batch(pa.RecordBatch.from_arrays(cols, schema=out_schema))
+    writer = None
+    try:
+        for i, src in enumerate(expand_paths(path)):
+            writer = _copy_one(src, fs.join(dest_dir, f"{tag}-{i:05d}.parquet"), names,
+                               id_col=id_col, key=key, label=label, owner_map=owner_map,
+                               writer=writer)  # fmt: skip
+    finally:
+        if writer is not None:
+            writer.close()
     return fs.join(dest_dir, f"{tag}-*.parquet"), names
+
+
+def _map_writer(path: str, id_type: pa.DataType, label: str) -> pq.ParquetWriter:
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # 0600 from the start
+    schema = pa.schema([pa.field("id", id_type, nullable=False),
+                        pa.field("pseudonym", pa.string(), nullable=False)],
+                       metadata={"mass.pseudonym_scope": label})  # fmt: skip
+    return pq.ParquetWriter(path, schema)
+
+
+def _copy_one(src, dest, names, *, id_col, key, label, owner_map, writer):
+    with fs.open_input(src) as f:
+        pf = pq.ParquetFile(f)
+        schema = pf.schema_arrow
+        at = schema.get_field_index(id_col)
+        out_schema = schema.set(at, pa.field(id_col, pa.string(), nullable=False))
+        names[dest] = src
+        with fs.atomic_output(dest) as sink, pq.ParquetWriter(sink, out_schema) as w:
+            for batch in pf.iter_batches(batch_size=BATCH_ROWS):
+                cols = list(batch.columns)
+                if at >= 0:
+                    ids = cols[at]
+                    cols[at] = pseudonymize(ids, key, label)
+                    if owner_map is not None:
+                        if writer is None:
+                            writer = _map_writer(owner_map, _id_type(ids), label)
+                        writer.write_batch(_map_batch(ids, cols[at], writer.schema))
+                w.write_batch(pa.RecordBatch.from_arrays(cols, schema=out_schema))
+    return writer
+
+
+def _id_type(ids: pa.Array) -> pa.DataType:
+    return ids.type.value_type if pa.types.is_dictionary(ids.type) else ids.type
+
+
+def _map_batch(ids: pa.Array, pseudonyms: pa.Array, schema: pa.Schema) -> pa.RecordBatch:
+    if pa.types.is_dictionary(ids.type):
+        ids = ids.dictionary_decode()
+    return pa.RecordBatch.from_arrays([ids, pseudonyms], schema=schema)
 
 
 def unmask(message: str, names: dict[str, str]) -> str:

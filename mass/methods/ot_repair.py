@@ -54,7 +54,7 @@ import torch
 import torch.nn.functional as F
 
 from mass.errors import ConfigError
-from mass.fitrows import ids_digest
+from mass.fitrows import ids_digest, rows_digest
 from mass.methods import FitResult, Method, Params, register_method
 from mass.methods._common import batches, check_attrs, label_tensors, n_classes, unit_x
 from mass.methods.base import knob
@@ -260,7 +260,11 @@ class OtRepair(Method):
                               f">= {p.min_class_rows} training rows; nothing to repair")  # fmt: skip
         gen = torch.Generator().manual_seed(p.seed)
         bound = (
-            {"fit_rows": len(train), "fit_ids_sha256": ids_digest(train.ids)}
+            {
+                "fit_rows": len(train),
+                "fit_ids_sha256": ids_digest(train.ids),
+                "fit_rows_sha256": rows_digest(train.ids, train.x),
+            }
             if p.transductive
             else {}
         )

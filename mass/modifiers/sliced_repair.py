@@ -39,6 +39,7 @@ class SlicedRepairSpec:
     # a transductive fit (mass.fitrows): the rows it was fitted on, the only rows it may release
     fit_rows: int = 0
     fit_ids_sha256: str = ""
+    fit_rows_sha256: str = ""  # ids and embedding bytes (mass.fitrows.rows_digest)
     # rank cells: principal axes per group, bins per axis, groups (0: no cells)
     cell_axes: int = 0
     cell_levels: int = 0
@@ -76,6 +77,7 @@ class SlicedRepairModifier(nn.Module):
             knots=int(d["knots"]), hidden=int(d.get("hidden", 0)),
             renormalize=bool(d.get("renormalize", True)), fit_rows=int(d.get("fit_rows", 0)),
             fit_ids_sha256=str(d.get("fit_ids_sha256", "")),
+            fit_rows_sha256=str(d.get("fit_rows_sha256", "")),
             cell_axes=int(d.get("cell_axes", 0)), cell_levels=int(d.get("cell_levels", 0)),
             cell_groups=int(d.get("cell_groups", 0)),
             cell_shared=bool(d.get("cell_shared", False)),

@@ -23,6 +23,7 @@ from typing import Any
 
 from mass.errors import ReleaseError
 from mass.report import view
+from mass.report.protection import protection
 from mass.report.unnamed import (
     LAST_RESORT_METHODS,
     MINIMISATION,
@@ -38,9 +39,7 @@ THREAT_MODEL = (
     "Attacker: has read all code, docs and configuration, holds every release with its ids, "
     "and retrains any classifier on them; the audit measured such attackers on this release "
     "(on the embedding, on the ids and on every released column).",
-    "What protects the suppressed attributes is the modifier plus noise keyed by the data "
-    "owner's secret key; anyone holding that key or the original embeddings is out of scope.",
-)
+)  # then what protects this release (mass.report.protection: keyed noise only when drawn)
 
 
 VERBATIM_IDS = (
@@ -150,7 +149,7 @@ def datasheet(release_dir: str, *, metadata: Mapping, audit: Mapping | None,
         "provenance": provenance,
         "lineage": dict(lineage) if isinstance(lineage, Mapping) else None,
         "audit": _audit_summary(audit, report_path),
-        "threat_model": list(THREAT_MODEL),
+        "threat_model": [*THREAT_MODEL, protection(metadata)],
         "cite": {
             "git": "git rev-parse HEAD",
             "dvc": "dvc get <repo-url> <release-path> --rev <commit>",

@@ -37,7 +37,7 @@ from mass.keys import OwnerKey
 from mass.safe_load import plain
 from mass.serving import contract as C
 from mass.serving.manifest import sign_version_dir, signing_key, verify_version_dir
-from mass.serving.newest import FLAG, NEWEST, record_newest
+from mass.serving.newest import FLAG, LINEAGE, NEWEST, next_record, record_newest
 from mass.serving.repository import (
     MODEL_PY,
     atomic_write,
@@ -153,6 +153,8 @@ def export_modifier(
         "modifier": {"kind": getattr(model, "kind", None), "spec": plain(model.spec.to_dict())},
         # what `mass train` calibration chose (None for an explicit --config/--mode/--method)
         "calibration": plain(meta.get("calibration")),
+        # the trained classes of each judged attribute (mass.trained_classes refuses others)
+        "classes": _trained_classes(meta),
     }
     return _export(
         repository,
@@ -168,6 +170,12 @@ def export_modifier(
         gpu_variant=gpu_variant,
         key=key,
     )
+
+
+def _trained_classes(meta: dict) -> dict:
+    encodings = meta.get("encodings") or {}
+    attrs = [*(meta.get("suppress") or []), *(meta.get("preserve") or [])]
+    return {a: plain(list(encodings[a])) for a in attrs if a in encodings}
 
 
 def export_extractor(
@@ -357,6 +365,7 @@ def _export(
     model_dir = Path(repository) / name
     model_dir.mkdir(parents=True, exist_ok=True)
     version = next_version(model_dir, version)
+    chain = next_record(model_dir, key)
     staging = model_dir / f".staging-{uuid.uuid4().hex[:8]}"
     staging.mkdir()
     try:
@@ -381,6 +390,7 @@ def _export(
             "code_sha256": code_sha256(),
             "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
             FLAG: NEWEST,  # signed with the version: the record must exist (mass.serving.newest)
+            **chain,  # its lineage and predecessor: a record of another export is refused
         }
         (staging / C.EXPORT_JSON).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         # Older versions are signed over the current config; check them before it changes.
@@ -405,7 +415,7 @@ def _export(
     # Sign last: until then the new version is unsigned and would be refused (fail closed).
     for folder in [*still_good, model_dir / str(version)]:
         sign_version_dir(folder, key)
-    record_newest(model_dir, version, sha, key)
+    record_newest(model_dir, version, sha, key, chain[LINEAGE])
     return ExportResult(name, version, model_dir, model_dir / str(version), sha)
 
 

@@ -98,10 +98,21 @@ def _job(src: str, out: Path, *flags: str) -> dict:
 
 def test_beam_options_pass_as_registered_flags_and_after_a_double_dash(src, tmp_path):
     assert _job(src, tmp_path / "a", "--direct_num_workers", "1")["rows_out"] == 300
-    # after `--` even a name the job has itself goes to Beam: --labels is Dataflow's job
-    # labels there (the job's own --labels would have been refused beside --no-audit)
-    summary = _job(src, tmp_path / "b", "--", "--runner", "FnApiRunner", "--labels", "team=x")
+    summary = _job(src, tmp_path / "b", "--", "--runner", "FnApiRunner")
     assert summary["rows_out"] == 300
+
+
+@pytest.mark.parametrize("shadow", [["--labels", "team=x"], ["--labels=lab.parquet"],
+                                    ["--report", "r"], ["--pseudonymize_ids"]])  # fmt: skip
+def test_a_job_flag_after_the_double_dash_is_refused_not_handed_to_beam(src, tmp_path, fc, shadow):
+    """`-- --labels FILE` would be Dataflow's job label to Beam, and the audit would never see
+    the labels file: a flag of the job's own after `--` is refused (under any spelling)."""
+    out = tmp_path / "rel"
+    before = set(_children())
+    name = shadow[0].split("=")[0]
+    with pytest.raises(E.UnknownFlagError, match=rf"^-- {name}: a flag of this job given after"):
+        _job(src, out, "--", "--runner", "FnApiRunner", *shadow)
+    _nothing_happened(out, fc, before)
 
 
 def _required(parser: argparse.ArgumentParser) -> list[str]:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from mass.audit import AuditRequest, policy_from_dict, run_audit
-from mass.audit.keyed import keyless_view, modifier_parts
+from mass.audit.keyed import keyless_view
 from mass.audit.report import audit_metrics
 from mass.audit.suite import REQUIRED_METADATA
 from mass.cli import main
@@ -28,6 +28,7 @@ from mass.modifiers import (
     NoiseSpec,
 )
 from mass.noise import keyed_row_seeds, row_seeds
+from mass.noise_streams import modifier_parts
 from mass.synthetic import block_attributes
 from tests.mass.audit.test_audit import _unit
 
@@ -95,7 +96,7 @@ def test_malformed_or_unknown_modifier_metadata_gives_no_figure():
     assert modifier_parts({}) is None
     assert modifier_parts({"mass.modifier": "{not json"}) is None
     assert modifier_parts({"mass.modifier": json.dumps({"spec": {}})}) is None
-    from mass.audit.keyed import is_stochastic
+    from mass.noise_streams import is_stochastic
 
     assert is_stochastic(modifier_parts({"mass.modifier": '{"kind": "new", "spec": {}}'})) is None
 

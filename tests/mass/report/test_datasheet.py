@@ -34,7 +34,7 @@ def release(tmp_path, synthetic_release):
     rel, _labels, _params = synthetic_release(tmp_path)
     meta = pq.read_schema(next(rel.glob("*.parquet"))).metadata
     meta = {**meta, b"mass.noise_key_fingerprint": b"abcd1234",
-            b"mass.modifier": b'{"kind": "mass", "spec": {"dim": 24}}'}  # fmt: skip
+            b"mass.modifier": b'{"kind": "mass", "spec": {"dim": 24, "noise_dim": 4}}'}  # fmt: skip
     return rel, meta
 
 
@@ -57,7 +57,7 @@ def test_datasheet_says_what_the_release_is_and_how_to_cite_it(release):
     assert sheet["suppressed"] == ["s"] and sheet["preserved"] == ["r"]
     assert sheet["audit"]["verdict"] == "passed"
     assert sheet["audit"]["attributes"]["s"]["limit"] == 0.43
-    assert sheet["provenance"]["modifier"] == {"kind": "mass", "spec": {"dim": 24}}
+    assert sheet["provenance"]["modifier"] == {"kind": "mass", "spec": {"dim": 24, "noise_dim": 4}}
     assert sheet["lineage"]["input"] == "data/features/test"
     assert sheet["embedding"]["rows"] == 1600 and len(sheet["threat_model"]) == 2
 
