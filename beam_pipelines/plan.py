@@ -9,6 +9,7 @@ then read ``job.<field>`` where it is used.
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
