@@ -107,6 +107,14 @@ def add_serving_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="gRPC HOST:PORT of a running Triton; default: start a local one",
     )
+    g.add_argument(
+        "--signing-key-file",
+        default=None,
+        metavar="FILE",
+        help="owner key the repository's exports were signed with (`mass export "
+        "--signing-key-file`), to verify them before serving; default: $MASS_SIGNING_KEY_FILE, "
+        "else .mass/local.yaml",
+    )
     g.add_argument("--model-version", default="", help="model version (default: latest)")
     g.add_argument("--timeout-s", type=float, default=60.0, help="per-request timeout")
     g.add_argument(
@@ -145,6 +153,16 @@ class Serving:
     batch_rows: int
     shards: int
     progress_every: int
+    signing_key_file: str | None = None  # --signing-key-file (else the env / local config)
+
+    def signing_key(self):
+        """The owner key that verifies the repository's exports; a clear error naming
+        --signing-key-file (and where else it looked) when there is none."""
+        from mass.keys import SIGNING_KEY_ENV, resolve_key
+        from mass.serving.manifest import signing_key
+
+        return signing_key(resolve_key(self.signing_key_file, SIGNING_KEY_ENV),
+                           flag="--signing-key-file")  # fmt: skip
 
 
 def plan_serving(args: argparse.Namespace) -> Serving:
@@ -169,6 +187,7 @@ def plan_serving(args: argparse.Namespace) -> Serving:
         batch_rows=args.batch_rows,
         shards=args.shards,
         progress_every=args.progress_every,
+        signing_key_file=args.signing_key_file,
     )
 
 
@@ -235,7 +254,8 @@ def triton_endpoint(serving: Serving, *, model: str, expected_sha256: str | None
         yield serving.triton_url
         return
     # The job's server stages and serves this one model (version) only (mass.serving.staging).
-    with TritonServer(serving.repository, models={model: version}) as server:
+    with TritonServer(serving.repository, models={model: version},
+                      signing_key_file=serving.signing_key_file) as server:  # fmt: skip
         check_server(server.grpc_url, **kw)
         yield server.grpc_url
 

@@ -21,7 +21,7 @@ from mass.keys import NOISE_KEY_ENV, looked_for
 from mass.noise import KeyedSeeds
 from mass.release.columns import resolve_allow_columns
 from mass.serving.contract import export_info
-from mass.serving.manifest import signing_key, verify_version_dir
+from mass.serving.manifest import verify_version_dir
 from mass.serving.newest import check_not_rolled_back
 from mass.serving.staging import require_signed_export
 from mass.trained_classes import check_trained_classes
@@ -123,10 +123,11 @@ def check_export(job: AnonymizeJob) -> tuple[dict, object] | None:
         return None
     require_signed_export(srv.repository, job.model)
     info = export_info(srv.repository, job.model, srv.model_version or None)
-    meta = verify_version_dir(os.path.join(srv.repository, job.model, str(info["version"])))
+    key = srv.signing_key()
+    meta = verify_version_dir(os.path.join(srv.repository, job.model, str(info["version"])),
+                              key=key)  # fmt: skip
     if not srv.model_version:
-        check_not_rolled_back(Path(srv.repository, job.model), int(info["version"]), meta,
-                              signing_key())  # fmt: skip
+        check_not_rolled_back(Path(srv.repository, job.model), int(info["version"]), meta, key)
     return info, reference_check(srv.repository, job.model, info,
                                  carry=names_runner(job.beam_args))  # fmt: skip
 
