@@ -7,7 +7,7 @@
         [--noise-key-file PATH (or env MASS_NOISE_KEY_FILE) [--noise-key-on-worker]]
 
 Steps: decide that OUT and OUT_quarantine may be replaced (only our own marked directories,
-never the input; :func:`mass.release.commit.check_outputs`); check the server/model, the input
+never the input; :func:`mass.release.ownership.check_outputs`); check the server/model, the input
 schema and the audit's labels before reading data; with labels, judge each --allow-columns
 column alone against the suppressed attributes on a sample (:mod:`mass.batches.allow_check`,
 a proxy is refused unless --force-allow); then one DoFn per input row group reads

@@ -25,7 +25,8 @@ from mass import fs
 from mass.errors import ConfigError
 from mass.keys import NOISE_KEY_ENV, STATE_ENV, OwnerKey, resolve_key, state_dir
 from mass.pseudonym import SCOPES
-from mass.release.commit import check_outputs, private_dir, scratch_root, staging_dir
+from mass.release.commit import private_dir, scratch_root, staging_dir
+from mass.release.ownership import check_outputs
 from mass.release.writable import probe_writable
 
 

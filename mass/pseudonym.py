@@ -1,4 +1,4 @@
-"""Keyed pseudonymous ids (``mass anonymize --pseudonymize-ids``, issue 23 item 2).
+"""Keyed pseudonymous ids (``mass anonymize --pseudonymize-ids``; docs/threat-model.md).
 
 A released id is ``HMAC-SHA256(subkey("release-ids"), canonical(id))``, its first 128 bits as
 32 hex digits, under the data owner's key (:class:`mass.keys.OwnerKey`; the sub-key is derived

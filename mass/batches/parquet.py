@@ -50,7 +50,7 @@ def footer(path: str) -> pq.FileMetaData:
     """``path``'s parsed Parquet footer, read once per process (keyed by path, size, mtime).
 
     A file with thousands of row groups has a footer of hundreds of KB; parsing it again for
-    every row group made reading quadratic (26 rows/s, issue 11). Readers pass the cached
+    every row group made reading quadratic (docs/performance.md). Readers pass the cached
     metadata to ``pq.ParquetFile(path, metadata=...)``, which then skips the footer.
     """
     try:

@@ -47,8 +47,8 @@ class ReferenceCheck:
     Dataflow) ships the very bytes that were checked inside the pickled job. On the default
     local runner (``carry=False``) only the path and digest travel, and a worker reads the
     file and checks its sha256 again before loading: Beam pickles and bz2-compresses a DoFn's
-    state each time it builds a bundle processor, which for a 1.3 MB modifier cost ~0.45
-    CPU-s of a 200k-row job (issue 26). Either way the worker recomputes with bytes whose
+    state each time it builds a bundle processor, a real cost for a modifier of a few MB
+    (docs/performance.md). Either way the worker recomputes with bytes whose
     digest is the verified export's, or it refuses.
     """
 

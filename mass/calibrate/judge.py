@@ -35,10 +35,9 @@ STRUCTURE_ROWS = 2000  # k-NN within S classes holds an n x n matrix per class
 # release: other rows, noise of its own, so its point estimate differs from validation's by
 # N(0, se_val^2 + se_rel^2). With validation at p_val + (z_gate + k) se <= limit and a release
 # as large as the validation set, a borderline validation pass fails its gate with probability
-# P(N(0,1) > k / sqrt(2)): k = 1 -> 24 %, k = 1.645 -> 12 %, k = 2.33 -> 5 %. Measured
-# (docs/journal/calibration-runs.md): at k = 1 two validation passes failed their gate - twoyear (run 5,
-# MLP bound 0.578 vs 0.570) and the demo (digit bound 0.158 vs 0.156); at k = 2.33 the demo's
-# 1,000 validation rows were too few for any candidate (refused). k = 1.645 is the compromise.
+# P(N(0,1) > k / sqrt(2)): k = 1 -> 24 %, k = 1.645 -> 12 %, k = 2.33 -> 5 %. At k = 1
+# validation passes failed their gate, at k = 2.33 the demo's validation rows were too few
+# for any candidate (docs/journal/calibration-runs.md); k = 1.645 is the compromise.
 SAFETY_SE = 1.645
 
 

@@ -16,9 +16,8 @@ def nonlinear_leak(points: list[dict], name: str) -> str | None:
     non-linear ones read S. A one-round LEACE removes linear information of S only (``|R``
     less of it), so it cannot remove what is left. The iterated variants (``rounds`` > 1) are
     still tried: they refit on the renormalised output, where renormalisation has written S
-    back non-linearly (k401 passed with ``leace|R x3`` in runs 4-5 of docs/journal/calibration-runs.md and
-    was refused in run 7, where this skip also took the iterated variants away); then the
-    quadratic eraser and the trained candidates."""
+    back non-linearly (docs/journal/calibration-runs.md: skipping them too lost a passing
+    candidate); then the quadratic eraser and the trained candidates."""
     if not points:
         return None
     top = max(points, key=lambda p: p["noise"])

@@ -62,35 +62,33 @@ def budget_clock(kind: str):
     """The clock ``--budget-minutes`` is read on: ``"cpu"`` is this process's CPU time (every
     thread: torch trains on two, the attackers on one), which waiting for a loaded machine
     does not eat into, so the erasers and the attackers search the same candidates whatever
-    else runs (measured: run 4 vs run 5 of docs/journal/calibration-runs.md, same wall budget, 4-5x the
-    load, labsup passed then was refused). Not torch's fits: its threads spin on the CPU
-    clock under contention (the demo's 30-epoch MaSS fits: 47-65 CPU-s at load ~2, 264-310 at
-    load 3-5). ``"wall"`` is elapsed time, for a hard bound on the clock."""
+    else runs (docs/calibration.md, "The policy"; the runs behind it are in
+    docs/journal/calibration-runs.md). Not torch's fits: its threads spin on the CPU clock
+    under contention. ``"wall"`` is elapsed time, for a hard bound on the clock."""
     return time.process_time if kind == "cpu" else time.perf_counter
 
 
 MIN_EPOCHS = 5
 # Up to this many training rows (no --val), every training row is validated out of fold, so
 # the validation attackers train on min(rows, cfg.attacker_rows) * 4/5 rows: at least as many
-# as the gate's (9/10 of the release) for a release of up to ~that size. Measured
-# (docs/journal/calibration-runs.md): with a 25 % holdout instead, gradient boosting trained on 947
-# validation rows read 'female' at 0.525 where the gate's, trained on 1,826 release rows, read
-# 0.558 - a pass on validation, a failure at the gate.
+# as the gate's (9/10 of the release) for a release of up to ~that size: attackers trained on
+# fewer rows than the gate's under-read it, a pass on validation and a failure at the gate
+# (docs/journal/calibration-runs.md).
 CROSSFIT_MAX_ROWS = 16000
 CROSSFIT_FOLDS = 4
 # ... but a trained (MaSS) candidate is validated on ONE fit: this share of the training rows
 # held out (stratified), judged with the gate's own CV folds (attackers train on 9/10 of the
 # held rows, as the gate's on a release) and the same bounds (the gate's z + SAFETY_SE, see
 # mass.calibrate.judge); the validated fit is the
-# release model (no refit). Out of fold it cost 4 fits, which put every MaSS candidate out of
-# a 5-10 minute budget on 2 cores from a few thousand rows on (docs/journal/calibration-runs.md, run 4).
+# release model (no refit): out of fold it would cost 4 fits, more than a 5-10 minute budget
+# on 2 cores holds from a few thousand rows on (docs/journal/calibration-runs.md).
 TRAINED_HOLDOUT = 0.3
 # adaptive epoch cost per row on a busy 2-core box, until the first MaSS fit is measured
 SECONDS_PER_ROW_EPOCH = 1.5e-3
 # Share of the budget the last-resort candidates (``Candidate.last_resort``) keep for
 # themselves while nothing has passed: the others stop where it begins. A last resort is closed
-# form (seconds to fit) and its noise search measured 1-3 levels on names (13-27 s each on
-# 2,100 rows, docs/journal/calibration-runs.md); a fifth of a 5-minute budget is 60 CPU-s.
+# form (seconds to fit) with a noise search of a few levels (docs/journal/calibration-runs.md);
+# a fifth of a 5-minute budget is 60 CPU-s.
 LAST_RESORT_SHARE = 0.2
 
 
@@ -266,9 +264,8 @@ def _epochs(s: _Search, c: Candidate, entry: dict, c_fit, c_folds, c_deadline):
         return False, None
     # cost ~ rows * (G epochs + branch pretraining, ~half an epoch per branch epoch); planned
     # on the slowest measured rate, not the last: on a loaded box torch's threads spin on
-    # the CPU clock, and the rates of one search's fits differed 3-4x (the demo, session 6:
-    # 2.2 to 8.2 CPU-s per epoch unit; planning the last fit on the fastest rate put the
-    # search 147 s past a 600 s budget)
+    # the CPU clock and the rates of one search's fits differ several-fold, so planning on
+    # the fastest one overruns the budget (docs/journal/calibration-runs.md)
     branch_units = (
         0.5 * int(c.params.get("branch_epochs", 30)) * (len(s.suppress) + len(s.preserve))
     )

@@ -30,7 +30,7 @@ CIRCLE_DIGITS = (0, 6, 8, 9)
 # the background), binned into THICKNESS_BINS classes by quantiles computed WITHIN each digit,
 # so it is independent of the digit by construction (and of the colour, drawn independently
 # of the image). No flag of the demo names it: it is the demo's watch attribute (params.yaml
-# audit.watch), utility nobody asked to keep (issue 22).
+# audit.watch), utility nobody asked to keep (docs/audit.md).
 THICKNESS_BINS = 3
 INK = 128  # a grey value at or above this is ink
 

@@ -26,14 +26,13 @@ anonymize job refuses any other input. Exact matching leaves the audit's held-ou
 anti-learnable (docs/calibration.md, "transductive repair").
 
 ``cell_rows``: a repair fitted on a finite sample matches the classes at a coarse scale only;
-out of sample, a row's nearest released neighbours still share its class (kNN reads the
-demo's digit at 0.23 after the repair). With ``cell_rows`` the release is the nearest of a
+out of sample, a row's nearest released neighbours still share its class (docs/calibration.md,
+"Cells"). With ``cell_rows`` the release is the nearest of a
 few k-means centres of the repaired fit rows (:mod:`mass.modifiers.codebook`), so what is
 finer than a cell is not released (docs/calibration.md, "cells"). ``cells_by_preserved``:
 the centres are fitted within each class of the preserved attributes' joint label and a
 linear predictor on the repaired row picks the class at release time, so coarse cells no
-longer average a preserved attribute away (on small data sets plain cells kept R at
-0.60-0.84 of its original; docs/calibration.md, "cells by R").
+longer average a preserved attribute away (docs/calibration.md, "Cells by R").
 
 ``cell_axes`` (rank cells, with ``cell_rows``; fitted by :mod:`mass.methods.rank_cells`):
 instead of k-means centres, a row's cell is its bin along each of ``cell_axes`` axes of the

@@ -1,5 +1,5 @@
 """A finite-sample certificate for a cell release: an upper bound on what ANY attacker can
-read of a suppressed attribute S from the released vector (issue 35 item 2; docs/audit.md,
+read of a suppressed attribute S from the released vector (docs/audit.md,
 "Certificate").
 
 A cell release maps every row to one of finitely many vectors; a released vector names its

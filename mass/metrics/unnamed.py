@@ -1,4 +1,4 @@
-"""What a release keeps beyond the named preserved attributes (issue 22, docs/audit.md).
+"""What a release keeps beyond the named preserved attributes (docs/audit.md).
 
 Two kinds of measure, both pure numpy/scikit-learn on arrays the caller already holds:
 

@@ -2,10 +2,9 @@
 
 Chained after a total repair (:mod:`mass.methods.ot_repair`, ``cell_rows``): a repair fitted
 on a finite sample matches the classes' distributions at a coarse scale only, and a row's
-nearest released neighbours keep its class at a fine scale (measured on the demo: kNN reads
-the suppressed digit at 0.23 after the repair alone, at chance level after it with cells;
-docs/calibration.md, "cells"). Releasing the cell's centre instead of the row removes what is
-finer than a cell: every row of a cell is released identical. Deterministic, tensors only.
+nearest released neighbours keep its class at a fine scale (docs/calibration.md, "Cells").
+Releasing the cell's centre instead of the row removes what is finer than a cell: every row
+of a cell is released identical. Deterministic, tensors only.
 
 With ``classes`` (> 0) the codebook is stratified by a preserved label: every centre belongs
 to one class of it, a stored linear predictor reads the row's class from its input (the

@@ -1,6 +1,6 @@
 """Every local path a job will write is proven writable before any work.
 
-:func:`mass.release.commit.check_outputs` decides *whether* the job may replace its outputs;
+:func:`mass.release.ownership.check_outputs` decides *whether* the job may replace its outputs;
 this module decides whether it *can*: for each local output path it creates (and removes) a
 probe directory in the directory the job will write into - the nearest existing ancestor of
 the path's parent for ``--output``/``--quarantine`` (replaced as a whole), of the path itself

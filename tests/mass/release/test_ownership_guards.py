@@ -9,7 +9,7 @@ import pytest
 
 from mass import formats as release_format
 from mass.errors import OutputPathError
-from mass.release import commit
+from mass.release import ownership
 
 
 @pytest.mark.parametrize("doc", [{}, {"format": "notes/1"}, {"format": release_format.QUARANTINE_FORMAT}],
@@ -21,12 +21,12 @@ def test_a_release_marker_without_our_format_does_not_make_a_directory_ours(tmp_
     (out / "notes.txt").write_text("the user's")
     assert not release_format.holds_marker(str(out), release_format.RELEASE_MARKER)
     with pytest.raises(OutputPathError, match="without the _release.json marker"):
-        commit.check_replaceable("--output", str(out), release_format.RELEASE_MARKER)
+        ownership.check_replaceable("--output", str(out), release_format.RELEASE_MARKER)
     (out / release_format.RELEASE_MARKER).write_text(
         json.dumps({"format": release_format.RELEASE_FORMAT})
     )
     assert release_format.holds_marker(str(out), release_format.RELEASE_MARKER)
-    commit.check_replaceable(
+    ownership.check_replaceable(
         "--output", str(out), release_format.RELEASE_MARKER
     )  # ours: may be replaced
 
@@ -46,7 +46,7 @@ def test_a_symlinked_release_marker_does_not_make_a_directory_ours(tmp_path):
     assert release_format.holds_marker(str(ours), release_format.RELEASE_MARKER)
     assert not release_format.holds_marker(str(out), release_format.RELEASE_MARKER)
     with pytest.raises(OutputPathError, match="without the _release.json marker"):
-        commit.check_replaceable("--output", str(out), release_format.RELEASE_MARKER)
+        ownership.check_replaceable("--output", str(out), release_format.RELEASE_MARKER)
 
 
 @pytest.fixture(scope="module")
@@ -69,12 +69,12 @@ def test_an_object_store_marker_must_be_ours_not_merely_exist(s3, doc):
     fs.write_bytes(f"{out}/{release_format.RELEASE_MARKER}", json.dumps(doc).encode())
     assert not release_format.holds_marker(out, release_format.RELEASE_MARKER)
     with pytest.raises(OutputPathError, match=f"no {release_format.RELEASE_MARKER} pointer"):
-        commit.check_replaceable("--output", out, release_format.RELEASE_MARKER)
+        ownership.check_replaceable("--output", out, release_format.RELEASE_MARKER)
     fs.write_bytes(
         f"{out}/{release_format.RELEASE_MARKER}",
         json.dumps({"format": release_format.RELEASE_FORMAT}).encode(),
     )
     assert release_format.holds_marker(out, release_format.RELEASE_MARKER)
-    commit.check_replaceable(
+    ownership.check_replaceable(
         "--output", out, release_format.RELEASE_MARKER
     )  # ours: may be replaced
