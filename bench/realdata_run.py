@@ -194,6 +194,22 @@ def scaling(name: str, args) -> list[dict]:
     return rows
 
 
+def dependence(names: list[str]) -> list[dict]:
+    """Cramér's V of R and each watch attribute with S on the whole loaded set (labels only,
+    no embedding): the numbers docs/realdata.md quotes beside the choices."""
+    from realdata_sets import LOADERS
+
+    from mass.metrics.unnamed import cramers_v
+
+    out = []
+    for name in names:
+        lab, spec = LOADERS[name]().labels, REGISTRY[name]
+        v = {a: round(cramers_v(lab[a], lab["S"]), 3) for a in (*spec.r, *spec.watch)}
+        out.append({"dataset": name, "rows": len(lab["S"]),
+                    "S_classes": np.bincount(lab["S"]).tolist(), "cramers_v": v})  # fmt: skip
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from realdata_table import markdown
 
@@ -216,7 +232,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--cache", default="reports/realdata/cache", help="text embedding cache")
     ap.add_argument("--render", nargs="+", metavar="JSONL", help="only print the Markdown")
+    ap.add_argument(
+        "--dependence",
+        action="store_true",
+        help="only print each set's Cramér's V of R and watch with S (JSON lines)",
+    )
     args = ap.parse_args(argv)
+    if args.dependence:
+        for row in dependence(args.only.split(",") if args.only else list(REGISTRY)):
+            print(json.dumps(row))
+        return 0
     if args.render:
         print(markdown([json.loads(x) for p in args.render for x in open(p) if x.strip()]))
         return 0
