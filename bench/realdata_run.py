@@ -130,7 +130,8 @@ def run_one(name: str, args) -> list[dict]:
     frozen = {"S": FrozenJudge(x_tr[keep], d.labels_train["S"][keep], policy.seed)}
     judged = evaluate(xt, xs, {k: y[k] for k in labels}, sup, pres, watch, policy, frozen)
     head = {"dataset": name, "package": spec.package, "licence": spec.licence,
-            "kind": spec.kind, "S": spec.s, "R": list(spec.r), "watch": spec.watch,
+            "kind": spec.kind, "S_name": spec.s, "R_names": list(spec.r),
+            "watch_reasons": spec.watch,
             "rows": len(d.ids_train) + len(d.ids_release), "train_rows": len(d.ids_train),
             "release_rows": len(d.ids_release), "fresh_rows": len(d.ids_fresh),
             "dim": int(d.X_train.shape[1]), "note": d.note, "judge_rows": policy.max_rows,

@@ -52,12 +52,12 @@ def _section(rows: list[dict]) -> list[str]:
     out = [f"### {h['dataset']}: {h['package']}", "",
            f"Licence: {h['licence']}. {h['rows']:,} rows ({h['train_rows']:,} trained, "
            f"{h['release_rows']:,} released and judged), {h['dim']} dimensions. S = "
-           f"{h['S']}; R = {', '.join(h['R'])}. Calibration chose {chosen}{cpu}. Judges: "
+           f"{h.get('S_name', 'S')}; R = {', '.join(h['R'])}. Calibration chose {chosen}{cpu}. Judges: "
            f"{', '.join(h['families'])}, {h['folds']}-fold, at most {h['judge_rows']} rows.", "",
            "Watch attributes (chosen before any run) and their Cramér's V with S:"]  # fmt: skip
     for w in watch:
         v = max(x["cramers_v"] for x in dep[w]["dependence"].values())
-        out.append(f"- `{w}` (V = {v:.2f}): {h['watch'][w]}")
+        out.append(f"- `{w}` (V = {v:.2f}): {h.get('watch_reasons', {}).get(w, '')}")
     out += ["", "| method | S: upper bound / limit (release) | S, key stripped | distinct "
             "vectors: lookup | R kept | watch kept (" + ", ".join(watch) + ") | kNN / CKA / "
             "dCor within S | all targets |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
