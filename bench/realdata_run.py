@@ -134,7 +134,7 @@ def run_one(name: str, args) -> list[dict]:
             "watch_reasons": spec.watch,
             "rows": len(d.ids_train) + len(d.ids_release), "train_rows": len(d.ids_train),
             "release_rows": len(d.ids_release), "fresh_rows": len(d.ids_fresh),
-            "dim": int(d.X_train.shape[1]), "note": d.note, "judge_rows": policy.max_rows,
+            "dim": int(d.X_train.shape[1]), "data_note": d.note, "judge_rows": policy.max_rows,
             "folds": policy.folds, "families": list(policy.families),
             "calibration": cal_row}  # fmt: skip
     rows = []
