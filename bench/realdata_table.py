@@ -22,7 +22,7 @@ def _lookup(v: dict) -> str:
     if "lookup" not in v:
         return f"{v['distinct']} (all distinct)"
     mark = "ok" if v["ok"] else "**leaks**"
-    return (f"{v['distinct']}: {v['lookup']:.3f} vs {v['majority']:.3f}, bal. "
+    return (f"{v['distinct']}: {v['lookup']:.3f} vs base {v['majority']:.3f}, bal. "
             f"{v['lookup_balanced']:.3f} vs {v['chance']:.3f} {mark}")  # fmt: skip
 
 

@@ -92,6 +92,10 @@ def test_the_lookup_judge_reads_s_off_repeated_vectors_and_passes_an_independent
     assert out["distinct"] == 40 and out["lookup"] > 0.99 and not out["ok"]
     out = realdata_run.lookup_judge(blind, s, _policy())
     assert out["distinct"] == 20 and out["ok"] and out["lookup"] < out["majority"] + 0.05
+    # a preserved label that restates S raises the baseline: the leaky vectors then add
+    # nothing to what R already gives (the gate's leakage floor)
+    out = realdata_run.lookup_judge(leaky, s, _policy(), {"r": s.copy()})
+    assert out["majority"] > 0.99 and out["chance"] > 0.99 and out["ok"]
     out = realdata_run.lookup_judge(rng.normal(size=(50, 8)), s[:50], _policy())
     assert out == {"distinct": 50, "rows": 50}  # every vector distinct: no lookup to run
 
