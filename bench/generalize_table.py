@@ -136,7 +136,9 @@ def _s_row(r) -> dict:
     return {"worst_judge": worst, "worst": r.accuracies[worst], "ci_high": r.ci_high[worst],
             "limit": r.baseline + r.margins[worst], "original": r.original,
             "retrained": max(r.attackers.values()),
-            "frozen": r.frozen_xprime, "frozen_x": r.frozen_x, "ok": r.passed}  # fmt: skip
+            "frozen": r.frozen_xprime, "frozen_x": r.frozen_x, "ok": r.passed,
+            "judges": dict(r.ci_high), "balanced_judges": dict(r.balanced_ci_high),
+            "balanced_limit": r.balanced_baseline + min(r.margins.values())}  # fmt: skip
 
 
 def judge(x, xp, xd, labels, suppress, preserve, watch, policy, frozen, watch_orig=None):

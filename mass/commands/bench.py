@@ -22,6 +22,7 @@ SCRIPTS = {
     "denoising_attack": "the public-id denoising attack on a release, with and without the key",
     "adaptive_study": "one MaSS setting against attackers retrained on its output",
     "generalize": "calibrated `mass train` on scikit-learn datasets nobody tuned it for",
+    "realdata": "packaged public tables and MiniLM text sets at user scale, every method",
     "small_row_groups": "`mass anonymize` on one file of thousands of tiny row groups",
     "objstore": "`mass anonymize` on local disk vs an S3-compatible store, FnApiRunner vs Dask",
     "memory": "peak RSS of mass audit (per partition), train and anonymize at 1M and 10M rows",
