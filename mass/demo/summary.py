@@ -230,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--owner-key", help="the owner key file (printed with a warning)")
     p.add_argument("--metrics", help="also write the comparable metrics (JSON) to this file")
     p.add_argument("--run-dir", help="the training run (its metrics.json: method, noise, seconds)")
+    p.add_argument("--quiet", action="store_true",
+                   help="write --metrics only, print nothing (the DVC stage: `make demo` prints "
+                   "the summary once, after the pipeline)")  # fmt: skip
     args = p.parse_args(argv)
     try:
         with open(args.audit) as f:
@@ -240,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.metrics:
         write_metrics(args.metrics, audit, args.run_dir)
+    if args.quiet:
+        return 0 if audit.get("pass") else 1
     lines = summarize(audit, args.release)
     if args.report:
         lines.append(f"Audit report: {os.path.abspath(args.report)}")
