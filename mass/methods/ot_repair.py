@@ -301,6 +301,10 @@ class OtRepair(Method):
             fit_rows, held_rows = balance_split(y, group, p.cell_balance, p.seed)
             held, y_held = subset(train, held_rows), y[held_rows]
             train, y, group = subset(train, fit_rows), y[fit_rows], group[fit_rows]
+            if int((torch.bincount(y, minlength=k) >= p.min_class_rows).sum()) < 2:
+                raise ConfigError(f"ot_repair: with cell_balance={p.cell_balance} held out, "
+                                  f"fewer than two classes of {suppress} keep "
+                                  f">= {p.min_class_rows} fit rows; hold out less")  # fmt: skip
         cur, parts, accuracy, moved = unit_x(train), [], [], []
         ranks = rank_cell_shape(y, k, cells, p) if p.cell_axes else {}
         extra_cells: dict[str, int] = {}

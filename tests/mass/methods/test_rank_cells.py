@@ -10,6 +10,7 @@ import torch
 
 from bench.cells_scale import lookup_attack, scale_case
 from mass.calibrate.space import PARTITION
+from mass.errors import ConfigError
 from mass.methods import get_method
 from mass.methods.rank_cells import (
     BALANCE_ALPHA,
@@ -83,6 +84,7 @@ OLD_RANKS = {"cell_rows": 10, "cell_axes": 1, "cells_by_preserved": True}  # ot-
     [
         pytest.param(PARTITION, id="partition"),
         pytest.param({**PARTITION, "cell_axes": 2}, id="partition2"),
+        pytest.param({**PARTITION, "cell_axes": 2, "cell_balance": 0.3}, id="balanced2"),
         pytest.param(OLD_RANKS, id="old-per-class-edges",
                      marks=pytest.mark.xfail(strict=True, reason="the leak grows")),
     ],
@@ -186,3 +188,40 @@ def test_the_held_out_split_is_seeded_and_stratified():
     assert np.array_equal(held, balance_split(y, group, 0.3, seed=0)[1])
     assert sorted(np.r_[fit, held].tolist()) == list(range(141))
     assert (y[held] == 0).sum() == 30 and (y[held] == 1).sum() == 12 and 140 in fit
+
+
+def test_a_skewed_small_set_reaches_a_model_and_too_few_fit_rows_a_clear_error():
+    """600 rows, s at 93 % (40 minority rows), r with a class of one row: the balanced fit
+    gives a model that releases; holding out so much that the minority class keeps fewer than
+    ``min_class_rows`` fit rows is refused by name."""
+    ds = scale_case(600, seed=3)
+    s = np.zeros(600, dtype=np.int64)
+    s[:40] = 1
+    r = ds.labels["r"].copy()
+    r[0] = 2
+    ds.labels.update(s=s, r=r)
+    ds.encodings["r"] = type(ds.encodings["r"])("r", (0, 1, 2))
+    fit = get_method("ot_repair").fit(ds, suppress=["s"], preserve=["r"], seed=0,
+                                      progress=False, params={**BALANCED, "cell_axes": 2})  # fmt: skip
+    with torch.no_grad():
+        rel = fit.modifier(torch.from_numpy(ds.x))
+    assert torch.isfinite(rel).all() and fit.extra["clusters"] >= 1
+    with pytest.raises(ConfigError, match="cell_balance=0.6 held out"):
+        get_method("ot_repair").fit(ds, suppress=["s"], preserve=["r"], seed=0, progress=False,
+                                    params={**BALANCED, "cell_balance": 0.6})  # fmt: skip
+
+
+@pytest.mark.xfail(strict=True, reason="on scale_case the held-out merge does not stop it")
+def test_the_balanced_partition_reads_within_a_point_of_the_majority_on_10k_fresh_rows():
+    """The aim of ``cell_balance`` (issue 35): fitted on 6,000 rows, the two-axis balanced
+    partition's lookup on 10,000 fresh rows within +0.01 of the majority (0.5032). Measured
+    0.5174 (+0.014; partition2|R without it 0.512): the residual S skew of this case is
+    smooth along the cells' axes, neighbouring cells share it, and 30-50 held-out rows per
+    cluster cannot see a skew of 0.02 (docs/journal/cells-2026-11-28.md). On `labsup` the
+    same candidate read +0.003 at 10k (real data, not available to the tests)."""
+    mod = _fit(6000, {**PARTITION, "cell_axes": 2, "cell_balance": 0.3}).modifier
+    ds = scale_case(10000, seed=101)
+    with torch.no_grad():
+        rel = mod(torch.from_numpy(ds.x)).numpy()
+    s = ds.labels["s"]
+    assert lookup_attack(rel, s) <= np.bincount(s).max() / len(s) + 0.01
