@@ -42,7 +42,9 @@ it is released as the cell's mean. ``cell_edges: common`` makes the bins one par
 same for every suppressed class, so a row's cell never depends on S ("one partition");
 ``class`` (the older specs) bins with the edges of the row's *predicted* suppressed class
 ("rank cells"). ``cell_basis: within_s`` takes the axes of the covariance within the
-suppressed classes (docs/calibration.md).
+suppressed classes (docs/calibration.md). ``cell_balance`` (FARE-style): a share of the fit
+rows is held out, released through the fitted chain, and neighbouring cells merge into
+clusters whose held-out S counts match their group's (:func:`mass.methods.rank_cells.balance_cells`).
 """
 
 from __future__ import annotations
