@@ -52,6 +52,16 @@ CANDIDATES = {
     "partition2|R (2 axes, passes 2)": {"cell_rows": 10, "cell_axes": 2, "passes": 2,
                                        "cells_by_preserved": True, "cell_edges": "common",
                                        "cell_basis": "within_s"},
+    "balanced|R (partition|R, cell_balance 0.3)": {"cell_rows": 10, "cell_axes": 1,
+                                                   "passes": 2, "cells_by_preserved": True,
+                                                   "cell_edges": "common",
+                                                   "cell_basis": "within_s",
+                                                   "cell_balance": 0.3},
+    "balanced2|R (partition2|R, cell_balance 0.3)": {"cell_rows": 10, "cell_axes": 2,
+                                                     "passes": 2, "cells_by_preserved": True,
+                                                     "cell_edges": "common",
+                                                     "cell_basis": "within_s",
+                                                     "cell_balance": 0.3},
     "k-means cells|R": {"cell_rows": 10, "cells_by_preserved": True},
     "k-means cells|R, passes 2": {"cell_rows": 10, "cells_by_preserved": True, "passes": 2},
 }  # fmt: skip
@@ -195,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = {
             "cells_fit": fit.extra.get("cells"),
             "rows_per_cell": fit.extra.get("rows_per_cell"),
+            **{k: fit.extra[k] for k in ("clusters", "held_rows_per_cluster") if k in fit.extra},
             "fit_s": round(time.time() - t0, 1),
         }
         for n, ds in fresh.items():

@@ -41,7 +41,9 @@ it is released as the cell's mean. ``cell_edges: common`` makes the bins one par
 same for every suppressed class, so a row's cell never depends on S ("one partition");
 ``class`` (the older specs) bins with the edges of the row's *predicted* suppressed class
 ("rank cells"). ``cell_basis: within_s`` takes the axes of the covariance within the
-suppressed classes (docs/calibration.md).
+suppressed classes (docs/calibration.md). ``cell_balance`` (FARE-style): a share of the fit
+rows is held out, released through the fitted chain, and neighbouring cells merge into
+clusters whose held-out S counts match their group's (:func:`mass.methods.rank_cells.balance_cells`).
 """
 
 from __future__ import annotations
@@ -55,9 +57,11 @@ import torch.nn.functional as F
 from mass.errors import ConfigError
 from mass.fitrows import ids_digest, rows_digest
 from mass.methods import FitResult, Method, Params, register_method
-from mass.methods._common import batches, check_attrs, label_tensors, n_classes, unit_x
+from mass.methods._common import batches, check_attrs, label_tensors, n_classes, subset, unit_x
 from mass.methods.base import knob
 from mass.methods.rank_cells import (
+    balance_cells,
+    balance_split,
     classes_present,
     fit_rank_cells,
     linear_class_predictor,
@@ -108,6 +112,13 @@ class RepairParams(Params):
     cell_prior_rows: int = knob(30, lo=0, help="rank cells: a class with n fit rows in a "
                                 "group takes n / (n + this) of its own bin edges and the rest "
                                 "of the group's common edges (0: its own only)")  # fmt: skip
+    cell_balance: float = knob(0.0, lo=0.0, help="rank cells: 0 = off; else this fraction "
+                               "of the training rows (per preserved class and suppressed "
+                               "class, seeded) is held out of the fit, released through the "
+                               "fitted chain, and neighbouring cells merge until every "
+                               "cluster's held-out S counts match its group's (FARE)")  # fmt: skip
+    cell_balance_rows: int = knob(30, lo=1, help="cell_balance: the fewest held-out rows a "
+                                  "cluster of cells may hold")  # fmt: skip
     transductive: bool = knob(False, help="the training rows ARE the release: the modifier "
                               "records their ids' digest and the anonymize job refuses any "
                               "other input (mass.fitrows)")  # fmt: skip
@@ -243,6 +254,22 @@ def fit_cells(z: torch.Tensor, y: torch.Tensor, k: int, p: RepairParams,
     return CodebookModifier(spec).set(centres, owner, *linear_class_predictor(zz, rr, r[1])).eval()
 
 
+BALANCE_EXTRA = ("clusters", "held_rows", "held_rows_per_cluster")
+
+
+def _balance(parts: list, mod: SlicedRepairModifier, held, y_held: torch.Tensor,
+             out: torch.Tensor, cls: torch.Tensor, group: torch.Tensor, p: RepairParams) -> dict:  # fmt: skip
+    """The held-out rows pushed through the fitted chain as served (every earlier part, then
+    ``mod``'s transport and cells, the group predicted), and ``mod``'s cells merged into
+    S-balanced clusters on them (:func:`mass.methods.rank_cells.balance_cells`)."""
+    h = unit_x(held)
+    for part in parts:
+        h = part(h)
+    z, h_cls = mod.transport(h)
+    h_group, h_cell = mod.cell_of(z, h_cls)
+    return balance_cells(mod, out, cls, group, (h_group, h_cell, y_held), p)
+
+
 @register_method("ot_repair")
 class OtRepair(Method):
     """Total repair of the suppressed label by sliced OT; see the module docstring."""
@@ -253,6 +280,9 @@ class OtRepair(Method):
         check_attrs(train, suppress, preserve)
         if p.cell_axes and not p.cell_rows:
             raise ConfigError("ot_repair: cell_axes needs cell_rows (rows per cell) > 0")
+        if p.cell_balance and not (p.cell_axes and p.cell_balance < 1):
+            raise ConfigError(f"ot_repair: cell_balance={p.cell_balance} needs rank cells "
+                              "(cell_axes > 0) and a held-out fraction below 1")  # fmt: skip
         y, k = joint_label(train, suppress)
         if int((torch.bincount(y, minlength=k) >= p.min_class_rows).sum()) < 2:
             raise ConfigError(f"ot_repair: fewer than two classes of {suppress} have "
@@ -267,11 +297,20 @@ class OtRepair(Method):
             if p.transductive
             else {}
         )
-        cur, parts, accuracy, moved = unit_x(train), [], [], []
         by_r = p.cells_by_preserved and bool(preserve)  # cells within R's classes
         group, cells = (
             joint_label(train, preserve, "preserved") if by_r else (torch.zeros_like(y), 1)
         )
+        held = None
+        if p.cell_balance:  # the held-out rows judge the cells' S balance (FARE)
+            fit_rows, held_rows = balance_split(y, group, p.cell_balance, p.seed)
+            held, y_held = subset(train, held_rows), y[held_rows]
+            train, y, group = subset(train, fit_rows), y[fit_rows], group[fit_rows]
+            if int((torch.bincount(y, minlength=k) >= p.min_class_rows).sum()) < 2:
+                raise ConfigError(f"ot_repair: with cell_balance={p.cell_balance} held out, "
+                                  f"fewer than two classes of {suppress} keep "
+                                  f">= {p.min_class_rows} fit rows; hold out less")  # fmt: skip
+        cur, parts, accuracy, moved = unit_x(train), [], [], []
         ranks = rank_cell_shape(y, k, cells, p) if p.cell_axes else {}
         extra_cells: dict[str, int] = {}
         if p.pre_leace:
@@ -297,6 +336,8 @@ class OtRepair(Method):
                 out = l2_normalize(out) if p.renormalize else out
                 if last:
                     extra_cells = fit_rank_cells(mod, out, cls, y, group, p)
+                    if held is not None:
+                        extra_cells.update(_balance(parts, mod, held, y_held, out, cls, group, p))
                     out = mod.centres[mod.cell_of(out, cls)]  # as served: group predicted
             moved.append(float(torch.linalg.vector_norm(out - cur, dim=1).mean()))
             parts.append(mod.eval())
@@ -305,7 +346,9 @@ class OtRepair(Method):
                  "chance": float(np.bincount(y.numpy()).max() / len(y))}  # fmt: skip
         if p.cell_axes:
             extra["cells"] = extra_cells["cells"]
-            extra["rows_per_cell"] = {k[5:]: v for k, v in extra_cells.items() if k != "cells"}
+            extra["rows_per_cell"] = {k[5:]: v for k, v in extra_cells.items()
+                                      if k.startswith("rows_")}  # fmt: skip
+            extra.update({k: v for k, v in extra_cells.items() if k in BALANCE_EXTRA})
         elif p.cell_rows:
             r = (group, cells) if by_r else None
             book = fit_cells(out, y, k, p, r)  # the last part's output, as served

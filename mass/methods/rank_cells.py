@@ -132,3 +132,109 @@ def fit_rank_cells(mod: SlicedRepairModifier, z: torch.Tensor, cls: torch.Tensor
     held = counts[counts > 0]
     return {"cells": int(len(held)), "rows_min": int(held.min()),
             "rows_median": int(held.median()), "rows_max": int(held.max())}  # fmt: skip
+
+
+# S-balanced clusters (``cell_balance``): a cluster's held-out S counts must not differ from
+# its group's at this level (chi-square, Bonferroni over the group's clusters)
+BALANCE_ALPHA = 0.05
+
+
+def balance_split(y: torch.Tensor, group: torch.Tensor, frac: float,
+                  seed: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """(fit rows, held-out rows): ``frac`` of each (group, suppressed class) stratum held out,
+    seeded; a stratum too small to give one row keeps all of them for the fit."""
+    rng = np.random.default_rng(seed)
+    stratum = (group * (int(y.max()) + 1) + y).numpy()
+    held = np.zeros(len(stratum), dtype=bool)
+    for s in np.unique(stratum):
+        rows = np.flatnonzero(stratum == s)
+        held[rng.permutation(rows)[: int(round(frac * len(rows)))]] = True
+    return np.flatnonzero(~held), np.flatnonzero(held)
+
+
+def grid_pairs(levels: int, axes: int) -> np.ndarray:
+    """[P, 2] the neighbouring cells of a group's grid: adjacent bins along each axis."""
+    idx = np.arange(levels**axes).reshape((levels,) * axes)
+    pairs = []
+    for a in range(axes):  # cell index = sum_a bin_a * levels**a: axis a is array axis -1-a
+        lo = np.take(idx, np.arange(levels - 1), axis=axes - 1 - a).ravel()
+        hi = np.take(idx, np.arange(1, levels), axis=axes - 1 - a).ravel()
+        pairs.append(np.c_[lo, hi])
+    return np.vstack(pairs)
+
+
+def _pvalues(counts: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """Chi-square p-values of each row of held-out S ``counts`` [C, k] against the group's
+    proportions ``ref`` (the classes the group holds); a row without rows gets 1."""
+    from scipy.stats import chi2
+
+    live = ref > 0
+    n = counts.sum(axis=1, keepdims=True)
+    expected = n * ref[live]
+    stat = ((counts[:, live] - expected) ** 2 / np.where(expected > 0, expected, 1)).sum(axis=1)
+    return np.where(n[:, 0] > 0, chi2.sf(stat, max(int(live.sum()) - 1, 1)), 1.0)
+
+
+def merge_cells(counts: np.ndarray, pairs: np.ndarray, min_rows: int) -> np.ndarray:
+    """Cluster label of every cell of one group from its held-out S ``counts`` [C, k]:
+    neighbouring clusters merge until every cluster holds ``min_rows`` held-out rows and its S
+    counts pass the chi-square test against the group's at ``BALANCE_ALPHA`` / clusters. The
+    smallest cluster below ``min_rows`` (else the least balanced) merges first, into the
+    neighbour that leaves the merged cluster most balanced."""
+    ref = counts.sum(axis=0) / max(counts.sum(), 1)
+    label = np.arange(len(counts))
+    while True:
+        ids, inv = np.unique(label, return_inverse=True)
+        if len(ids) == 1:
+            return inv
+        held = np.zeros((len(ids), counts.shape[1]))
+        np.add.at(held, inv, counts)
+        n, pval = held.sum(axis=1), _pvalues(held, ref)
+        small = n < min_rows
+        if small.any():
+            worst = int(np.flatnonzero(small)[np.argmin(n[small])])
+        elif pval.min() < BALANCE_ALPHA / len(ids):
+            worst = int(np.argmin(pval))
+        else:
+            return inv
+        a, b = inv[pairs[:, 0]], inv[pairs[:, 1]]
+        near = np.unique(np.r_[b[a == worst], a[b == worst]])
+        near = near[near != worst]
+        merged = _pvalues(held[near] + held[worst], ref)
+        best = near[np.lexsort((n[near], -merged))[0]]  # most balanced, then the smallest
+        label = np.where(inv == worst, best, inv)
+
+
+def balance_cells(mod: SlicedRepairModifier, z: torch.Tensor, cls: torch.Tensor,
+                  group: torch.Tensor, held: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+                  p) -> dict[str, Any]:  # fmt: skip
+    """Merge the rank cells of ``mod`` into S-balanced clusters measured on held-out rows:
+    ``held`` = their (served group, served cell, true suppressed class). A cluster releases
+    one vector, the mean of its fit rows ``z`` (repaired, before the cells; ``cls`` their
+    predicted classes, ``group`` their groups), unit-normalised when the output is; a cluster
+    without fit rows releases its group's mean. Returns the clusters count and the fewest,
+    median and most held-out rows a cluster holds."""
+    spec = mod.spec
+    g_count, size, k = spec.cell_groups, spec.cell_levels**spec.cell_axes, spec.classes
+    hg, hc, hy = (t.numpy() for t in held)
+    counts = np.zeros((g_count, size, k))
+    np.add.at(counts, (hg, hc, hy), 1)
+    pairs = grid_pairs(spec.cell_levels, spec.cell_axes)
+    labels = np.stack([merge_cells(counts[g], pairs, p.cell_balance_rows)
+                       for g in range(g_count)])  # fmt: skip
+    zz = z.double()
+    _, cell = mod.cell_of(z, cls, group)
+    key = torch.from_numpy(labels)[group, cell] + group * size  # the fit row's cluster
+    sums = torch.zeros(g_count * size, zz.shape[1], dtype=torch.float64)
+    sums.index_add_(0, key, zz)
+    n_fit = torch.bincount(key, minlength=len(sums))
+    means = torch.where(n_fit[:, None] > 0, sums / n_fit.clamp(min=1)[:, None],
+                        mod.group_mean.double().repeat_interleave(size, dim=0))  # fmt: skip
+    means = l2_normalize(means) if spec.renormalize else means
+    flat = (torch.from_numpy(labels) + torch.arange(g_count)[:, None] * size).view(-1)
+    mod.centres.copy_(means[flat].view(g_count, size, -1).float())
+    per = counts.sum(axis=2)
+    rows = np.concatenate([np.bincount(labels[g], per[g]) for g in range(g_count)])
+    return {"clusters": int(len(rows)), "held_rows": int(len(hg)),
+            "held_rows_per_cluster": {"min": int(rows.min()), "median": int(np.median(rows)),
+                                      "max": int(rows.max())}}  # fmt: skip

@@ -10,7 +10,15 @@ import torch
 
 from bench.cells_scale import lookup_attack, scale_case
 from mass.calibrate.space import PARTITION
+from mass.errors import ConfigError
 from mass.methods import get_method
+from mass.methods.rank_cells import (
+    BALANCE_ALPHA,
+    _pvalues,
+    balance_split,
+    grid_pairs,
+    merge_cells,
+)
 from mass.modifiers import load_modifier, save_modifier
 
 COMMON = {"cell_rows": 10, "cell_axes": 1, "cells_by_preserved": True, "cell_edges": "common"}
@@ -76,6 +84,7 @@ OLD_RANKS = {"cell_rows": 10, "cell_axes": 1, "cells_by_preserved": True}  # ot-
     [
         pytest.param(PARTITION, id="partition"),
         pytest.param({**PARTITION, "cell_axes": 2}, id="partition2"),
+        pytest.param({**PARTITION, "cell_axes": 2, "cell_balance": 0.3}, id="balanced2"),
         pytest.param(OLD_RANKS, id="old-per-class-edges",
                      marks=pytest.mark.xfail(strict=True, reason="the leak grows")),
     ],
@@ -109,3 +118,110 @@ def test_an_old_spec_without_cell_shared_loads_as_the_per_class_edges_it_was_fit
     x = torch.from_numpy(scale_case(500, seed=9).x)
     with torch.no_grad():
         assert not rebuilt.spec.cell_shared and torch.equal(rebuilt.eval()(x), mod(x))
+
+
+BALANCED = {**PARTITION, "cell_balance": 0.3}  # ot-repair+balanced|R
+
+
+def test_cell_balance_off_fits_the_modifier_of_today_byte_for_byte():
+    """``cell_balance: 0`` (the default) holds no row out and merges nothing: the same
+    tensors as a fit without the knob; on, the fit holds out 30 % and merges cells."""
+    today, off = _fit(1500, PARTITION), _fit(1500, {**PARTITION, "cell_balance": 0.0})
+    a, b = today.modifier.state_dict(), off.modifier.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert "clusters" not in off.extra
+    on = _fit(1500, BALANCED)
+    held, clusters = on.extra["held_rows"], on.extra["clusters"]
+    assert abs(held - 450) <= 2 and clusters < on.extra["cells"], on.extra  # rounded per stratum
+
+
+def test_a_merged_cluster_releases_one_vector_of_neighbouring_cells():
+    """Cells merged into a cluster share one centre (identical bytes), a cluster is a run of
+    neighbouring bins on the one axis, the distinct centres are the clusters the fit counts,
+    and fresh rows are released as exactly as many vectors as the clusters they fall in."""
+    fit = _fit(3000, BALANCED)
+    mod, clusters = fit.modifier, 0
+    first, last = mod.parts  # passes: 2
+    for g in range(last.spec.cell_groups):
+        cen = last.centres[g].numpy()
+        _, run = np.unique(cen, axis=0, return_inverse=True)
+        run = run.ravel()
+        starts = np.r_[True, run[1:] != run[:-1]]
+        assert starts.sum() == len(np.unique(run)), "a cluster is not one run of bins"
+        clusters += len(np.unique(run))
+    assert clusters == fit.extra["clusters"], (clusters, fit.extra)
+    assert fit.extra["held_rows_per_cluster"]["min"] >= 30
+    x = torch.from_numpy(scale_case(4000, seed=8).x)
+    with torch.no_grad():
+        z, cls = last.transport(first(x))
+        g, c = last.cell_of(z, cls)
+        rel = mod(x).numpy()
+    hit = np.unique(last.centres[g, c].numpy(), axis=0)
+    assert len(np.unique(rel, axis=0)) == len(hit) <= clusters
+
+
+def test_cells_merge_until_every_cluster_is_balanced_and_large_enough():
+    """Held-out S counts of 6 bins: bins 1 and 2 are skewed opposite ways and merge with each
+    other (the neighbour that balances); sparse bins join a neighbour; every cluster ends with
+    ``min_rows`` held-out rows and passes the test against the group's proportions."""
+    counts = np.array([[20, 20], [40, 5], [5, 40], [20, 21], [1, 2], [19, 20]], dtype=float)
+    label = merge_cells(counts, grid_pairs(6, 1), min_rows=30)
+    assert label[1] == label[2] and label[0] != label[1], label
+    assert label[4] in (label[3], label[5]), label
+    held = np.zeros((label.max() + 1, 2))
+    np.add.at(held, label, counts)
+    assert held.sum(axis=1).min() >= 30
+    ref = counts.sum(axis=0) / counts.sum()
+    assert _pvalues(held, ref).min() >= BALANCE_ALPHA / len(held), held
+
+
+def test_two_axes_neighbours_are_the_grid_neighbours():
+    pairs = {tuple(p) for p in grid_pairs(3, 2).tolist()}  # cell = b0 + 3 b1
+    assert pairs == {(0, 1), (1, 2), (3, 4), (4, 5), (6, 7), (7, 8),
+                     (0, 3), (3, 6), (1, 4), (4, 7), (2, 5), (5, 8)}  # fmt: skip
+
+
+def test_the_held_out_split_is_seeded_and_stratified():
+    y = torch.from_numpy(np.r_[np.zeros(100), np.ones(40), np.zeros(1)].astype(np.int64))
+    group = torch.from_numpy(np.r_[np.zeros(140), np.ones(1)].astype(np.int64))
+    fit, held = balance_split(y, group, 0.3, seed=0)
+    assert np.array_equal(held, balance_split(y, group, 0.3, seed=0)[1])
+    assert sorted(np.r_[fit, held].tolist()) == list(range(141))
+    assert (y[held] == 0).sum() == 30 and (y[held] == 1).sum() == 12 and 140 in fit
+
+
+def test_a_skewed_small_set_reaches_a_model_and_too_few_fit_rows_a_clear_error():
+    """600 rows, s at 93 % (40 minority rows), r with a class of one row: the balanced fit
+    gives a model that releases; holding out so much that the minority class keeps fewer than
+    ``min_class_rows`` fit rows is refused by name."""
+    ds = scale_case(600, seed=3)
+    s = np.zeros(600, dtype=np.int64)
+    s[:40] = 1
+    r = ds.labels["r"].copy()
+    r[0] = 2
+    ds.labels.update(s=s, r=r)
+    ds.encodings["r"] = type(ds.encodings["r"])("r", (0, 1, 2))
+    fit = get_method("ot_repair").fit(ds, suppress=["s"], preserve=["r"], seed=0,
+                                      progress=False, params={**BALANCED, "cell_axes": 2})  # fmt: skip
+    with torch.no_grad():
+        rel = fit.modifier(torch.from_numpy(ds.x))
+    assert torch.isfinite(rel).all() and fit.extra["clusters"] >= 1
+    with pytest.raises(ConfigError, match="cell_balance=0.6 held out"):
+        get_method("ot_repair").fit(ds, suppress=["s"], preserve=["r"], seed=0, progress=False,
+                                    params={**BALANCED, "cell_balance": 0.6})  # fmt: skip
+
+
+@pytest.mark.xfail(strict=True, reason="on scale_case the held-out merge does not stop it")
+def test_the_balanced_partition_reads_within_a_point_of_the_majority_on_10k_fresh_rows():
+    """The aim of ``cell_balance`` (issue 35): fitted on 6,000 rows, the two-axis balanced
+    partition's lookup on 10,000 fresh rows within +0.01 of the majority (0.5032). Measured
+    0.5174 (+0.014; partition2|R without it 0.512): the residual S skew of this case is
+    smooth along the cells' axes, neighbouring cells share it, and 30-50 held-out rows per
+    cluster cannot see a skew of 0.02 (docs/journal/cells-2026-11-28.md). On `labsup` the
+    same candidate read +0.003 at 10k (real data, not available to the tests)."""
+    mod = _fit(6000, {**PARTITION, "cell_axes": 2, "cell_balance": 0.3}).modifier
+    ds = scale_case(10000, seed=101)
+    with torch.no_grad():
+        rel = mod(torch.from_numpy(ds.x)).numpy()
+    s = ds.labels["s"]
+    assert lookup_attack(rel, s) <= np.bincount(s).max() / len(s) + 0.01
