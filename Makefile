@@ -22,7 +22,7 @@ $(BIN)/.installed: pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch first and exactly: the CPU wheel on disk; a looser pin pulls GBs of CUDA.
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,text]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,text,bench]'
 	touch $@
 
 venv: $(BIN)/.installed
