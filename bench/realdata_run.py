@@ -109,7 +109,7 @@ def run_one(name: str, args) -> list[dict]:
     import pyarrow as pa
     from generalize_table import FrozenJudge, dataset, evaluate, releases
 
-    from mass.modifiers import normalize_rows
+    from mass.rows import normalize_rows
     from mass.noise import row_seeds
     from mass.rows import joint_codes
 
@@ -161,7 +161,8 @@ def scaling(name: str, args) -> list[dict]:
 
     from mass.calibrate import apply
     from mass.metrics import attribute_report
-    from mass.modifiers import load_modifier, normalize_rows
+    from mass.modifiers import load_modifier
+    from mass.rows import normalize_rows
     from mass.noise import row_seeds
 
     spec, policy = REGISTRY[name], _policy(args)

@@ -48,15 +48,25 @@ class ZeroDims:
 
 
 class RandomRotation:
-    """A seeded random rotation: far from the input (cosine ~0), yet it keeps everything."""
+    """A seeded random rotation of the dimensions ``dims`` (default all) among themselves: far
+    from the input, yet what lives there stays readable to an attacker retrained on the
+    release (and what lives elsewhere stays where a frozen reader looks for it)."""
 
-    def __init__(self, dim: int, seed: int = 7) -> None:
+    def __init__(self, dim: int, seed: int = 7, dims=None) -> None:
         self.dim, self.seed = dim, seed
+        self.dims = list(range(dim)) if dims is None else [int(d) for d in dims]
 
     def __call__(self):
-        q, _ = np.linalg.qr(np.random.default_rng(self.seed).normal(size=(self.dim, self.dim)))
+        k = len(self.dims)
+        q, _ = np.linalg.qr(np.random.default_rng(self.seed).normal(size=(k, k)))
         q = q.astype(np.float32)
-        return lambda t: _unit(np.asarray(t[EMBEDDING], np.float32) @ q)
+
+        def infer(t):
+            x = np.array(t[EMBEDDING], np.float32)
+            x[:, self.dims] = x[:, self.dims] @ q
+            return _unit(x)
+
+        return infer
 
 
 class Bypass:

@@ -144,14 +144,15 @@ def test_a_prefix_of_a_flag_is_not_taken_for_it():
 
 
 def test_anonymize_names_no_signing_key_flag_it_does_not_have(tmp_path, fc, monkeypatch):
-    """The owner-key error of `mass anonymize` (which has no --signing-key-file) names the
-    environment variable, the only way it takes the key."""
+    """The owner-key error of `mass anonymize` names the flag the command has
+    (--signing-key-file, the README's route) and the environment variable, and no other."""
     fc.export_mod(tmp_path / "run", tmp_path / "repo", seed=0)
     write_embeddings(str(tmp_path / "emb.parquet"), rows=10, dim=16)
     monkeypatch.delenv("MASS_SIGNING_KEY_FILE")
-    with pytest.raises(E.ConfigError, match="set MASS_SIGNING_KEY_FILE") as e:
+    with pytest.raises(E.ConfigError, match="pass --signing-key-file FILE or set "
+                       "MASS_SIGNING_KEY_FILE") as e:  # fmt: skip
         fc.mass_command(["anonymize", "--input", str(tmp_path / "emb.parquet"), "--output",
                          str(tmp_path / "rel"), "--model", "mod", "--repository",
                          str(tmp_path / "repo"), "--no-audit"])  # fmt: skip
-    assert "--signing-key-file" not in str(e.value)
+    assert "--noise-key-file" not in str(e.value)
     assert not (tmp_path / "rel").exists()
