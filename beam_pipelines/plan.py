@@ -9,7 +9,6 @@ then read ``job.<field>`` where it is used.
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,7 +25,7 @@ from mass.errors import ConfigError
 from mass.keys import NOISE_KEY_ENV, STATE_ENV, OwnerKey, resolve_key, state_dir
 from mass.pseudonym import SCOPES
 from mass.release.commit import private_dir, scratch_root, staging_dir
-from mass.release.ownership import check_outputs
+from mass.release.ownership import check_outputs, lies_inside
 from mass.release.writable import probe_writable
 
 
@@ -201,11 +200,6 @@ class Staging:
             private_dir(d)
 
 
-def _under(path: str, root: str) -> bool:
-    a, b = os.path.realpath(path), os.path.realpath(root)
-    return os.path.commonpath([a, b]) == b
-
-
 def plan_anonymize(args: argparse.Namespace, beam_args: Sequence[str] = ()) -> AnonymizeJob:
     """The job's plan; every check decidable from the flags and the files they name runs
     here, before any data is read or a server is started."""
@@ -252,7 +246,7 @@ def plan_anonymize(args: argparse.Namespace, beam_args: Sequence[str] = ()) -> A
     if scope == "release":  # the owner's map is written there, never under a release prefix
         private = state_dir()
         for flag, path in (("--output", out), ("--quarantine", quarantine), ("--report", report)):
-            if path and not fs.is_remote(path) and _under(private, path):
+            if path and not fs.is_remote(path) and lies_inside(private, path):
                 raise ConfigError(f"${STATE_ENV} {private}: lies under {flag} {path}; the "
                                   "owner's pseudonym map must stay private: move one of them")  # fmt: skip
         probe_writable(f"--pseudonym-scope release (${STATE_ENV})", private, into=True)

@@ -27,6 +27,11 @@ def _inside(a: str, b: str) -> bool:
     return a == b or a.startswith(b.rstrip(sep) + sep)
 
 
+def lies_inside(path: str, root: str) -> bool:
+    """``path`` is ``root`` or lies below it, links resolved (local paths or URIs)."""
+    return _inside(_real(path), _real(root))
+
+
 def input_roots(spec: str) -> list[str]:
     """The paths ``spec`` reads: itself (file or directory), or each file a glob matches."""
     if fs.is_remote(spec):

@@ -47,6 +47,22 @@ class ZeroDims:
         return infer
 
 
+class PinDim:
+    """Overwrites dimension ``index`` with ``value`` and renormalises: whatever lived only
+    there (a suppressed attribute planted in it) is gone from the embedding."""
+
+    def __init__(self, index: int = 0, value: float = 5.0) -> None:
+        self.index, self.value = index, value
+
+    def __call__(self):
+        def infer(t):
+            x = np.array(t[EMBEDDING], np.float32)
+            x[:, self.index] = self.value
+            return _unit(x)
+
+        return infer
+
+
 class RandomRotation:
     """A seeded random rotation of the dimensions ``dims`` (default all) among themselves: far
     from the input, yet what lives there stays readable to an attacker retrained on the

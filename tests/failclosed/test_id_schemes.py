@@ -16,6 +16,7 @@ import pytest
 from beam_pipelines import anonymize
 from mass.embeddings import embedding_array
 from mass.errors import AuditFailedError
+from mass.testing.stand_ins import PinDim
 from transforms.inference.function import FunctionModelHandler
 
 DIM, ROWS = 16, 2000
@@ -24,13 +25,7 @@ INFO = {"name": "ids", "version": 1, "sha256": "abc", "method": "test",
 LETTERS = np.array(list("ABCDEFGHIJKLMNOPQRSTUVWXYZ"))
 
 
-def _erase():
-    def infer(t):
-        x = np.array(t["EMBEDDING"], np.float32)
-        x[:, 0] = 5.0
-        return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-
-    return infer
+PIN = PinDim(0, 5.0)
 
 
 def _fiscal(gender, rng):
@@ -66,7 +61,7 @@ def _write(path, ids_of):
 def _run(tmp_path, src, out, *flags):
     (tmp_path / "quick.yaml").write_text("audit:\n  folds: 3\n  curve: false\n"
                                          "  gate_key_compromised: false\n")  # fmt: skip
-    handler = FunctionModelHandler(_erase, output_dim=DIM, keep_input_as=anonymize.INPUT_COPY)
+    handler = FunctionModelHandler(PIN, output_dim=DIM, keep_input_as=anonymize.INPUT_COPY)
     argv = ["--input", str(src), "--output", str(out), "--model", "ids",
             "--policy", str(tmp_path / "quick.yaml"), "--report", str(tmp_path / "report"),
             *flags]  # fmt: skip

@@ -14,6 +14,7 @@ import pytest
 from beam_pipelines import anonymize
 from mass.embeddings import embedding_array
 from mass.errors import OutputPathError
+from mass.testing.stand_ins import PinDim
 from transforms.inference.function import FunctionModelHandler
 
 DIM, ROWS = 8, 200
@@ -21,13 +22,7 @@ INFO = {"name": "m", "version": 1, "sha256": "abc", "method": "test", "suppress"
         "preserve": [], "config_hash": "h", "dim": DIM}  # fmt: skip
 
 
-def _modify():
-    def infer(t):
-        x = np.array(t["EMBEDDING"], np.float32)
-        x[:, 0] = 5.0
-        return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-
-    return infer
+PIN = PinDim(0, 5.0)
 
 
 @pytest.fixture
@@ -53,7 +48,7 @@ def test_an_unwritable_output_path_fails_before_any_work(src, tmp_path, flag, va
     argv = ["--input", src, "--output", str(out), "--model", "m",
             "--policy", str(tmp_path / "quick.yaml"), "--max-quarantined", "5",
             "--report", str(tmp_path / "report"), flag, value]  # fmt: skip
-    handler = FunctionModelHandler(_modify, output_dim=DIM, keep_input_as=anonymize.INPUT_COPY)
+    handler = FunctionModelHandler(PIN, output_dim=DIM, keep_input_as=anonymize.INPUT_COPY)
     with pytest.raises(OutputPathError, match=rf"^{flag} {value}: cannot write under /proc/self"):
         anonymize.run(argv, model_handler=handler, model_info=INFO)
     assert sorted(os.listdir(tmp_path)) == ["in.parquet", "quick.yaml"]  # no release, quarantine

@@ -22,6 +22,7 @@ from mass.embeddings import embedding_array
 from mass.errors import ConfigError, InvalidValueError
 from mass.keys import OwnerKey, read_key
 from mass.pseudonym import pseudonymize
+from mass.testing.stand_ins import PinDim
 from transforms.inference.function import FunctionModelHandler
 
 DIM, ROWS = 8, 300
@@ -69,17 +70,12 @@ def _write(path, ids=None):
                              "g": pa.array(g)}), str(path))  # fmt: skip
 
 
-def _modify():
-    def infer(t):
-        x = np.array(t["EMBEDDING"], np.float32)
-        x[:, 0] = 5.0  # a change, so the release is not the input (the job checks)
-        return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-
-    return infer
+# a change, so the release is not the input (the job checks)
+PIN = PinDim(0, 5.0)
 
 
 def _run(src, out, key_path, *flags):
-    handler = FunctionModelHandler(_modify, output_dim=DIM, keep_input_as=anonymize.INPUT_COPY)
+    handler = FunctionModelHandler(PIN, output_dim=DIM, keep_input_as=anonymize.INPUT_COPY)
     argv = ["--input", str(src), "--output", str(out), "--model", "ids", "--no-audit",
             "--pseudonymize-ids", "--noise-key-file", key_path, *flags]  # fmt: skip
     return anonymize.run(argv, model_handler=handler, model_info=INFO)
@@ -139,7 +135,7 @@ def test_the_model_scope_is_one_per_model_and_the_default_stays_stable(
 def test_a_scope_without_pseudonyms_is_refused(tmp_path):
     src = tmp_path / "in.parquet"
     _write(src)
-    handler = FunctionModelHandler(_modify, output_dim=DIM, keep_input_as=anonymize.INPUT_COPY)
+    handler = FunctionModelHandler(PIN, output_dim=DIM, keep_input_as=anonymize.INPUT_COPY)
     with pytest.raises(ConfigError, match="--pseudonym-scope release: pseudonyms are made only"):
         anonymize.run(["--input", str(src), "--output", str(tmp_path / "o"), "--model", "ids",
                        "--no-audit", "--pseudonym-scope", "release"], model_handler=handler,

@@ -15,6 +15,7 @@ import pytest
 from beam_pipelines import anonymize
 from mass.embeddings import embedding_array
 from mass.errors import OutputPathError
+from mass.testing.stand_ins import PinDim
 from transforms.inference.function import FunctionModelHandler
 
 DIM, ROWS = 16, 2000
@@ -22,13 +23,7 @@ INFO = {"name": "st", "version": 1, "sha256": "abc", "method": "test",
         "suppress": ["gender"], "preserve": [], "config_hash": "h", "dim": DIM}  # fmt: skip
 
 
-def _erase():
-    def infer(t):
-        x = np.array(t["EMBEDDING"], np.float32)
-        x[:, 0] = 1.0
-        return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-
-    return infer
+PIN = PinDim(0, 1.0)
 
 
 def _run(tmp_path, out, report):
@@ -43,7 +38,7 @@ def _run(tmp_path, out, report):
         # the stand-in names no modifier: no key view to judge, which the built-in policy refuses
         (tmp_path / "quick.yaml").write_text("audit:\n  folds: 3\n  curve: false\n"
                                              "  gate_key_compromised: false\n")  # fmt: skip
-    handler = FunctionModelHandler(_erase, output_dim=DIM, keep_input_as=anonymize.INPUT_COPY)
+    handler = FunctionModelHandler(PIN, output_dim=DIM, keep_input_as=anonymize.INPUT_COPY)
     argv = ["--input", str(src), "--output", str(out), "--model", "st",
             "--policy", str(tmp_path / "quick.yaml"), "--report", str(report)]  # fmt: skip
     return anonymize.run(argv, model_handler=handler, model_info=INFO)

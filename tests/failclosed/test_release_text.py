@@ -15,19 +15,14 @@ import pytest
 
 from beam_pipelines import anonymize
 from mass.embeddings import embedding_array
+from mass.testing.stand_ins import PinDim
 from transforms.inference.function import FunctionModelHandler
 
 DIM, ROWS = 8, 200
 KEYED = "noise keyed by the data owner's secret key"
 
 
-def _modify():
-    def infer(t):
-        x = np.array(t["EMBEDDING"], np.float32)
-        x[:, 0] = 5.0
-        return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-
-    return infer
+PIN = PinDim(0, 5.0)
 
 
 @pytest.mark.parametrize(
@@ -52,7 +47,7 @@ def test_the_release_says_what_protects_it(tmp_path, key_file_of, modifier, stoc
     if key:
         secret = hashlib.sha256(b"test_release_text").digest()
         argv += ["--noise-key-file", key_file_of(tmp_path / "owner.key", secret)]
-    handler = FunctionModelHandler(_modify, output_dim=DIM, keep_input_as=anonymize.INPUT_COPY)
+    handler = FunctionModelHandler(PIN, output_dim=DIM, keep_input_as=anonymize.INPUT_COPY)
     anonymize.run(argv, model_handler=handler, model_info=info)
     text = (out / "_RELEASE.md").read_text()
     sheet = json.loads((out / "_release.json").read_text())["datasheet"]

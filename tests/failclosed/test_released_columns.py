@@ -22,6 +22,7 @@ from beam_pipelines import anonymize
 from mass.audit.policy import policy_from_dict
 from mass.embeddings import embedding_array
 from mass.errors import AuditFailedError, ProxyColumnError
+from mass.testing.stand_ins import PinDim
 from transforms.inference.function import FunctionModelHandler
 
 DIM, ROWS = 16, 600
@@ -29,15 +30,8 @@ INFO = {"name": "ids", "version": 1, "sha256": "abc", "method": "test",
         "suppress": ["gender"], "preserve": [], "config_hash": "h", "dim": DIM}  # fmt: skip
 
 
-def _erase():
-    """Overwrites the gender dimension: the embedding alone reveals nothing of gender."""
-
-    def infer(t):
-        x = np.array(t["EMBEDDING"], np.float32)
-        x[:, 0] = 5.0
-        return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-
-    return infer
+# Overwrites the gender dimension: the embedding alone reveals nothing of gender.
+PIN = PinDim(0, 5.0)
 
 
 def _write(path, ids_of, rows=ROWS, **extra):
@@ -55,7 +49,7 @@ def _run(tmp_path, src, out, *flags):
     # the stand-in names no modifier: no key view to judge, which the built-in policy refuses
     (tmp_path / "quick.yaml").write_text("audit:\n  folds: 3\n  curve: false\n"
                                          "  gate_key_compromised: false\n")  # fmt: skip
-    handler = FunctionModelHandler(_erase, output_dim=DIM, keep_input_as=anonymize.INPUT_COPY)
+    handler = FunctionModelHandler(PIN, output_dim=DIM, keep_input_as=anonymize.INPUT_COPY)
     argv = ["--input", str(src), "--output", str(out), "--model", "ids",
             "--policy", str(tmp_path / "quick.yaml"), "--report", str(tmp_path / "report"),
             *flags]  # fmt: skip

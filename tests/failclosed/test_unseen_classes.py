@@ -15,6 +15,7 @@ import pytest
 from beam_pipelines import anonymize
 from mass.embeddings import embedding_array
 from mass.errors import LabelError
+from mass.testing.stand_ins import PinDim
 from transforms.inference.function import FunctionModelHandler
 
 DIM, ROWS = 8, 300
@@ -23,13 +24,7 @@ INFO = {"name": "m", "version": 1, "sha256": "abc", "method": "test", "suppress"
         "classes": {"g": [0, 1], "r": ["a", "b"]}}  # fmt: skip
 
 
-def _modify():
-    def infer(t):
-        x = np.array(t["EMBEDDING"], np.float32)
-        x[:, 0] = 5.0
-        return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-
-    return infer
+PIN = PinDim(0, 5.0)
 
 
 def _write(path, g, r):
@@ -39,7 +34,7 @@ def _write(path, g, r):
 
 
 def _run(src, out, *flags):
-    handler = FunctionModelHandler(_modify, output_dim=DIM, keep_input_as=anonymize.INPUT_COPY)
+    handler = FunctionModelHandler(PIN, output_dim=DIM, keep_input_as=anonymize.INPUT_COPY)
     argv = ["--input", str(src), "--output", str(out), "--model", "m", *flags]
     return anonymize.run(argv, model_handler=handler, model_info=INFO)
 

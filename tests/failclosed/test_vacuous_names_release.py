@@ -13,18 +13,13 @@ import pytest
 from beam_pipelines import anonymize
 from mass.embeddings import embedding_array
 from mass.errors import VacuousPolicyError
+from mass.testing.stand_ins import PinDim
 from transforms.inference.function import FunctionModelHandler
 
 DIM, ROWS = 8, 400
 
 
-def _modify():
-    def infer(t):
-        x = np.array(t["EMBEDDING"], np.float32)
-        x[:, 0] = 5.0
-        return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-
-    return infer
+PIN = PinDim(0, 5.0)
 
 
 def test_a_vacuous_policy_names_the_release_not_the_staging(tmp_path):
@@ -41,7 +36,7 @@ def test_a_vacuous_policy_names_the_release_not_the_staging(tmp_path):
     )
     info = {"name": "v", "version": 1, "sha256": "abc", "method": "test", "dim": DIM,
             "suppress": ["g"], "preserve": [], "config_hash": "h"}  # fmt: skip
-    handler = FunctionModelHandler(_modify, output_dim=DIM, keep_input_as=anonymize.INPUT_COPY)
+    handler = FunctionModelHandler(PIN, output_dim=DIM, keep_input_as=anonymize.INPUT_COPY)
     argv = ["--input", str(src), "--output", str(out), "--model", "v",
             "--policy", str(tmp_path / "policy.yaml"), "--report", str(tmp_path / "report")]  # fmt: skip
     with pytest.raises(VacuousPolicyError) as err:
