@@ -109,9 +109,8 @@ def run_one(name: str, args) -> list[dict]:
     import pyarrow as pa
     from generalize_table import FrozenJudge, dataset, evaluate, releases
 
-    from mass.rows import normalize_rows
     from mass.noise import row_seeds
-    from mass.rows import joint_codes
+    from mass.rows import joint_codes, normalize_rows
 
     spec, policy = REGISTRY[name], _policy(args)
     d = load(name, max_rows=args.max_rows, cache=args.cache)
@@ -162,8 +161,8 @@ def scaling(name: str, args) -> list[dict]:
     from mass.calibrate import apply
     from mass.metrics import attribute_report
     from mass.modifiers import load_modifier
-    from mass.rows import normalize_rows
     from mass.noise import row_seeds
+    from mass.rows import normalize_rows
 
     spec, policy = REGISTRY[name], _policy(args)
     d = load(name, max_rows=args.max_rows, cache=args.cache)
