@@ -122,3 +122,28 @@ def write_embeddings(
     table = pa.table(cols)
     pq.write_table(table, path, row_group_size=row_group)
     return table
+
+
+def transductive_repair(where: str, *, rows: int, dim: int, row_group: int, steps: int,
+                        epochs: int) -> tuple[str, str, dict]:  # fmt: skip
+    """A small ``ot_repair`` fitted transductively on embeddings written to ``where``:
+    (the input it was fitted on, its modifier.pt, the model info export.json records)."""
+    import os
+
+    from mass.io import load_embeddings
+    from mass.methods import get_method
+    from mass.modifiers import save_modifier
+
+    src = os.path.join(where, "rows.parquet")
+    write_embeddings(src, rows=rows, dim=dim, row_group=row_group)
+    ds = load_embeddings(src, label_cols=["digit"])
+    params = {"transductive": True, "steps": steps, "predictor_epochs": epochs, "hidden": 0}
+    fit = get_method("ot_repair").fit(ds, suppress=["digit"], preserve=[], params=params,
+                                      progress=False)  # fmt: skip
+    path = os.path.join(where, "modifier.pt")
+    save_modifier(fit.modifier, path, method="ot_repair")
+    info = {"name": "repair", "version": 1, "sha256": "abc", "method": "ot_repair",
+            "suppress": ["digit"], "preserve": [], "config_hash": "h", "dim": dim,
+            "stochastic": False, "modifier": {"kind": fit.modifier.kind,
+                                              "spec": fit.modifier.spec.to_dict()}}  # fmt: skip
+    return src, path, info

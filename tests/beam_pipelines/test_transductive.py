@@ -11,10 +11,7 @@ import torch
 
 from beam_pipelines import anonymize
 from mass.errors import TransductiveRowsError
-from mass.io import load_embeddings
-from mass.methods import get_method
-from mass.modifiers import save_modifier
-from mass.testing.stand_ins import write_embeddings
+from mass.testing.stand_ins import transductive_repair, write_embeddings
 from transforms.inference.function import FunctionModelHandler, TorchModifierFunction
 
 DIM = 16
@@ -24,20 +21,8 @@ DIM = 16
 def fitted(tmp_path_factory):
     """(input the repair was fitted on, modifier.pt, model info as export.json records it)."""
     torch.set_num_threads(1)
-    where = tmp_path_factory.mktemp("transductive")
-    src = str(where / "rows.parquet")
-    write_embeddings(src, rows=400, dim=DIM, row_group=150)
-    ds = load_embeddings(src, label_cols=["digit"])
-    params = {"transductive": True, "steps": 3, "predictor_epochs": 5, "hidden": 0}
-    fit = get_method("ot_repair").fit(ds, suppress=["digit"], preserve=[], params=params,
-                                      progress=False)  # fmt: skip
-    path = str(where / "modifier.pt")
-    save_modifier(fit.modifier, path, method="ot_repair")
-    info = {"name": "repair", "version": 1, "sha256": "abc", "method": "ot_repair",
-            "suppress": ["digit"], "preserve": [], "config_hash": "h", "dim": DIM,
-            "stochastic": False, "modifier": {"kind": fit.modifier.kind,
-                                              "spec": fit.modifier.spec.to_dict()}}  # fmt: skip
-    return src, path, info
+    where = str(tmp_path_factory.mktemp("transductive"))
+    return transductive_repair(where, rows=400, dim=DIM, row_group=150, steps=3, epochs=5)
 
 
 def _run(src, out, path, info):

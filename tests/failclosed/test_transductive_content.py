@@ -16,9 +16,7 @@ from beam_pipelines import anonymize
 from mass.errors import TransductiveRowsError
 from mass.fitrows import check_fitted_rows, rows_digest
 from mass.io import load_embeddings
-from mass.methods import get_method
-from mass.modifiers import save_modifier
-from mass.testing.stand_ins import write_embeddings
+from mass.testing.stand_ins import transductive_repair
 from transforms.inference.function import FunctionModelHandler, TorchModifierFunction
 
 DIM = 16
@@ -27,20 +25,8 @@ DIM = 16
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory):
     torch.set_num_threads(1)
-    where = tmp_path_factory.mktemp("transductive_content")
-    src = str(where / "rows.parquet")
-    write_embeddings(src, rows=300, dim=DIM, row_group=120)
-    ds = load_embeddings(src, label_cols=["digit"])
-    params = {"transductive": True, "steps": 2, "predictor_epochs": 3, "hidden": 0}
-    fit = get_method("ot_repair").fit(ds, suppress=["digit"], preserve=[], params=params,
-                                      progress=False)  # fmt: skip
-    path = str(where / "modifier.pt")
-    save_modifier(fit.modifier, path, method="ot_repair")
-    info = {"name": "repair", "version": 1, "sha256": "abc", "method": "ot_repair",
-            "suppress": ["digit"], "preserve": [], "config_hash": "h", "dim": DIM,
-            "stochastic": False, "modifier": {"kind": fit.modifier.kind,
-                                              "spec": fit.modifier.spec.to_dict()}}  # fmt: skip
-    return src, path, info
+    where = str(tmp_path_factory.mktemp("transductive_content"))
+    return transductive_repair(where, rows=300, dim=DIM, row_group=120, steps=2, epochs=3)
 
 
 def _run(src, out, path, info):
