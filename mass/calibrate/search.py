@@ -45,6 +45,7 @@ from mass.calibrate.sampling import (
 from mass.calibrate.space import (
     SEARCH_SPACE,
     Candidate,
+    certified_cell_count,
     ordered,
     params_for,
     resolved_config,
@@ -313,6 +314,12 @@ def _try(s: _Search, c: Candidate) -> bool:
     if not go:
         return False
     params = params_for(c, s.cfg.seed, epochs)
+    if c.certified_cells:  # as many cells as the rows the gate audits can certify
+        rows = s.cfg.release_rows or len(s.val_ds)
+        params["cell_count"] = certified_cell_count(s.train.labels, s.suppress, s.policy, rows)
+        if params["cell_count"] < 2:
+            entry.update(status="skipped", reason=f"{rows} audited rows certify no two cells")
+            return False
     entry["params"] = params
     method = get_method(c.method)
 

@@ -112,6 +112,10 @@ class RepairParams(Params):
     cell_prior_rows: int = knob(30, lo=0, help="rank cells: a class with n fit rows in a "
                                 "group takes n / (n + this) of its own bin edges and the rest "
                                 "of the group's common edges (0: its own only)")  # fmt: skip
+    cell_count: int = knob(0, lo=0, help="rank cells: 0 = levels from cell_rows; else about "
+                           "this many cells in all, (cell_count / groups) ** (1 / cell_axes) "
+                           "levels per axis (at least 2): e.g. the cells a release of n rows "
+                           "can certify (mass.metrics.certificate.cells_allowed)")  # fmt: skip
     cell_balance: float = knob(0.0, lo=0.0, help="rank cells: 0 = off; else this fraction "
                                "of the training rows (per preserved class and suppressed "
                                "class, seeded) is held out of the fit, released through the "
@@ -278,8 +282,9 @@ class OtRepair(Method):
 
     def fit_params(self, train, p: RepairParams, *, suppress, preserve, val, progress, **_):
         check_attrs(train, suppress, preserve)
-        if p.cell_axes and not p.cell_rows:
-            raise ConfigError("ot_repair: cell_axes needs cell_rows (rows per cell) > 0")
+        if p.cell_axes and not (p.cell_rows or p.cell_count):
+            raise ConfigError("ot_repair: cell_axes needs cell_rows (rows per cell) or "
+                              "cell_count (cells in all) > 0")  # fmt: skip
         if p.cell_balance and not (p.cell_axes and p.cell_balance < 1):
             raise ConfigError(f"ot_repair: cell_balance={p.cell_balance} needs rank cells "
                               "(cell_axes > 0) and a held-out fraction below 1")  # fmt: skip

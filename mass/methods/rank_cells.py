@@ -16,7 +16,9 @@ repaired row. Within a group a row's cell is its bin along each of ``cell_axes``
   on its own mean), so the resolution goes where the rows vary for reasons other than S.
 
 Levels per axis follow the fit rows: about ``cell_rows`` rows of each (group, suppressed
-class) pair per cell, at least 2, so more rows give finer cells.
+class) pair per cell, at least 2, so more rows give finer cells; or ``cell_count`` cells in
+all, which calibration sets to what the release's rows can certify
+(:func:`mass.metrics.certificate.cells_allowed`).
 """
 
 from __future__ import annotations
@@ -58,10 +60,13 @@ def linear_class_predictor(z: np.ndarray, r: np.ndarray, k: int) -> tuple[torch.
 
 def rank_cell_shape(y: torch.Tensor, k: int, groups: int, p) -> dict[str, Any]:
     """The spec fields of rank cells: levels per axis such that a cell holds about
-    ``cell_rows`` fit rows of each (group, suppressed class) pair, at least 2."""
-    present = classes_present(y, k)
-    per_pair = len(y) / (present * groups)
-    levels = max(2, int(round((per_pair / p.cell_rows) ** (1.0 / p.cell_axes))))
+    ``cell_rows`` fit rows of each (group, suppressed class) pair, or (``cell_count``) such
+    that the groups hold about ``cell_count`` cells in all; at least 2."""
+    if p.cell_count:
+        per_group = p.cell_count / groups
+    else:
+        per_group = len(y) / (classes_present(y, k) * groups) / p.cell_rows
+    levels = max(2, int(round(per_group ** (1.0 / p.cell_axes))))
     return {"cell_axes": p.cell_axes, "cell_levels": levels, "cell_groups": groups,
             "cell_shared": p.cell_edges == "common"}  # fmt: skip
 

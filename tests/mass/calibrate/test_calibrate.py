@@ -673,3 +673,39 @@ def test_noise_search_refuses_a_candidate_whose_privacy_rests_on_noise_when_the_
     assert "gate_key_compromised" in found["reason"]
     clean = N.bisect_noise(one, Audit(0.03), 1e12, key_gate=True)
     assert clean["chosen"]["noise"] == 0.0
+
+
+def test_certified_cells_follow_the_rows_the_gate_will_audit(files, monkeypatch):
+    """``ot-repair+certified|R`` fits as many rank cells as the release's audited rows can
+    certify within the margin (mass.metrics.certificate.cells_allowed): more release rows,
+    more cells; too few rows (the 900 validated ones when no release size is given), the
+    candidate is skipped before any fit."""
+    from mass.calibrate import search as S
+    from mass.calibrate.space import certified_cell_count
+
+    served = []
+
+    def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False):
+        served.append(parts[0][0].spec)  # one pass: one repair part, which carries the cells
+        return {"points": [], "chosen": None, "reason": "judged elsewhere"}
+
+    monkeypatch.setattr(S, "bisect_noise", fake_bisect)
+    ds = load_embeddings(str(files / "ring.parquet"), label_cols=["s", "u"])
+    cand = next(c for c in C.SEARCH_SPACE if c.name == "ot-repair+certified|R")
+    pol = AuditPolicy()
+    counts = {}
+    for rows in (5000, 60_000):
+        with pytest.raises(CalibrationError):
+            C.calibrate(ds, suppress=["s"], preserve=["u"], policy=pol, space=(cand,),
+                        cfg=CalibrationConfig(budget_minutes=5, release_rows=rows))  # fmt: skip
+        spec = served[-1]
+        counts[rows] = certified_cell_count(ds.labels, ["s"], pol, rows)
+        # u's 3 classes are the groups; 2 axes: levels = sqrt(count / 3), at least 2
+        assert spec.cell_groups == 3 and spec.cell_shared
+        assert spec.cell_levels == max(2, round((counts[rows] / 3) ** 0.5)), (rows, spec)
+    assert counts[60_000] > 10 * counts[5000] > 0
+    n_fits = len(served)
+    with pytest.raises(CalibrationError):
+        C.calibrate(ds, suppress=["s"], preserve=["u"], policy=pol, space=(cand,),
+                    cfg=CalibrationConfig(budget_minutes=5))  # fmt: skip
+    assert len(served) == n_fits  # skipped: the 900 validated rows certify no two cells
