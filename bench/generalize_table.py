@@ -121,6 +121,8 @@ def releases(train, xt, seeds, s_codes, suppress, preserve, calibrated=None,
         "ot-repair+cells|R": "cells within each class of R",
         "ot-repair+partition|R": "one partition within each class of R (1 axis)",
         "ot-repair+partition2|R": "one partition within each class of R (2 axes)",
+        "ot-repair+partition1|R": "one partition within each class of R, one repair pass",
+        "ot-repair+balanced2|R": "two-axis partition, held-out balanced merging",
     }
     for c in ordered(SEARCH_SPACE, preserve):  # calibration's own candidates, as it runs them
         if c.name in cells:

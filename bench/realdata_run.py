@@ -109,6 +109,7 @@ def run_one(name: str, args) -> list[dict]:
     import pyarrow as pa
     from generalize_table import FrozenJudge, dataset, evaluate, releases
 
+    from mass.metrics.certificate import certify
     from mass.noise import row_seeds
     from mass.rows import joint_codes, normalize_rows
 
@@ -147,6 +148,7 @@ def run_one(name: str, args) -> list[dict]:
         row["lookup"] = lookup_judge(xp, y["S"], policy, pres_y)
         row["lookup_key"] = (lookup_judge(xd, y["S"], policy, pres_y) if xd is not xp
                              else row["lookup"])  # fmt: skip
+        row["certificate"] = certify(xd, y["S"], confidence=policy.confidence).to_dict()
         rows.append({**head, "method": method, **row})
     rows[-1]["judge_seconds"] = time.perf_counter() - t0
     return rows
@@ -160,6 +162,7 @@ def scaling(name: str, args) -> list[dict]:
 
     from mass.calibrate import apply
     from mass.metrics import attribute_report
+    from mass.metrics.certificate import certify
     from mass.modifiers import load_modifier
     from mass.noise import row_seeds
     from mass.rows import normalize_rows
@@ -177,7 +180,8 @@ def scaling(name: str, args) -> list[dict]:
     model = load_modifier(path)
     pool_x = np.vstack([d.X_release, d.X_fresh])
     pool_ids = np.concatenate([d.ids_release, d.ids_fresh])
-    pool_y = {k: np.concatenate([d.labels_release[k], d.labels_fresh[k]]) for k in ("S", *spec.r)}
+    pool_y = {k: np.concatenate([d.labels_release[k], d.labels_fresh[k]])
+              for k in ("S", *spec.r, *spec.watch)}  # fmt: skip
     rng = np.random.default_rng(policy.seed)
     rows = []
     for n in [k for k in SCALING_ROWS if k <= len(pool_ids)]:
@@ -197,8 +201,41 @@ def scaling(name: str, args) -> list[dict]:
                                "limit": rep.baseline + rep.margins[worst], "ok": rep.passed,
                                "balanced_ci_high": max(rep.balanced_ci_high.values()),
                                "balanced_baseline": rep.balanced_baseline},
-                     "lookup_key": lookup_judge(xd, pool_y["S"][pick], policy, pres)})  # fmt: skip
+                     "lookup_key": lookup_judge(xd, pool_y["S"][pick], policy, pres),
+                     "certificate": certify(xd, pool_y["S"][pick],
+                                            confidence=policy.confidence).to_dict(),
+                     "R_kept": _kept(x, xd, pres, policy),
+                     "watch_kept": _watch(x, xd, {w: pool_y[w][pick] for w in spec.watch},
+                                          pool_y["S"][pick], policy)})  # fmt: skip
     return rows
+
+
+def _kept(x, xd, pres: dict, policy) -> dict:
+    """Each R's best retrained accuracy on the release over its original (the gate's
+    families, at most ``policy.max_rows`` seeded rows)."""
+    from mass.metrics import attack_predictions
+    from mass.rows import seeded_rows
+
+    keep = seeded_rows(len(x), policy.max_rows, policy.seed)
+    rows = np.arange(len(x)) if keep is None else keep
+    out = {}
+    for r, y in pres.items():
+        acc = []
+        for rel in (x, xd):
+            preds = attack_predictions(rel[rows], y[rows], families=policy.families,
+                                       folds=min(policy.folds, 5), seed=policy.seed)  # fmt: skip
+            acc.append(max(float((p[1.0] == y[rows]).mean()) for p in preds.values()))
+        out[r] = round(acc[1] / max(acc[0], 1e-9), 4)
+    return out
+
+
+def _watch(x, xd, watch: dict, s, policy) -> dict:
+    """Each watch attribute's normalised information kept (mass.metrics.unnamed.watch_report)."""
+    from mass.metrics.unnamed import watch_report
+
+    rep = watch_report(x, xd, watch, {"S": s}, seed=policy.seed, max_rows=policy.max_rows,
+                       families=policy.families, folds=min(policy.folds, 5))  # fmt: skip
+    return {w: (None if v["kept"] is None else round(v["kept"], 4)) for w, v in rep.items()}
 
 
 def dependence(names: list[str]) -> list[dict]:

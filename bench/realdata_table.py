@@ -26,14 +26,24 @@ def _lookup(v: dict) -> str:
             f"{v['lookup_balanced']:.3f} vs {v['chance']:.3f} {mark}")  # fmt: skip
 
 
+def _cert(v: dict | None) -> str:
+    """The certificate's balanced bound (accuracy bound), or why there is none."""
+    if not v:
+        return "-"
+    if not v["certified"]:
+        return "none (continuous)" if v["cells"] > v["rows"] // 2 else "none"
+    return f"bal. {v['balanced']:.3f} (acc. {v['accuracy']:.3f}), {v['cells']} cells"
+
+
 def _method_row(r: dict, watch: list[str]) -> str:
     s, sk = r["S"]["S"], r["S_key"]["S"]
     kept = [_f(v["kept"], ".2f") for v in r["R"].values()]
     wk = [_f(r["watch"][w]["kept"], ".2f") for w in watch]
     st = r["structure"]
     cells = [r["method"], _s(s), _s(sk) if sk is not s else "same", _lookup(r["lookup_key"]),
-             ", ".join(kept), ", ".join(wk), f"{st['knn_overlap']:.2f} / {st['cka']:.2f} / "
-             f"{st['dcor']:.2f}", "yes" if r["verdict"]["all"] else "no"]  # fmt: skip
+             _cert(r.get("certificate")), ", ".join(kept), ", ".join(wk),
+             f"{st['knn_overlap']:.2f} / {st['cka']:.2f} / {st['dcor']:.2f}",
+             "yes" if r["verdict"]["all"] else "no"]  # fmt: skip
     return "| " + " | ".join(cells) + " |"
 
 
@@ -59,8 +69,8 @@ def _section(rows: list[dict]) -> list[str]:
         v = max(x["cramers_v"] for x in dep[w]["dependence"].values())
         out.append(f"- `{w}` (V = {v:.2f}): {h.get('watch_reasons', {}).get(w, '')}")
     out += ["", "| method | S: upper bound / limit (release) | S, key stripped | distinct "
-            "vectors: lookup | R kept | watch kept (" + ", ".join(watch) + ") | kNN / CKA / "
-            "dCor within S | all targets |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+            "vectors: lookup | certificate | R kept | watch kept (" + ", ".join(watch) + ") | "
+            "kNN / CKA / dCor within S | all targets |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     out += [_method_row(r, watch) for r in rows]
     return out + [""]
 
@@ -68,7 +78,7 @@ def _section(rows: list[dict]) -> list[str]:
 def _scaling(rows: list[dict]) -> list[str]:
     out = [f"### Scaling: {rows[0]['dataset']}, the same model ({rows[0].get('chosen')})", "",
            "| released rows | S, key stripped: upper bound / limit | balanced | distinct: "
-           "lookup |", "|---|---|---|---|"]  # fmt: skip
+           "lookup | certificate | R kept | watch kept |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         if "S_key" not in r:
             return out + [f"calibration failed: {r['calibration']}"]
@@ -76,7 +86,10 @@ def _scaling(rows: list[dict]) -> list[str]:
         mark = "ok" if s["ok"] else "**leaks**"
         out.append(f"| {r['release_rows']:,} | {s['ci_high']:.3f} / {s['limit']:.3f} "
                    f"{s['worst_judge']} {mark} | {s['balanced_ci_high']:.3f} vs "
-                   f"{s['balanced_baseline']:.3f} | {_lookup(r['lookup_key'])} |")  # fmt: skip
+                   f"{s['balanced_baseline']:.3f} | {_lookup(r['lookup_key'])} | "
+                   f"{_cert(r.get('certificate'))} | "
+                   f"{', '.join(_f(v, '.2f') for v in r.get('R_kept', {}).values())} | "
+                   f"{', '.join(_f(v, '.2f') for v in r.get('watch_kept', {}).values())} |")  # fmt: skip
     return out + [""]
 
 
