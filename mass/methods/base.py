@@ -18,6 +18,7 @@ from torch import nn
 
 from mass.errors import ConfigError
 from mass.io import EmbeddingDataset
+from mass.names import split_names
 
 
 @dataclass
@@ -118,7 +119,7 @@ def _coerce(where: str, value: Any, t: Any) -> Any:
     if typing.get_origin(t) is tuple:
         (item, *_) = typing.get_args(t)
         if isinstance(value, str):
-            value = [s.strip() for s in value.split(",") if s.strip()]
+            value = split_names(value)
         if not isinstance(value, (list, tuple)):
             raise bad
         return tuple(_coerce(f"{where}[{i}]", v, item) for i, v in enumerate(value))

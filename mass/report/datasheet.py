@@ -23,6 +23,7 @@ from typing import Any
 
 from mass import fs
 from mass.errors import ReleaseError
+from mass.names import split_names
 from mass.report import view
 from mass.report.protection import protection
 from mass.report.unnamed import (
@@ -89,7 +90,7 @@ def _names(value: Any) -> list[str]:
         try:
             value = json.loads(value)
         except ValueError:
-            value = [v.strip() for v in value.split(",") if v.strip()]
+            value = split_names(value)
     return [str(v) for v in value] if isinstance(value, list | tuple) else []
 
 
