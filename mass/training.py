@@ -100,10 +100,13 @@ def transductive_params(args, method: str, calibrate: bool, params: dict) -> dic
                           "rows (--data) themselves; drop --val")  # fmt: skip
     if calibrate:
         return params
-    if method != "ot_repair":
-        raise ConfigError(f"--transductive with --method {method}: only ot_repair fits "
-                          "transductively (bound to its rows); pass --method ot_repair or "
-                          "drop --transductive")  # fmt: skip
+    from mass.methods import METHODS, get_method, method_names
+
+    if not get_method(method).fits_transductively():
+        able = [n for n in method_names() if METHODS[n].fits_transductively()]
+        raise ConfigError(f"--transductive with --method {method}: only {' or '.join(able)} "
+                          "fits transductively (bound to its rows); pass --method "
+                          f"{' or --method '.join(able)} or drop --transductive")  # fmt: skip
     return {**params, "transductive": True}
 
 

@@ -136,6 +136,13 @@ class Method:
     name: ClassVar[str] = ""
     Params: ClassVar[type] = Params
 
+    @classmethod
+    def fits_transductively(cls) -> bool:
+        """Whether ``mass train --transductive`` may fit this method on the very rows it will
+        release: declared by a ``transductive`` knob in its ``Params`` (the fit binds the
+        modifier to those rows, :mod:`mass.fitrows`)."""
+        return any(f.name == "transductive" for f in fields(cls.Params))
+
     def parse(self, params: Any, *, suppress: list[str], preserve: list[str],
               seed: int | None = None) -> Any:  # fmt: skip
         """``params`` (a mapping, or an instance of ``self.Params``) validated and typed."""
