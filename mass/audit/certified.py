@@ -11,7 +11,7 @@ import numpy as np
 
 from mass.audit.policy import AuditPolicy
 from mass.metrics import AttributeReport
-from mass.metrics.certificate import Certificate, certify
+from mass.metrics.certificate import Certificate, certify, plan
 from mass.metrics.rules import CERTIFICATE, judge_limit, judge_ok
 from mass.noise_streams import modifier_parts
 
@@ -68,6 +68,10 @@ def certificate_block(r: AttributeReport) -> dict | None:
     if m is not None and c.accuracy is not None and c.balanced is not None:
         within = judge_ok(c.accuracy, r.baseline, c.balanced, r.balanced_baseline, m)
     out = c.to_dict()
+    if (
+        within is False and m is not None
+    ):  # what resolution alone costs: rows for these cells, cells here
+        out["resolution_plan"] = plan(c, m)
     out.update(limit=None if m is None else round(judge_limit(r.baseline, m), 6),
                balanced_limit=None if m is None else round(
                    judge_limit(r.balanced_baseline, m), 6),
@@ -82,6 +86,12 @@ def certificate_line(r: AttributeReport) -> str | None:
         return None
     if not c.certified:
         return f"{r.name}: no certificate ({c.reason})"
-    return (f"{r.name}: certified (any attacker, {1 - c.delta:.0%}): accuracy <= "
+    line = (f"{r.name}: certified (any attacker, {1 - c.delta:.0%}): accuracy <= "
             f"{c.accuracy:.3f}, balanced <= {c.balanced:.3f} ({c.cells} cells, {c.rows} rows)"
             + (" [gated]" if CERTIFICATE in r.margins else ""))  # fmt: skip
+    block = certificate_block(r) or {}
+    if (w := block.get("resolution_plan")) is not None:
+        line += (f"; over its limit. Resolution alone (cells independent of S): within the "
+                 f"margin {w['margin']:g}, {c.cells} cells need about {w['rows_needed']:,} "
+                 f"audited rows; {c.rows:,} rows allow about {w['cells_allowed']:,} cells")  # fmt: skip
+    return line

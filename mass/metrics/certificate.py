@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.stats import beta
+from scipy.stats import beta, norm
 
 MIN_ROWS_PER_CELL = 2  # fewer rows per distinct vector on average: continuous, no certificate
 
@@ -50,6 +50,7 @@ class Certificate:
     plugin_balanced: float | None = None
     rows_per_cell: dict[str, float] = field(default_factory=dict)  # min / median / max
     reason: str | None = None  # why there is no certificate
+    class_rows: tuple[int, ...] = ()  # audited rows of each class present (for :func:`plan`)
 
     @property
     def certified(self) -> bool:
@@ -139,6 +140,7 @@ def certify_cells(cells, s, *, confidence: float = 0.95,
         accuracy=accuracy_bound(hits, n, delta),
         balanced=balanced_bound(plugin_bal, class_rows, delta),
         plugin_accuracy=hits / n, plugin_balanced=plugin_bal, rows_per_cell=spread,
+        class_rows=tuple(int(v) for v in class_rows),
     )  # fmt: skip
 
 
@@ -148,3 +150,83 @@ def certify(x: np.ndarray, s, *, confidence: float = 0.95,
     each distinct vector is a cell (:func:`cells_of`)."""
     return certify_cells(cells_of(x), s, confidence=confidence,
                          min_rows_per_cell=min_rows_per_cell)  # fmt: skip
+
+
+# --- planning: the cells a release of n rows can certify, the rows C cells need -------------
+
+
+def expected_max_normal(k: int) -> float:
+    """E[max of k independent standard normals] (0 for k = 1; 0.564 for k = 2)."""
+    if k <= 1:
+        return 0.0
+    z = np.linspace(-8.0, 8.0, 4001)
+    density = k * norm.pdf(z) * norm.cdf(z) ** (k - 1)
+    return float(np.trapz(z * density, z))
+
+
+def expected_excess(rows: int, cells: int, shares, *, confidence: float = 0.95) -> float:
+    """About how far the balanced bound of an ideal cell release - ``cells`` equally likely
+    cells, S independent of the cell, classes in proportions ``shares`` - lies above chance
+    (1/k) on ``rows`` audited rows: the plug-in's optimism plus the Hoeffding term.
+
+    Each class's share of a cell, X(c, s) = n(c, s) / n_s, is about Normal(1/C, (1/C)(1 - 1/C)
+    / n_s); the plug-in takes (1/k) sum_c max_s X(c, s), whose expectation exceeds 1/k by
+    (e_k / k) sqrt(C - 1) mean_s(1 / sqrt(n_s)), e_k = E[max of k standard normals]. On top of
+    chance the release's own floor (what R reveals) adds to both sides alike, so this is the
+    certificate's cost of resolution alone (bench/certificate.py checks it by simulation)."""
+    shares = np.asarray(shares, dtype=np.float64)
+    shares = shares[shares > 0] / shares[shares > 0].sum()
+    k = shares.size
+    if k < 2 or rows <= 0:
+        return 0.0 if k < 2 else float("inf")
+    n_s = np.maximum(shares * rows, 1.0)
+    optimism = expected_max_normal(k) / k * np.sqrt(max(cells, 1) - 1) * float(np.mean(n_s**-0.5))
+    delta = 1.0 - float(confidence)
+    slack = np.sqrt(np.log(1.0 / delta) * float(np.sum(1.0 / n_s)) / (2.0 * k * k))
+    return float(optimism + slack)
+
+
+def cells_allowed(rows: int, shares, margin: float, *, confidence: float = 0.95) -> int:
+    """The most cells an ideal release of ``rows`` audited rows can have with its expected
+    certificate within ``margin`` of chance (:func:`expected_excess`); 0 when even one cell
+    cannot (too few rows for the Hoeffding term alone)."""
+    if expected_excess(rows, 1, shares, confidence=confidence) > margin:
+        return 0
+    lo, hi = 1, 2
+    while expected_excess(rows, hi, shares, confidence=confidence) <= margin and hi < 1 << 40:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if expected_excess(rows, mid, shares, confidence=confidence) <= margin:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def rows_needed(cells: int, shares, margin: float, *, confidence: float = 0.95) -> int:
+    """The fewest audited rows with which an ideal release of ``cells`` cells expects its
+    certificate within ``margin`` of chance (:func:`expected_excess`)."""
+    if margin <= 0:
+        raise ValueError(f"margin must be > 0, got {margin}")
+    lo, hi = 1, 2
+    while expected_excess(hi, cells, shares, confidence=confidence) > margin:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if expected_excess(mid, cells, shares, confidence=confidence) > margin:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def plan(cert: Certificate, margin: float) -> dict | None:
+    """What a certificate within ``margin`` of chance would take, for a certified release:
+    the rows its ``cells`` need and the most cells its ``rows`` allow (ideal cells, S
+    independent of the cell: a floor from R adds to both sides); None without classes."""
+    if not cert.class_rows or cert.cells <= 0 or margin <= 0:
+        return None
+    shares = np.asarray(cert.class_rows, dtype=np.float64)
+    return {"margin": margin, "rows_needed": rows_needed(cert.cells, shares, margin),
+            "cells_allowed": cells_allowed(cert.rows, shares, margin)}  # fmt: skip

@@ -166,11 +166,17 @@ def certificate_text(row: Mapping[str, Any]) -> str | None:
     conf = 1.0 - (num(c.get("delta")) or 0.05)
     within = {True: "within the limit", False: "OVER the limit"}.get(c.get("within_limit"), "")
     gated = "judged" if c.get("gated") else "reported, not judged"
-    return (
+    text = (
         f"any attacker's accuracy <= {fmt(c.get('accuracy'))}, balanced <= "
         f"{fmt(c.get('balanced'))} ({conf:.0%}; {c.get('cells')} cells, {c.get('rows')} "
         f"rows; {', '.join(x for x in (within, gated) if x)})"
     )
+    w = c.get("resolution_plan")
+    if isinstance(w, Mapping):
+        text += (f"; resolution alone (cells independent of S): within the margin, "
+                 f"{c.get('cells')} cells need about {w.get('rows_needed')} audited rows, "
+                 f"these rows allow about {w.get('cells_allowed')} cells")  # fmt: skip
+    return text
 
 
 def unjudged_key_view(audit: Mapping[str, Any], row: Mapping[str, Any]) -> str | None:

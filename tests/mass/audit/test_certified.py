@@ -163,3 +163,27 @@ def test_the_gate_key_is_off_by_default_and_validated():
     assert policy_from_dict({"gate_certificate": True}).to_dict()["gate_certificate"] is True
     with pytest.raises(ConfigError, match="audit.gate_certificate: expected true or false"):
         policy_from_dict({"gate_certificate": "yes"})
+
+
+def test_a_certificate_over_its_limit_says_what_resolution_costs(tmp_path, fits):
+    """200 cells on 1,200 audited rows, each cell decided by noise alone (x3..x5), so S is
+    independent of the cell and only the plug-in's optimism lifts the bound over its limit:
+    the audit says how many rows those cells need and how many cells these rows allow."""
+    from mass.metrics.certificate import cells_allowed, rows_needed
+
+    _, fresh = fits
+    rows = subset(fresh, np.arange(1200))
+    rng = np.random.default_rng(1)
+    centres = torch.as_tensor(rng.normal(size=(200, fresh.x.shape[1])), dtype=torch.float32)
+    centres[:, :3] = 0.0  # no s (x0), u (x1) or constant (x2): cells follow the noise columns
+    centres = centres / centres.norm(dim=1, keepdim=True)
+    book = CodebookModifier(CodebookSpec(dim=fresh.x.shape[1], cells=200)).set(centres)
+    result = _audit(tmp_path / "r", book, rows, POLICY)
+    block = audit_metrics(result)["attributes"]["s"]["certificate"]
+    assert block["certified"] and block["within_limit"] is False, block
+    plan = block["resolution_plan"]
+    shares = np.bincount(rows.labels["s"])
+    assert plan["margin"] == 0.05
+    assert plan["rows_needed"] == rows_needed(block["cells"], shares, 0.05) > 1200
+    assert plan["cells_allowed"] == cells_allowed(1200, shares, 0.05) < block["cells"]
+    assert "Resolution alone (cells independent of S)" in format_table(result)
