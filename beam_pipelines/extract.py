@@ -24,7 +24,6 @@ from beam_pipelines.options import (
     LogProgress,
     Serving,
     add_serving_arguments,
-    csv_list,
     parse_job_argv,
     pipeline_for,
     plan_serving,
@@ -36,6 +35,7 @@ from mass.batches.parquet import input_schema
 from mass.batches.validate import check_column_names
 from mass.errors import MissingInputError, SchemaError, ServingError
 from mass.io import check_ids, read_table
+from mass.names import add_column_arguments, split_names
 from mass.release.columns import release_schema
 from mass.release.commit import discard_staging, staging_dir
 from mass.release.publish import publish_release
@@ -83,16 +83,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--raw-col", default="image", help="raw media column (image/text)")
     parser.add_argument(
         "--keep-columns",
-        type=csv_list,
+        type=split_names,
         default=[],
         help="comma-separated columns copied to the output (labels)",
     )
-    parser.add_argument(
-        "--id-col",
-        default="id",
-        help="row id column (int64, unique; what keyed noise and joins use)",
-    )
-    parser.add_argument("--emb-col", default="emb", help="name of the output embedding column")
+    add_column_arguments(parser, emb_help="name of the output embedding column")
     add_serving_arguments(parser)
 
 

@@ -29,10 +29,6 @@ log = logging.getLogger("mass.beam")
 RUNNER_ALIASES = {"DaskRunner": "apache_beam.runners.dask.dask_runner.DaskRunner"}
 
 
-def csv_list(value: str) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()]
-
-
 def parse_job_argv(
     parser: argparse.ArgumentParser, argv: list[str] | None
 ) -> tuple[argparse.Namespace, list[str]]:

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from beam_pipelines.options import (
     Serving,
     add_serving_arguments,
-    csv_list,
     names_runner,
     plan_serving,
     temp_location,
@@ -23,6 +22,7 @@ from beam_pipelines.options import (
 from mass import fs
 from mass.errors import ConfigError
 from mass.keys import NOISE_KEY_ENV, STATE_ENV, OwnerKey, resolve_key, state_dir
+from mass.names import add_column_arguments, split_names
 from mass.pseudonym import SCOPES
 from mass.release.commit import private_dir, scratch_root, staging_dir
 from mass.release.ownership import check_outputs, lies_inside
@@ -34,17 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", required=True, help="embedding Parquet file, dir or glob")
     parser.add_argument("--output", required=True, help="release directory (replaced atomically)")
     parser.add_argument("--model", required=True, help="modifier name in the Triton repository")
-    parser.add_argument(
-        "--id-col",
-        default="id",
-        help="row id column (int64, unique; what keyed noise and joins use)",
-    )
-    parser.add_argument(
-        "--emb-col", default="emb", help="embedding column (fixed-size list of float32)"
-    )
+    add_column_arguments(parser)
     parser.add_argument(
         "--allow-columns",
-        type=csv_list,
+        type=split_names,
         default=[],
         help="comma-separated extra columns to release. Refused by name: a suppressed label, "
         "raw media. With the audit's labels (the gate is on), each column is also judged "
@@ -83,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--watch",
         default=None,
-        type=lambda t: tuple(v.strip() for v in t.split(",") if v.strip()),
+        type=split_names,
         help="label columns neither suppressed nor preserved whose retention the audit "
         "reports (and gates with audit.watch_min_kept), w[,...]; default: the policy's "
         "audit.watch",

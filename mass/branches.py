@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from mass.branch_models import AgnosticModel, AttributeClassifier, freeze
 from mass.losses import nt_xent_loss
+from mass.minibatch import batches
 
 
 def embedding_augment(
@@ -32,14 +33,6 @@ def embedding_augment(
     noise = torch.randn(x.shape, generator=generator) * noise_std
     keep = (torch.rand(x.shape, generator=generator) >= drop_prob).to(x.dtype)
     return F.normalize((x + noise) * keep, dim=-1)
-
-
-def _batches(n: int, batch_size: int, gen: torch.Generator):
-    perm = torch.randperm(n, generator=gen)
-    for i in range(0, n, batch_size):
-        idx = perm[i : i + batch_size]
-        if idx.numel() >= 2:  # BatchNorm needs two rows in training mode
-            yield idx
 
 
 def _cosine(opt: torch.optim.Optimizer, steps: int):
@@ -68,7 +61,7 @@ def train_classifier(
     sched = _cosine(opt, epochs * math.ceil(len(xt) / batch_size))
     model.train()
     for _ in range(epochs):
-        for idx in _batches(len(xt), batch_size, gen):
+        for idx in batches(len(xt), batch_size, gen):
             loss = F.cross_entropy(model(xt[idx])[1], yt[idx])
             opt.zero_grad()
             loss.backward()
@@ -109,7 +102,7 @@ def train_agnostic(
     sched = _cosine(opt, epochs * math.ceil(len(xt) / batch_size))
     model.train()
     for _ in range(epochs):
-        for idx in _batches(len(xt), batch_size, gen):
+        for idx in batches(len(xt), batch_size, gen):
             if pair is not None:
                 a, b = pair[0][idx], pair[1][idx]
             else:

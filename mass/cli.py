@@ -1,8 +1,9 @@
 """`mass` command line: one subcommand per module in :mod:`mass.commands`.
 
-Each command module defines ``HELP`` (one line), ``add_arguments(parser)`` and
-``run(args) -> int``. Modules are imported lazily so `mass --help` stays fast and a
-missing optional extra only breaks the command that needs it.
+Each command module defines ``HELP`` (one line, its only home), ``add_arguments(parser)``
+and ``run(args) -> int``. ``mass X`` imports only X's module (the others are listed by name:
+their help is never shown then), and a missing optional extra only breaks the command that
+needs it (`mass --help` lists that command as unavailable, naming what is missing).
 """
 
 from __future__ import annotations
@@ -28,20 +29,6 @@ COMMANDS = {
     "bench": "mass.commands.bench",
     "keygen": "mass.commands.keygen",
     "report": "mass.commands.report",
-}
-
-DESCRIPTIONS = {
-    "prepare": "write coloured MNIST-5k (images + labels) to Parquet splits",
-    "train-extractor": "train the SimCLR CNN feature extractor on the training images",
-    "serve": "start the local Triton server on a model repository and wait",
-    "extract": "Beam job: raw column -> Triton feature extractor -> embeddings Parquet",
-    "train": "train a data modifier (MaSS or another method) on embedding Parquet",
-    "export": "export a trained run into a Triton model repository (checksummed)",
-    "anonymize": "Beam job: embeddings -> Triton modifier -> privatized release Parquet",
-    "audit": "Great Expectations audit of a release; non-zero exit when it fails",
-    "bench": "benchmarks: quality, compare, throughput (JSON + Markdown)",
-    "keygen": "write a new random owner key (mode 0600) for keyed noise and export signatures",
-    "report": "re-render report.html from audit.json (no recomputation)",
 }
 
 
@@ -87,19 +74,19 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     wanted = next((a for a in argv if a in COMMANDS), None)
     for name, modname in COMMANDS.items():
         if wanted is not None and name != wanted:
-            sub.add_parser(name, help=DESCRIPTIONS[name], add_help=False, allow_abbrev=False)
+            sub.add_parser(name, add_help=False, allow_abbrev=False)
             continue
         try:
             mod = importlib.import_module(modname)
         except ModuleNotFoundError as e:
             if wanted == name:
                 raise
-            sub.add_parser(name, help=f"{DESCRIPTIONS[name]} (unavailable: {e.name})",
+            sub.add_parser(name, help=f"(unavailable: {e.name} is not installed)",
                            allow_abbrev=False)  # fmt: skip
             continue
         p = sub.add_parser(
             name,
-            help=getattr(mod, "HELP", DESCRIPTIONS[name]),
+            help=mod.HELP,
             description=getattr(mod, "__doc__", None),
             formatter_class=argparse.RawDescriptionHelpFormatter,
             allow_abbrev=False,  # a prefix is a typo too (and Beam's --label would be --labels)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from mass.errors import ConfigError, MissingInputError
+from mass.names import parse_names, split_names
 
 log = logging.getLogger(__name__)
 MODES = ("faithful", "adaptive")
@@ -145,12 +146,13 @@ class MassConfig:
             if bad:
                 raise ConfigError(f"adaptive: unknown parameter(s) {bad}; known: {sorted(aknown)}")
             if "adversaries" in ad:
-                ad = {**ad, "adversaries": _names(ad["adversaries"], "adaptive.adversaries")}
+                ad = {**ad, "adversaries": parse_names(ad["adversaries"],
+                                                       where="adaptive.adversaries")}  # fmt: skip
             adaptive = AdaptiveConfig(**ad)
         for key in ("suppress", "preserve"):
-            flat[key] = _names(flat.get(key, ()), key)
+            flat[key] = parse_names(flat.get(key, ()), where=key)
         if "hidden" in flat:
-            flat["hidden"] = tuple(int(h) for h in _names(flat["hidden"], "hidden"))
+            flat["hidden"] = _sizes(flat["hidden"])
         cfg = cls(**flat, adaptive=adaptive)
         cfg.check_values()
         return cfg
@@ -256,14 +258,12 @@ def read_section(path: str | None, section: str = "train", *, flag: str = "--con
     return dict(sub)
 
 
-def _names(v: Any, param: str) -> tuple:
-    if v is None:
-        return ()
-    if isinstance(v, str):
-        return tuple(s.strip() for s in v.split(",") if s.strip())
-    if isinstance(v, (list, tuple)):
-        return tuple(v)
-    raise ConfigError(f"{param}: expected a list or comma-separated string, got {v!r}")
+def _sizes(v: Any) -> tuple[int, ...]:
+    """``hidden``: layer widths as a list or "64,32" (the names' comma rule)."""
+    items = split_names(v) if v is None or isinstance(v, str) else v
+    if not isinstance(items, list | tuple):
+        raise ConfigError(f"hidden: expected a list or comma-separated string, got {v!r}")
+    return tuple(int(h) for h in items)
 
 
 def config_hash(d: dict[str, Any]) -> str:

@@ -33,6 +33,8 @@ import threading
 
 import pyarrow.fs as pafs
 
+from mass.errors import InputError, MassError, MissingInputError
+
 GLOB_CHARS = "*?["
 # Diagnostics: with $MASS_FS_TRACE set to a file, every open (read or write) appends
 # "r|w <path>" to it: the cluster test checks that no worker opens a local path.
@@ -291,6 +293,21 @@ def read_json(path: str, limit: int = 1 << 24):
     if len(data) > limit:
         raise ValueError(f"{path}: larger than {limit} bytes")
     return json.loads(data.decode("utf-8"))
+
+
+def read_json_object(path: str, *, remedy: str, error: type[MassError] = InputError) -> dict:
+    """The JSON object in ``path``; every failure names the file and says ``remedy``: a
+    missing file is :class:`MissingInputError`, unreadable JSON or another top-level value
+    ``error``."""
+    try:
+        doc = read_json(path)
+    except FileNotFoundError as e:
+        raise MissingInputError(f"{path}: missing; {remedy}") from e
+    except (OSError, ValueError) as e:
+        raise error(f"{path}: not readable JSON ({e}); {remedy}") from e
+    if not isinstance(doc, dict):
+        raise error(f"{path}: expected a JSON object; {remedy}")
+    return doc
 
 
 def write_json(path: str, doc, *, indent: int | None = 2) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 
+from mass import fs
 from mass.errors import MissingInputError, UnreadableInputError
 
 MODIFIER = "modifier.pt"
@@ -68,13 +69,6 @@ def read_metrics(run_dir: str) -> dict:
 
 
 def _json(path: str) -> dict:
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-    except FileNotFoundError as e:
-        raise MissingInputError(f"{path}: missing; re-run `mass train` into this directory") from e
-    except (OSError, ValueError) as e:
-        raise UnreadableInputError(f"{path}: unreadable ({e}); re-run `mass train`") from e
-    if not isinstance(doc, dict):
-        raise UnreadableInputError(f"{path}: expected a JSON object; re-run `mass train`")
-    return doc
+    return fs.read_json_object(
+        path, remedy="re-run `mass train` into this directory", error=UnreadableInputError
+    )

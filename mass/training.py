@@ -20,17 +20,9 @@ from typing import Any
 
 from mass.config import CalibrationConfig, check_attribute_names, read_section
 from mass.errors import ConfigError
+from mass.names import parse_names
 
 log = logging.getLogger(__name__)
-
-
-def names(v: Any) -> list[str]:
-    """A comma-separated string or a list as a list of names."""
-    if v is None:
-        return []
-    if isinstance(v, str):
-        return [s.strip() for s in v.split(",") if s.strip()]
-    return list(v)
 
 
 @dataclass(frozen=True)
@@ -93,7 +85,7 @@ def plan_train(args: argparse.Namespace) -> TrainJob:
         epochs=args.epochs,
         seed=args.seed,
         resume=args.resume,
-        attackers=tuple(names(args.attackers)),
+        attackers=parse_names(args.attackers, where="--attackers"),
         progress=not args.no_progress,
         policy=args.policy,
         calibration=cfg,
@@ -108,10 +100,13 @@ def transductive_params(args, method: str, calibrate: bool, params: dict) -> dic
                           "rows (--data) themselves; drop --val")  # fmt: skip
     if calibrate:
         return params
-    if method != "ot_repair":
-        raise ConfigError(f"--transductive with --method {method}: only ot_repair fits "
-                          "transductively (bound to its rows); pass --method ot_repair or "
-                          "drop --transductive")  # fmt: skip
+    from mass.methods import METHODS, get_method, method_names
+
+    if not get_method(method).fits_transductively():
+        able = [n for n in method_names() if METHODS[n].fits_transductively()]
+        raise ConfigError(f"--transductive with --method {method}: only {' or '.join(able)} "
+                          "fits transductively (bound to its rows); pass --method "
+                          f"{' or --method '.join(able)} or drop --transductive")  # fmt: skip
     return {**params, "transductive": True}
 
 
@@ -120,9 +115,16 @@ def resolve(args: argparse.Namespace) -> tuple[str, list[str], list[str], dict]:
     params = read_section(args.config)
     method = args.method or params.pop("method", None) or "mass"
     params.pop("method", None)
-    suppress = names(args.suppress) if args.suppress else names(params.pop("suppress", None))
-    preserve = names(args.preserve) if args.preserve is not None else names(
-        params.pop("preserve", None))  # fmt: skip
+    suppress = list(
+        parse_names(args.suppress, where="--suppress")
+        if args.suppress
+        else parse_names(params.pop("suppress", None), where="train.suppress")
+    )
+    preserve = list(
+        parse_names(args.preserve, where="--preserve")
+        if args.preserve is not None
+        else parse_names(params.pop("preserve", None), where="train.preserve")
+    )
     params.pop("suppress", None)
     params.pop("preserve", None)
     for key in ("mode", "epochs", "seed"):

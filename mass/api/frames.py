@@ -15,14 +15,14 @@ import tempfile
 import numpy as np
 import pyarrow as pa
 
+from mass.names import parse_names
+
 
 def names(v) -> list[str]:
-    """Attribute names given as a list or as "a,b" (None: none)."""
-    if v is None:
-        return []
-    if isinstance(v, str):
-        return [s.strip() for s in v.split(",") if s.strip()]
-    return [str(s) for s in v]
+    """Attribute names given as "a,b" or any iterable of names (None: none), read by
+    :func:`mass.names.parse_names` (an iterable's items as ``str``: a pandas Index works)."""
+    items = v if v is None or isinstance(v, str) else [str(s) for s in v]
+    return list(parse_names(items, where="attribute names"))
 
 
 def is_pandas(obj) -> bool:

@@ -12,7 +12,7 @@ import numpy as np
 from mass.audit.policy import AuditPolicy
 from mass.metrics import AttributeReport
 from mass.metrics.certificate import Certificate, certify, plan
-from mass.metrics.rules import CERTIFICATE, judge_ok
+from mass.metrics.rules import CERTIFICATE, judge_limit, judge_ok
 from mass.noise_streams import modifier_parts
 
 
@@ -72,8 +72,9 @@ def certificate_block(r: AttributeReport) -> dict | None:
         within is False and m is not None
     ):  # what resolution alone costs: rows for these cells, cells here
         out["resolution_plan"] = plan(c, m)
-    out.update(limit=None if m is None else round(r.baseline + m, 6),
-               balanced_limit=None if m is None else round(r.balanced_baseline + m, 6),
+    out.update(limit=None if m is None else round(judge_limit(r.baseline, m), 6),
+               balanced_limit=None if m is None else round(
+                   judge_limit(r.balanced_baseline, m), 6),
                gated=CERTIFICATE in r.margins, within_limit=within)  # fmt: skip
     return out
 

@@ -21,7 +21,7 @@ from great_expectations.expectations.expectation import BatchExpectation
 from great_expectations.expectations.metrics.metric_provider import metric_value
 from great_expectations.expectations.metrics.table_metric_provider import TableMetricProvider
 
-from mass.metrics import judge_ok, preserved_ok
+from mass.metrics import judge_limit, judge_ok, preserved_ok
 from mass.metrics.rules import FROZEN_SLACK, frozen_kept_ok
 from mass.metrics.scores import FROZEN
 
@@ -91,9 +91,9 @@ class ExpectAttributeToBeSuppressed(BatchExpectation):
             worst = max(worst, high - baseline, bal_high - bal_baseline)
             failed += [] if ok else [judge]
             details.append({"judge": judge, "accuracy": float(r["accuracy"]), "ci_high": high,
-                            "limit": baseline + float(margin),
+                            "limit": judge_limit(baseline, float(margin)),
                             "balanced": float(r["balanced"]), "balanced_ci_high": bal_high,
-                            "balanced_limit": bal_baseline + float(margin),
+                            "balanced_limit": judge_limit(bal_baseline, float(margin)),
                             "passed": ok})  # fmt: skip
         return {
             "success": not failed and bool(details),

@@ -46,6 +46,7 @@ from typing import Any
 
 from mass.errors import ConfigError
 from mass.metrics import ATTACKER_FAMILIES, FROZEN
+from mass.names import parse_names
 
 KEYS = {"frozen_margin", "attacker_margin", "min_utility_fraction", "suppress", "preserve",
         "families", "folds", "seed", "max_rows", "norm_tol", "allow_columns", "confidence",
@@ -110,14 +111,6 @@ def _int(key: str, value: Any, *, lo: int) -> int:
     return int(value)
 
 
-def _names(key: str, value: Any) -> tuple[str, ...]:
-    if isinstance(value, str):  # "a,b" as on the command line
-        return tuple(v.strip() for v in value.split(",") if v.strip())
-    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"audit.{key}: expected a list of names, got {value!r}")
-    return tuple(value)
-
-
 def policy_from_dict(section: Mapping[str, Any] | None) -> AuditPolicy:
     """Build and validate the policy from the ``audit:`` mapping (None -> defaults)."""
     sec = dict(section or {})
@@ -132,7 +125,7 @@ def policy_from_dict(section: Mapping[str, Any] | None) -> AuditPolicy:
             "min_utility_fraction", sec["min_utility_fraction"], lo=0.0, hi=2.0
         )
     if "families" in sec:
-        fams = _names("families", sec["families"])
+        fams = parse_names(sec["families"], where="audit.families")
         bad = [f for f in fams if f not in ATTACKER_FAMILIES]
         if bad or not fams:
             raise ConfigError(
@@ -182,7 +175,7 @@ def policy_from_dict(section: Mapping[str, Any] | None) -> AuditPolicy:
     if "norm_tol" in sec:
         kw["norm_tol"] = _number("norm_tol", sec["norm_tol"], lo=0.0, hi=1.0)
     if "allow_columns" in sec:
-        kw["allow_columns"] = _names("allow_columns", sec["allow_columns"] or [])
+        kw["allow_columns"] = parse_names(sec["allow_columns"], where="audit.allow_columns")
     if "confidence" in sec:
         kw["confidence"] = _number("confidence", sec["confidence"], lo=0.5, hi=0.9999)
     if "curve_tol" in sec:
@@ -190,7 +183,7 @@ def policy_from_dict(section: Mapping[str, Any] | None) -> AuditPolicy:
     if "max_cosine" in sec:
         kw["max_cosine"] = _number("max_cosine", sec["max_cosine"], lo=0.0, hi=1.0)
     if "watch" in sec:
-        kw["watch"] = _names("watch", sec["watch"] or [])
+        kw["watch"] = parse_names(sec["watch"], where="audit.watch")
     if sec.get("watch_min_kept") is not None:
         kw["watch_min_kept"] = _number("watch_min_kept", sec["watch_min_kept"], lo=0.0, hi=2.0)
     if "max_levels" in sec:

@@ -11,7 +11,7 @@ from mass.audit.certified import certificate_block, certificate_line
 from mass.audit.data import parse_json_list
 from mass.audit.runner import AuditResult, family_margins
 from mass.audit.unnamed import unnamed_lines
-from mass.metrics import FROZEN, aum, column_of
+from mass.metrics import FROZEN, aum, column_of, judge_limit
 from mass.metrics.strata import RULE as RARE_RULE
 
 
@@ -44,14 +44,14 @@ def audit_metrics(result: AuditResult) -> dict:
         row["balanced_ci_high"] = {j: _num(v) for j, v in r.balanced_ci_high.items()}
         if r.role == "suppressed":
             row["excess"] = _num(r.worst - r.baseline)
-            limits = {j: r.baseline + m for j, m in r.margins.items()}
-            bal = {j: r.balanced_baseline + m for j, m in r.margins.items()}
+            limits = {j: judge_limit(r.baseline, m) for j, m in r.margins.items()}
+            bal = {j: judge_limit(r.balanced_baseline, m) for j, m in r.margins.items()}
             # one number each when every judge has the same limit, else every judge's (never
             # the strictest one's alone); each family's own in family_limits, every judge's in
             # limits/...
             fams = family_margins(r)
-            row["family_limits"] = {f: _num(r.baseline + m) for f, m in fams.items()}
-            row["family_balanced_limits"] = {f: _num(r.balanced_baseline + m)
+            row["family_limits"] = {f: _num(judge_limit(r.baseline, m)) for f, m in fams.items()}
+            row["family_balanced_limits"] = {f: _num(judge_limit(r.balanced_baseline, m))
                                              for f, m in fams.items()}  # fmt: skip
             row["limits"] = {j: _num(v) for j, v in limits.items()}
             row["balanced_limits"] = {j: _num(v) for j, v in bal.items()}
@@ -213,7 +213,7 @@ def format_table(result: AuditResult) -> str:
         lines.append(f"{r.name}: 95% upper bounds (limit {r.baseline:.3f}+margin): {highs}")
         fams = family_margins(r)
         if len(set(fams.values())) > 1:
-            lims = ", ".join(f"{f} {r.baseline + m:.3f}" for f, m in fams.items())
+            lims = ", ".join(f"{f} {judge_limit(r.baseline, m):.3f}" for f, m in fams.items())
             lines.append(f"{r.name}: limits per judge family: {lims}")
         bal = ", ".join(f"{j} {v:.3f}" for j, v in r.balanced_ci_high.items())
         lines.append(f"{r.name}: balanced upper bounds (limit {r.balanced_baseline:.3f}+margin):"

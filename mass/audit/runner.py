@@ -24,7 +24,7 @@ from mass.audit.unnamed import check_watch, effective_watch, measure_unnamed, wa
 from mass.errors import ConfigError, VacuousPolicyError
 from mass.keys import LOCAL_CONFIG, NOISE_KEY_ENV, OwnerKey, resolve_key
 from mass.metrics import KEYED, AttributeReport, attribute_report, family_of, z_value
-from mass.metrics.rules import FROZEN_READER
+from mass.metrics.rules import FROZEN_READER, judge_limit
 from mass.metrics.scores import FROZEN
 from mass.noise_streams import is_stochastic, modifier_parts
 from mass.rundir import load_judges
@@ -306,7 +306,7 @@ def _vacuous_judges(r: AttributeReport) -> list[str]:
         by_margin.setdefault(m, []).append(fam)
     out = []
     for m in sorted(by_margin, reverse=True):
-        limit, bal_limit = r.baseline + m, r.balanced_baseline + m
+        limit, bal_limit = judge_limit(r.baseline, m), judge_limit(r.balanced_baseline, m)
         who = f"for judges {', '.join(by_margin[m])}"
         if limit >= 1 and bal_limit >= 1:  # a judge fails on either scale: both must be
             out.append(f"'{r.name}': limit {limit:.3f} >= 1 (baseline {r.baseline:.3f} + "
@@ -341,7 +341,7 @@ def vacuous(reports: list[AttributeReport]) -> list[str]:
             out.append(f"'{r.name}' is suppressed but the preserved attribute(s) predict it "
                        f"{r.floor:.0%} of the time (leakage floor {r.floor:.3f}, majority "
                        f"{r.majority:.3f}): preserving them contradicts suppressing it (limit "
-                       f"{r.baseline + m:.3f})")  # fmt: skip
+                       f"{judge_limit(r.baseline, m):.3f})")  # fmt: skip
         else:
             out += _vacuous_judges(r)
     return out

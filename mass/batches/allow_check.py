@@ -170,6 +170,8 @@ def _encode_labels(table: pa.Table, attr: str, source: str) -> np.ndarray:
 
 def _verdict(column: str, report, confidence: float) -> ColumnVerdict:
     """The report's judge closest to (or over) its limit, read off the audit's own numbers."""
+    from mass.metrics import judge_limit
+
     best = None
     for judge in report.accuracies:
         m = report.margins[judge]
@@ -180,7 +182,8 @@ def _verdict(column: str, report, confidence: float) -> ColumnVerdict:
             sides.append(("balanced accuracy", bal, report.balanced_ci_high[judge],
                           report.balanced_baseline))  # fmt: skip
         for scale, value, upper, base in sides:
-            cand = (upper - (base + m), judge, scale, value, upper, base + m, base)
+            lim = judge_limit(base, m)
+            cand = (upper - lim, judge, scale, value, upper, lim, base)
             if best is None or cand[0] > best[0]:
                 best = cand
     assert best is not None, "attribute_report always has judges"

@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from mass.names import split_names
+
 log = logging.getLogger(__name__)
 
 
@@ -38,7 +40,7 @@ def resolve_watch(args, suppress, preserve, columns) -> list[str]:
     one that is also suppressed or preserved)."""
     from mass.audit.unnamed import check_watch, effective_watch
 
-    flag = [w.strip() for w in (getattr(args, "watch", None) or "").split(",") if w.strip()]
+    flag = list(split_names(getattr(args, "watch", None)))
     watch = list(effective_watch(flag, read_policy(args.policy)[0].watch, columns or [],
                                  where=args.data))  # fmt: skip
     check_watch(watch, suppress, preserve)

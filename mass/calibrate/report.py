@@ -9,6 +9,7 @@ import os
 
 from mass.audit.policy import AuditPolicy
 from mass.calibrate.judge import Baselines
+from mass.metrics import judge_limit
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,8 @@ def baseline_report(base: Baselines, policy: AuditPolicy) -> dict:
         margins = policy.margins(s)
         out[s] = {"role": "suppressed", "majority": base.majority[s], "floor": base.floor[s],
                   "original": base.original[s],
-                  "limit": {f: base.baseline(s) + margins[f] for f in base.original[s]},
+                  "limit": {f: judge_limit(base.baseline(s), margins[f])
+                            for f in base.original[s]},
                   "judged_on": f"{policy.confidence:.0%} upper bounds of accuracy and of "
                                "balanced accuracy, every family and its re-mapped "
                                "predictions (the audit's rule)"}  # fmt: skip

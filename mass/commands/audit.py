@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import argparse
 
+from mass.names import add_column_arguments, split_names
+
 HELP = "Great Expectations audit of a release; non-zero exit when it fails"
-
-
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(v.strip() for v in (text or "").split(",") if v.strip())
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,9 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
         help="held-out labels Parquet: id, label columns (+ original emb)",
     )
-    parser.add_argument("--suppress", required=True, type=_names, help="attributes, a[,b]")
-    parser.add_argument("--preserve", default=(), type=_names, help="attributes, r[,...]")
-    parser.add_argument("--watch", default=(), type=_names,
+    parser.add_argument("--suppress", required=True, type=split_names, help="attributes, a[,b]")
+    parser.add_argument("--preserve", default=(), type=split_names, help="attributes, r[,...]")
+    parser.add_argument("--watch", default=(), type=split_names,
                         help="attributes neither suppressed nor preserved whose retention is "
                         "reported (and gated by audit.watch_min_kept), w[,...] (default: the "
                         "policy's audit.watch)")  # fmt: skip
@@ -43,19 +41,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--params", help="params.yaml or policy file holding the audit: policy "
                         "(default: ./params.yaml when present, else the built-in policy; the "
                         "anonymize gate's default too)")  # fmt: skip
-    parser.add_argument(
-        "--id-col",
-        default="id",
-        help="row id column (int64, unique; what keyed noise and joins use)",
-    )
-    parser.add_argument(
-        "--emb-col", default="emb", help="embedding column (fixed-size list of float32)"
-    )
+    add_column_arguments(parser)
     parser.add_argument("--input", help="original embeddings Parquet (ids must match)")
     parser.add_argument(
         "--allow-columns",
         default=(),
-        type=_names,
+        type=split_names,
         help="columns the release may carry besides id/emb (adds to policy)",
     )
     parser.add_argument("--no-chart", action="store_true", help="skip privacy_utility.png")

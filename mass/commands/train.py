@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 
 from mass.config import BUDGET_CLOCKS, METHOD_NAMES, MODES
+from mass.names import add_column_arguments
 
 HELP = "train a data modifier (MaSS or another method) on embedding Parquet"
 
@@ -27,8 +28,7 @@ HELP = "train a data modifier (MaSS or another method) on embedding Parquet"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, help="training Parquet (file, directory or glob)")
     p.add_argument("--val", help="validation Parquet; enables the audit in metrics.json")
-    p.add_argument("--id-col", default="id", help="row id column (default: id)")
-    p.add_argument("--emb-col", default="emb", help="embedding column (default: emb)")
+    add_column_arguments(p)
     p.add_argument("--suppress", help="attributes to suppress, comma-separated (or in --config)")
     p.add_argument("--preserve", help="attributes to preserve, comma-separated (optional)")
     p.add_argument("--method", help=f"method name: one of {', '.join(METHOD_NAMES)} "

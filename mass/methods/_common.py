@@ -17,6 +17,7 @@ from torch import nn
 
 from mass.config import check_attribute_names
 from mass.io import EmbeddingDataset
+from mass.minibatch import batches
 from mass.modifiers import l2_normalize
 from mass.rows import normalize_rows
 
@@ -66,13 +67,6 @@ def fit_inputs(
     attrs = [*suppress, *preserve]
     ks = {a: n_classes(train, a) for a in attrs}
     return FitInputs(unit_x(train), gen, attrs, ks, label_tensors(train, attrs))
-
-
-def batches(n: int, batch_size: int, gen: torch.Generator) -> list[torch.Tensor]:
-    """A fresh permutation cut into batches (the last short one is kept if >= 2 rows)."""
-    perm = torch.randperm(n, generator=gen)
-    out = [perm[i : i + batch_size] for i in range(0, n, batch_size)]
-    return [b for b in out if len(b) >= 2] or [perm]
 
 
 def classifier(dim: int, k: int, hidden: int = 128) -> nn.Sequential:

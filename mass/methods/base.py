@@ -18,6 +18,7 @@ from torch import nn
 
 from mass.errors import ConfigError
 from mass.io import EmbeddingDataset
+from mass.names import split_names
 
 
 @dataclass
@@ -118,7 +119,7 @@ def _coerce(where: str, value: Any, t: Any) -> Any:
     if typing.get_origin(t) is tuple:
         (item, *_) = typing.get_args(t)
         if isinstance(value, str):
-            value = [s.strip() for s in value.split(",") if s.strip()]
+            value = split_names(value)
         if not isinstance(value, (list, tuple)):
             raise bad
         return tuple(_coerce(f"{where}[{i}]", v, item) for i, v in enumerate(value))
@@ -134,6 +135,13 @@ class Method:
 
     name: ClassVar[str] = ""
     Params: ClassVar[type] = Params
+
+    @classmethod
+    def fits_transductively(cls) -> bool:
+        """Whether ``mass train --transductive`` may fit this method on the very rows it will
+        release: declared by a ``transductive`` knob in its ``Params`` (the fit binds the
+        modifier to those rows, :mod:`mass.fitrows`)."""
+        return any(f.name == "transductive" for f in fields(cls.Params))
 
     def parse(self, params: Any, *, suppress: list[str], preserve: list[str],
               seed: int | None = None) -> Any:  # fmt: skip

@@ -32,8 +32,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from mass.methods import FitResult, Method, Params, register_method
-from mass.methods._common import batches, classifier, fit_inputs
+from mass.methods._common import classifier, fit_inputs
 from mass.methods.base import knob
+from mass.minibatch import batches
 from mass.modifiers.genfilter import GenFilterModifier, GenFilterSpec
 
 

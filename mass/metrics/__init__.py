@@ -29,6 +29,7 @@ from mass.metrics.rules import (  # noqa: F401
     column_of,
     curve_climbing,
     family_of,
+    judge_limit,
     judge_ok,
     preserved_ok,
     suppressed_ok,

@@ -51,13 +51,18 @@ def aum(efficacy: float, fidelity: float) -> float:
     return 0.0 if e + f <= 0 else 2.0 * e * f / (e + f)
 
 
+def judge_limit(baseline: float, margin: float) -> float:
+    """A suppression judge's limit on one scale: its baseline plus the policy's margin."""
+    return baseline + margin
+
+
 def suppressed_ok(accuracy: float, baseline: float, margin: float) -> bool:
     """The suppression rule: a judge may not beat its baseline by more than margin.
 
     The audit passes a judge's 95 % upper bound as ``accuracy`` (accuracy against
     max(majority, floor), balanced accuracy against max(1/k, balanced floor)).
     """
-    return accuracy <= baseline + margin + 1e-12
+    return accuracy <= judge_limit(baseline, margin) + 1e-12
 
 
 def judge_ok(

@@ -21,7 +21,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from mass import fs
 from mass.errors import ReleaseError
+from mass.names import split_names
 from mass.report import view
 from mass.report.protection import protection
 from mass.report.unnamed import (
@@ -88,7 +90,7 @@ def _names(value: Any) -> list[str]:
         try:
             value = json.loads(value)
         except ValueError:
-            value = [v.strip() for v in value.split(",") if v.strip()]
+            value = split_names(value)
     return [str(v) for v in value] if isinstance(value, list | tuple) else []
 
 
@@ -251,13 +253,7 @@ def write_datasheet(release_dir: str, *, metadata: dict, audit: dict | None,
     manifest_path = os.path.join(release_dir, RELEASE_JSON)
     manifest: dict = {}
     if os.path.exists(manifest_path):
-        try:
-            with open(manifest_path) as f:
-                manifest = json.load(f)
-        except (OSError, ValueError) as e:
-            raise ReleaseError(f"{manifest_path}: not readable JSON ({e}); re-publish") from e
-        if not isinstance(manifest, dict):
-            raise ReleaseError(f"{manifest_path}: expected a JSON object; re-publish")
+        manifest = fs.read_json_object(manifest_path, remedy="re-publish", error=ReleaseError)
     manifest["datasheet"] = sheet
     _write(manifest_path, json.dumps(manifest, indent=2, default=str) + "\n")
     _write(os.path.join(release_dir, RELEASE_MD), _markdown(sheet, name))

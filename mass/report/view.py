@@ -14,7 +14,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from mass.errors import InputError, MissingInputError
+from mass import fs
+from mass.errors import MissingInputError
 
 AUDIT_NAME = "audit.json"
 
@@ -27,14 +28,7 @@ def read_audit(report_dir: str) -> dict:
             f"{path}: no audit.json; run `mass audit --report {report_dir}` first (or pass the "
             "report directory the audit wrote)"
         )
-    try:
-        with open(path) as f:
-            audit = json.load(f)
-    except (OSError, ValueError) as e:
-        raise InputError(f"{path}: not readable JSON ({e}); re-run `mass audit`") from e
-    if not isinstance(audit, dict):
-        raise InputError(f"{path}: expected a JSON object at the top level; re-run `mass audit`")
-    return audit
+    return fs.read_json_object(path, remedy="re-run `mass audit`")
 
 
 def num(v: Any) -> float | None:

@@ -79,3 +79,25 @@ def test_training_off_a_terminal_logs_rate_lines_not_bar_redraws(tmp_path):
     # a line every 30 s and one at the end (mass.progress.LogProgress): 3 epochs x 32 steps
     assert rate and rate[-1].startswith("step 96/96 (100%), "), out[-3000:]
     assert rate[-1].split(", ")[1].endswith(" rows/s")
+
+
+def test_top_level_help_shows_each_commands_own_help_line():
+    """A command's one-line help has one home, its module's ``HELP``."""
+    import importlib
+
+    r = _run("--help")
+    text = " ".join(r.stdout.split())
+    for name, modname in COMMANDS.items():
+        assert importlib.import_module(modname).HELP in text, name
+
+
+def test_a_new_command_needs_only_its_line_in_commands(monkeypatch, capsys):
+    """One line in ``mass.cli.COMMANDS`` adds a command (docs/architecture.md): the other
+    commands still parse, and `mass --help` lists it (as unavailable, naming what is missing,
+    while its module cannot be imported) instead of failing."""
+    monkeypatch.setitem(COMMANDS, "ghost", "mass.commands.ghost_not_there")
+    assert _subparser("keygen") is not None
+    with pytest.raises(SystemExit):
+        build_parser([]).parse_args(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "ghost (unavailable: mass.commands.ghost_not_there is not installed)" in out

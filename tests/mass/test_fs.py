@@ -9,6 +9,7 @@ import os
 import pytest
 
 from mass import fs
+from mass.errors import InputError, MissingInputError
 
 
 @pytest.mark.parametrize("pattern", ["*.parquet", "a/*.parquet", "**/*.parquet", "a/**",
@@ -49,3 +50,41 @@ def test_local_paths_keep_their_errno_and_uris_are_told_apart(tmp_path):
     assert fs.normpath("s3://b/k/../y/") == "s3://b/y" and fs.basename("s3://b/k/") == "k"
     with pytest.raises(OSError, match="no rename"):
         fs.replace("s3://b/a", "s3://b/b")
+
+
+def _three_readers(tmp_path):
+    """The JSON objects the product reads: a run's metrics.json, an audit.json, the manifest
+    a datasheet merges into; each through its own public reader, (reader, file, error)."""
+    from mass.errors import ReleaseError, UnreadableInputError
+    from mass.report.datasheet import write_datasheet
+    from mass.report.view import read_audit
+    from mass.rundir import read_metrics
+
+    def datasheet(d: str) -> None:
+        write_datasheet(d, metadata={}, audit=None, report_path=None)
+
+    return [
+        (read_metrics, "metrics.json", UnreadableInputError),
+        (read_audit, "audit.json", InputError),
+        (datasheet, "_release.json", ReleaseError),
+    ]
+
+
+@pytest.mark.parametrize(("text", "what"), [("[1, 2]", "expected a JSON object; "),
+                                            ('{"a": ', "not readable JSON (")])  # fmt: skip
+def test_every_json_object_reader_names_the_file_with_one_message(tmp_path, text, what):
+    for i, (read, name, error) in enumerate(_three_readers(tmp_path)):
+        d = tmp_path / str(i)
+        d.mkdir()
+        (d / name).write_text(text)
+        with pytest.raises(error) as got:
+            read(str(d))
+        assert str(got.value).startswith(f"{d / name}: {what}"), str(got.value)
+
+
+def test_read_json_object_names_a_missing_file_and_returns_the_object(tmp_path):
+    path = str(tmp_path / "x.json")
+    with pytest.raises(MissingInputError, match=r"x\.json: missing; do this"):
+        fs.read_json_object(path, remedy="do this")
+    fs.write_json(path, {"a": [1]})
+    assert fs.read_json_object(path, remedy="do this") == {"a": [1]}

@@ -50,3 +50,31 @@ def test_an_explicit_transductive_fit_is_bound_to_its_training_rows(data, tmp_pa
     spec = load_modifier(str(out / "modifier.pt")).spec
     assert spec.fit_rows == 200
     assert spec.fit_ids_sha256 == ids_digest(pq.read_table(data).column("id"))
+
+
+def test_whether_a_method_may_fit_transductively_is_its_own_declaration(monkeypatch):
+    """The capability is read from the method (a ``transductive`` knob in its Params), never
+    from its name: a method registered under another name with that knob is accepted, one
+    without it is refused with the names of those that can."""
+    import argparse
+    from dataclasses import dataclass
+
+    from mass.errors import ConfigError
+    from mass.methods import METHODS, Method, Params
+    from mass.methods.base import knob
+    from mass.training import transductive_params
+
+    @dataclass(frozen=True)
+    class BoundParams(Params):
+        transductive: bool = knob(False, help="fitted on the rows it releases")
+
+    class Bound(Method):
+        Params = BoundParams
+
+    monkeypatch.setitem(METHODS, "bound_toy", Bound)
+    able = sorted(n for n, cls in METHODS.items() if cls.fits_transductively())
+    assert able == ["bound_toy", "ot_repair"]
+    args = argparse.Namespace(val=None)
+    assert transductive_params(args, "bound_toy", False, {"k": 1}) == {"k": 1, "transductive": True}
+    with pytest.raises(ConfigError, match="only bound_toy or ot_repair fits transductively"):
+        transductive_params(args, "leace", False, {})
