@@ -123,10 +123,21 @@ def releases(train, xt, seeds, s_codes, suppress, preserve, calibrated=None,
         "ot-repair+partition2|R": "one partition within each class of R (2 axes)",
         "ot-repair+partition1|R": "one partition within each class of R, one repair pass",
         "ot-repair+balanced2|R": "two-axis partition, held-out balanced merging",
+        "ot-repair+certified|R": "two-axis partition, the cells these rows can certify",
     }
     for c in ordered(SEARCH_SPACE, preserve):  # calibration's own candidates, as it runs them
         if c.name in cells:
-            model = fitted(c.method, train, suppress, preserve, dict(c.params))
+            params = dict(c.params)
+            if c.certified_cells:  # as calibration sets it, for this release's rows
+                from mass.audit.policy import load_policy
+                from mass.calibrate.space import certified_cell_count
+
+                params["cell_count"] = certified_cell_count(
+                    train.labels, suppress, load_policy("params.yaml"), len(xt)
+                )
+                if params["cell_count"] < 2:
+                    continue
+            model = fitted(c.method, train, suppress, preserve, params)
             out[c.name] = (*run(model), cells[c.name])
     tr = transductive_repair(xt, s_codes)
     out["ot-repair (transductive)"] = (tr, tr, "fitted on the release rows, true S")
