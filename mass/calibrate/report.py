@@ -89,6 +89,11 @@ def why(pt: dict, policy: AuditPolicy) -> str:
             f"{min(policy.attacker_margin.values()):.2f})")  # fmt: skip
 
 
+def _by(p: dict) -> str:
+    """Which candidate, at which noise, a frontier figure belongs to."""
+    return f", by {p['candidate']} at noise {p['noise']:g}" if p.get("candidate") else ""
+
+
 def verdict(infeasible: list[str], points: list[dict], policy, base: Baselines) -> str:
     if infeasible:
         return "infeasible: " + "; ".join(infeasible)
@@ -99,18 +104,18 @@ def verdict(infeasible: list[str], points: list[dict], policy, base: Baselines) 
         parts.append("nothing was measured within the budget (raise --budget-minutes)")
         return "; ".join(parts)
     if private:
-        best = max(p["fraction"] for p in private)
+        top = max(private, key=lambda p: p["fraction"])
         need = max((policy.fraction(r) + base.safety[r] for r in base.preserve),
                    default=policy.min_utility_fraction)  # fmt: skip
         parts.append(
-            f"the best utility with suppression held was {best:.3f} (needs "
-            f"{need:.3f}: the policy's fraction + one standard error)"
+            f"the best utility with suppression held was {top['fraction']:.3f} (needs "
+            f"{need:.3f}: the policy's fraction + one standard error){_by(top)}"
         )
     if useful:
-        least = min(p["excess"] for p in useful)
+        top = min(useful, key=lambda p: p["excess"])
         parts.append(
-            f"the best privacy with utility kept was {least:+.3f} "
-            "(worst upper bound over its baseline)"
+            f"the best privacy with utility kept was {top['excess']:+.3f} "
+            f"(worst upper bound over its baseline){_by(top)}"
         )
     if not private and not useful:
         parts.append("looks infeasible within this search: neither half of the policy was met")

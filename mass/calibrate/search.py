@@ -397,6 +397,14 @@ def _finish(s: _Search, infeasible: list[str], out_dir) -> CalibrationResult:
                 f"the limit "
                 f"only from {max(need.values())} rows on ({need}): more rows (or --val)"
             )
+        if not infeasible:  # what a certified cell release of this size could be
+            rows = s.cfg.release_rows or len(s.val_ds)
+            cells = certified_cell_count(s.train.labels, s.suppress, policy, rows)
+            report["verdict"] += (
+                f"; a cell release of {rows} audited rows certifies within the margin with "
+                f"about {cells} cells at most (cells independent of S; docs/audit.md, "
+                "\"Certificate\")" if cells >= 2 else
+                f"; {rows} audited rows certify no cell release within the margin")  # fmt: skip
         write_report(out_dir, report, s.points, None, policy)
         raise CalibrationError(failure_message(report, base))
     c, fit, pt, params, fit_on = s.chosen

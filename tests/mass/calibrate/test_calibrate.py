@@ -687,7 +687,10 @@ def test_certified_cells_follow_the_rows_the_gate_will_audit(files, monkeypatch)
 
     def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False):
         served.append(parts[0][0].spec)  # one pass: one repair part, which carries the cells
-        return {"points": [], "chosen": None, "reason": "judged elsewhere"}
+        pt = {**_point(0.0, {"logreg": True}), "privacy_ok": True, "utility_ok": False,
+              "passed": False, "excess": -0.01, "fraction": 0.5, "fidelity": 0.5,
+              "utility": {"u": {"logreg": 0.3}}}  # fmt: skip
+        return {"points": [pt], "chosen": None, "reason": "judged elsewhere"}
 
     monkeypatch.setattr(S, "bisect_noise", fake_bisect)
     ds = load_embeddings(str(files / "ring.parquet"), label_cols=["s", "u"])
@@ -695,17 +698,22 @@ def test_certified_cells_follow_the_rows_the_gate_will_audit(files, monkeypatch)
     pol = AuditPolicy()
     counts = {}
     for rows in (5000, 60_000):
-        with pytest.raises(CalibrationError):
+        with pytest.raises(CalibrationError) as refused:
             C.calibrate(ds, suppress=["s"], preserve=["u"], policy=pol, space=(cand,),
                         cfg=CalibrationConfig(budget_minutes=5, release_rows=rows))  # fmt: skip
         spec = served[-1]
         counts[rows] = certified_cell_count(ds.labels, ["s"], pol, rows)
+        # the refusal names the best trade and what a certified release of this size allows
+        msg = str(refused.value)
+        assert "held was 0.500" in msg and "by ot-repair+certified|R at noise 0" in msg, msg
+        assert (f"a cell release of {rows} audited rows certifies within the margin with "
+                f"about {counts[rows]} cells at most") in msg, msg  # fmt: skip
         # u's 3 classes are the groups; 2 axes: levels = sqrt(count / 3), at least 2
         assert spec.cell_groups == 3 and spec.cell_shared
         assert spec.cell_levels == max(2, round((counts[rows] / 3) ** 0.5)), (rows, spec)
     assert counts[60_000] > 10 * counts[5000] > 0
     n_fits = len(served)
-    with pytest.raises(CalibrationError):
+    with pytest.raises(CalibrationError, match="900 audited rows certify no cell release"):
         C.calibrate(ds, suppress=["s"], preserve=["u"], policy=pol, space=(cand,),
                     cfg=CalibrationConfig(budget_minutes=5))  # fmt: skip
     assert len(served) == n_fits  # skipped: the 900 validated rows certify no two cells
