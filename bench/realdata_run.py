@@ -269,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
                     "policy's)")  # fmt: skip
     ap.add_argument("--folds", type=int, help="cross-validation folds (default: the policy's)")
     ap.add_argument("--scaling", metavar="SET", help="also the scaling run on SET (e.g. words)")
+    ap.add_argument("--scaling-only", action="store_true",
+                    help="with --scaling: only the scaling run (no side-by-side table)")  # fmt: skip
     ap.add_argument(
         "--no-calibration",
         action="store_true",
@@ -290,6 +292,10 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown([json.loads(x) for p in args.render for x in open(p) if x.strip()]))
         return 0
     names = args.only.split(",") if args.only else list(REGISTRY)
+    if args.scaling_only:
+        if not args.scaling:
+            ap.error("--scaling-only needs --scaling SET")
+        names = []
     bad = [n for n in names + ([args.scaling] if args.scaling else []) if n not in REGISTRY]
     if bad:
         ap.error(f"--only/--scaling: unknown dataset(s) {bad}; choose from {list(REGISTRY)}")
