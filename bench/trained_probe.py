@@ -18,12 +18,13 @@ def main(argv: list[str] | None = None) -> int:
     from mass.audit.policy import load_policy
     from mass.calibrate.judge import ValidationAudit
     from mass.calibrate.noise import apply, with_output_noise
-    from mass.calibrate.sampling import stratified_split, subset
+    from mass.calibrate.sampling import stratified_split
     from mass.calibrate.search import TRAINED_HOLDOUT
     from mass.calibrate.space import SEARCH_SPACE
     from mass.config import CalibrationConfig
     from mass.io import load_embeddings
     from mass.methods import get_method
+    from mass.methods._common import subset
     from mass.rows import joint_codes
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -26,7 +26,6 @@ from mass.calibrate.sampling import (
     sample_table,
     stratified_split,
     stream_sample,
-    subset,
     total_rows,
 )
 from mass.calibrate.search import (
@@ -66,7 +65,6 @@ __all__ = [
     "sample_table",
     "stratified_split",
     "stream_sample",
-    "subset",
     "total_rows",
     "with_output_noise",
 ]

@@ -9,7 +9,6 @@ to its labels (strata = the label columns).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Any
 
@@ -200,12 +199,3 @@ def load_training(
                              max_rows=max_rows, seed=seed)  # fmt: skip
     ds = load_embeddings(spec, id_col=id_col, emb_col=emb_col, label_cols=label_cols)
     return ds, None
-
-
-def subset(ds: EmbeddingDataset, rows: np.ndarray) -> EmbeddingDataset:
-    import pyarrow as pa
-
-    return dataclasses.replace(
-        ds, ids=ds.ids.take(pa.array(rows)), x=ds.x[rows],
-        labels={a: y[rows] for a, y in ds.labels.items()},
-    )  # fmt: skip

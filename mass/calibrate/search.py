@@ -40,7 +40,6 @@ from mass.calibrate.sampling import (
     fold_indices,
     holdout_codes,
     stratified_split,
-    subset,
 )
 from mass.calibrate.space import (
     SEARCH_SPACE,
@@ -53,6 +52,7 @@ from mass.calibrate.space import (
 from mass.config import CalibrationConfig
 from mass.errors import CalibrationError, ConfigError, InputError
 from mass.io import EmbeddingDataset
+from mass.methods._common import subset
 from mass.metrics.strata import stratification_codes
 from mass.rows import joint_codes
 

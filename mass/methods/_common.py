@@ -188,16 +188,15 @@ def toy_dataset(
 
 
 def subset(ds: EmbeddingDataset, rows: np.ndarray) -> EmbeddingDataset:
-    """Rows ``rows`` of ``ds`` (same encodings)."""
+    """Rows ``rows`` of ``ds`` (every other field as it is: encodings, source)."""
+    import dataclasses
+
     import pyarrow as pa
 
-    return EmbeddingDataset(
-        ids=ds.ids.take(pa.array(rows)),
-        x=ds.x[rows],
-        encodings=ds.encodings,
-        source=ds.source,
+    return dataclasses.replace(
+        ds, ids=ds.ids.take(pa.array(rows)), x=ds.x[rows],
         labels={a: y[rows] for a, y in ds.labels.items()},
-    )
+    )  # fmt: skip
 
 
 def train_with_aux(

@@ -33,7 +33,7 @@ def test_keeps_a_correlated_preserved_attribute_better_than_leace():
 
 
 def test_rounds_remove_what_renormalisation_writes_back():
-    from mass.calibrate import subset
+    from mass.methods._common import subset
 
     full = make_synthetic(n=1500, dim=16, seed=0)
     tr, te = subset(full, np.arange(1000)), subset(full, np.arange(1000, 1500))
