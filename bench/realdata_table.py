@@ -5,6 +5,11 @@ release), one row per method, then the scaling run."""
 from __future__ import annotations
 
 
+def _m(name) -> str:
+    """A method name in a Markdown table cell (``|`` escaped)."""
+    return str(name).replace("|", "\\|")
+
+
 def _f(v, fmt: str = ".3f") -> str:
     return "-" if v is None else format(v, fmt)
 
@@ -40,7 +45,7 @@ def _method_row(r: dict, watch: list[str]) -> str:
     kept = [_f(v["kept"], ".2f") for v in r["R"].values()]
     wk = [_f(r["watch"][w]["kept"], ".2f") for w in watch]
     st = r["structure"]
-    cells = [r["method"], _s(s), _s(sk) if sk is not s else "same", _lookup(r["lookup_key"]),
+    cells = [_m(r["method"]), _s(s), _s(sk) if sk is not s else "same", _lookup(r["lookup_key"]),
              _cert(r.get("certificate")), ", ".join(kept), ", ".join(wk),
              f"{st['knn_overlap']:.2f} / {st['cka']:.2f} / {st['dcor']:.2f}",
              "yes" if r["verdict"]["all"] else "no"]  # fmt: skip
@@ -53,7 +58,7 @@ def _section(rows: list[dict]) -> list[str]:
     if c.get("skipped"):
         chosen, cpu = f"nothing (skipped: {c['skipped']})", ""
     else:
-        chosen = (f"{c['chosen']} (noise {c['noise']})" if c["rc"] == 0
+        chosen = (f"{_m(c['chosen'])} (noise {c['noise']})" if c["rc"] == 0
                   else f"none: `mass train` exit {c['rc']} ({c.get('stopped')})")  # fmt: skip
         cpu = (f" in {c['calibration_cpu_seconds']:.0f} CPU-s ({c['calibration_seconds']:.0f} s "
                "wall)")  # fmt: skip
@@ -93,12 +98,65 @@ def _scaling(rows: list[dict]) -> list[str]:
     return out + [""]
 
 
+def _private(r: dict) -> bool:
+    """S within the policy with the key stripped, by every judge and by the lookup."""
+    return bool(r["verdict"]["s_key_ok"] and r["lookup_key"].get("ok", True))
+
+
+def _weak_min(r: dict) -> float | None:
+    """The least normalised information kept over the weakly tied watch attributes."""
+    kept = [r["watch"][w]["kept"] for w in r["verdict"]["weak_watch"]]
+    return min(kept) if kept else None
+
+
+def _figures(r: dict) -> str:
+    s = r["S_key"]["S"]
+    kept = ", ".join(_f(v["kept"], ".2f") for v in r["R"].values())
+    weak = _weak_min(r)
+    return (f"S {s['ci_high']:.3f}/{s['limit']:.3f}, R {kept}, weak watch "
+            f"{_f(weak, '.2f')}, {_cert(r.get('certificate'))}")  # fmt: skip
+
+
+def summary(rows: list[dict]) -> list[str]:
+    """One line per dataset: what calibration chose and how it fared, and the measured
+    ceiling - the method meeting every target, else the private one keeping R that keeps the
+    most of the weakly tied watch attributes (the lookup judge counted in privacy)."""
+    by: dict[str, list[dict]] = {}
+    for r in rows:
+        if not r.get("scaling"):
+            by.setdefault(r["dataset"], []).append(r)
+    out = ["| set | rows released | calibrated choice | its targets | measured ceiling |",
+           "|---|---|---|---|---|"]  # fmt: skip
+    for name, group in by.items():
+        c = group[0]["calibration"]
+        cal = next((r for r in group if r["method"] == "calibrated"), None)
+        chosen = (_m(c["chosen"]) if c.get("rc") == 0 else
+                  "skipped" if c.get("skipped") else f"refused ({c.get('stopped')})")  # fmt: skip
+        fared = "-" if cal is None else (
+            ("all met" if cal["verdict"]["all"] and _private(cal) else "not all: ")
+            + ("" if cal["verdict"]["all"] and _private(cal) else _figures(cal)))  # fmt: skip
+        ok = [r for r in group if r["method"] != "calibrated" and _private(r)
+              and r["verdict"]["r_ok"]]  # fmt: skip
+        met = [r for r in ok if r["verdict"]["watch_ok"]]
+        if met:
+            ceiling = "met by " + ", ".join(_m(r["method"]) for r in met)
+        elif ok:
+            best = max(ok, key=lambda r: -1.0 if _weak_min(r) is None else _weak_min(r))
+            ceiling = (
+                f"none meets all; best private with R kept: {best['method']} ({_figures(best)})"
+            )
+        else:
+            ceiling = "no release is private with R kept"
+        out.append(f"| {name} | {group[0]['release_rows']:,} | {chosen} | {fared} | {ceiling} |")
+    return out + [""]
+
+
 def markdown(rows: list[dict]) -> str:
     by: dict[str, list[dict]] = {}
     scale: dict[str, list[dict]] = {}
     for r in rows:
         (scale if r.get("scaling") else by).setdefault(r["dataset"], []).append(r)
-    out: list[str] = []
+    out: list[str] = summary(rows) if by else []
     for group in by.values():
         out += _section(group)
     for group in scale.values():
