@@ -100,9 +100,10 @@ ROUTES = {
     "(dvc.yaml after `make demo-keys`) runs in tests/test_dvc_route.py with `dvc exp run` and "
     "a 2-minute calibration budget, and `make demo` itself (venv, keys, dvc repro, summary) "
     "in no test",
-    "dvc repro": "`dvc exp show` line here (test_the_readme_exp_show_line_keeps_its_columns); "
-    "the rest needs the demo's outputs: tests/test_dvc_route.py runs exp run, exp show, "
-    "plots diff and push on them",
+    "dvc repro": "the `dvc exp show` line here (test_the_readme_exp_show_line_keeps_its_columns); "
+    "the rest needs the demo's outputs: tests/test_dvc_route.py runs `dvc exp run`, `exp show "
+    "--csv`, `plots diff` and `push` on a small pipeline; `dvc repro` after it and the `-n "
+    "colour` refusal (the default calibration budget on the demo's features) run in no test",
     "mass keygen": "run",
     "from mass.api import Suppressor": "run",
     "from transforms.api import Anonymize": "not here: `rows` is the user's source, the sink's "
