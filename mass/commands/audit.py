@@ -11,15 +11,13 @@ Writes REPORT/audit.json, REPORT/data_docs/ and REPORT/privacy_utility.png.
 
 A release whose ids are keyed pseudonyms (`mass anonymize --pseudonymize-ids`) is joined to the
 owner's labels (and --input) by pseudonymizing their ids under the owner key (--noise-key-file,
-$MASS_NOISE_KEY_FILE or .mass/local.yaml, as for the job), in a private copy removed afterwards.
+$MASS_NOISE_KEY_FILE or .mass/local.yaml, as for the job), in a private copy (mass.scratch) removed afterwards.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import shutil
-import tempfile
 from collections.abc import Iterator
 
 HELP = "Great Expectations audit of a release; non-zero exit when it fails"
@@ -105,9 +103,10 @@ def _owner_ids(args: argparse.Namespace) -> Iterator[argparse.Namespace]:
     """``args`` as they audit ``--release``: for a pseudonymous release, --labels and --input
     replaced by private copies whose ids are pseudonymized under the owner key, the way the job
     pseudonymized its input; the copies are removed however the audit ends."""
-    from mass.batches.pseudonymize import pseudonymized_copy
-    from mass.errors import ConfigError
+    from mass.batches.pseudonymize import pseudonymized_copy, unmask
+    from mass.errors import ConfigError, InputError
     from mass.keys import NOISE_KEY_ENV, looked_for, resolve_key
+    from mass.scratch import PrivateDir
 
     scope = _pseudonym_label(args.release)
     if scope is None:
@@ -126,19 +125,23 @@ def _owner_ids(args: argparse.Namespace) -> Iterator[argparse.Namespace]:
             f"--release {args.release}: its ids were pseudonymized under key {made_by}, not "
             f"under {key.source} ({key.fingerprint}): pass the release's key to --noise-key-file"
         )
-    private = tempfile.mkdtemp(prefix="mass-audit-ids-")  # 0700
-    try:
+    with PrivateDir("mass-audit-ids-") as private:  # 0700; SIGTERM unwinds, SIGKILL swept
         kw = dict(id_col=args.id_col, key=key, label=label)
-        labels, _ = pseudonymized_copy(args.labels, private, tag="labels", **kw)
-        inp = args.input and pseudonymized_copy(args.input, private, tag="input", **kw)[0]
+        labels, names = pseudonymized_copy(args.labels, str(private), tag="labels", **kw)
+        names[labels] = args.labels
+        inp = None
+        if args.input:
+            inp, more = pseudonymized_copy(args.input, str(private), tag="input", **kw)
+            names.update({**more, inp: args.input})
         print(
             f"audit: {args.release}: ids are keyed pseudonyms; --labels"
             f"{' and --input' if inp else ''} matched under key {key.fingerprint}",
             flush=True,
         )
-        yield argparse.Namespace(**{**vars(args), "labels": labels, "input": inp})
-    finally:
-        shutil.rmtree(private, ignore_errors=True)
+        try:
+            yield argparse.Namespace(**{**vars(args), "labels": labels, "input": inp})
+        except InputError as e:  # name the user's files, not the private copies
+            raise type(e)(unmask(str(e), names)) from e
 
 
 def run(args: argparse.Namespace) -> int:

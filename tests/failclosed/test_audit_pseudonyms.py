@@ -19,7 +19,7 @@ import pytest
 from beam_pipelines import anonymize
 from mass.cli import parse_command, run_command
 from mass.embeddings import embedding_array
-from mass.errors import ConfigError
+from mass.errors import ConfigError, SchemaError
 from mass.keys import NOISE_KEY_ENV, SIGNING_KEY_ENV
 from mass.testing.stand_ins import PinDim
 from transforms.inference.function import FunctionModelHandler
@@ -99,3 +99,16 @@ def test_another_key_is_refused_not_matched_to_nothing(released, key_file_of, no
     other = key_file_of(d / "other.key", hashlib.sha256(b"another owner").digest())
     with pytest.raises(ConfigError, match="pseudonymized under key [0-9a-f]{16}, not under"):
         _audit(d, "other", "--noise-key-file", other)
+
+
+def test_an_error_names_the_users_labels_file_not_the_private_copy(released, no_ambient_key):
+    d, key = released
+    argv = ["audit", "--release", str(d / "release"), "--labels", str(d / "labels.parquet"),
+            "--suppress", "nosuch", "--params", str(d / "quick.yaml"), "--report",
+            str(d / "bad"), "--no-chart", "--noise-key-file", key]  # fmt: skip
+    args, beam = parse_command(argv)
+    with pytest.raises(SchemaError) as info:
+        run_command(args, beam)
+    assert str(info.value).startswith(f"{d / 'labels.parquet'} (id pseudonymized): no label "
+                                      "column 'nosuch'")  # fmt: skip
+    assert "mass-audit-ids-" not in str(info.value)
