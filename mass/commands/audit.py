@@ -8,11 +8,17 @@ noise key also on the release with its noise removed) and validates schema, rows
 --watch attributes (neither suppressed nor preserved) and label-free structure are measured
 too: what the release keeps beyond the named R (docs/audit.md).
 Writes REPORT/audit.json, REPORT/data_docs/ and REPORT/privacy_utility.png.
+
+A release whose ids are keyed pseudonyms (`mass anonymize --pseudonymize-ids`) is joined to the
+owner's labels (and --input) by pseudonymizing their ids under the owner key (--noise-key-file,
+$MASS_NOISE_KEY_FILE or .mass/local.yaml, as for the job), in a private copy (mass.scratch) removed afterwards.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+from collections.abc import Iterator
 
 from mass.names import add_column_arguments, split_names
 
@@ -52,9 +58,81 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-chart", action="store_true", help="skip privacy_utility.png")
     parser.add_argument(
         "--noise-key-file",
-        help="owner's noise key (default $MASS_NOISE_KEY_FILE): also retrain the attackers on "
-        "the release with its noise removed (the key-compromised figure)",
+        help="owner's noise key (default $MASS_NOISE_KEY_FILE, else .mass/local.yaml): also "
+        "retrain the attackers on the release with its noise removed (the key-compromised "
+        "figure); joins a pseudonymous release's ids to the labels",
     )
+
+
+def _pseudonym_label(release: str) -> tuple[str, str] | None:
+    """The pseudonym scope label of ``release``'s ids (:mod:`mass.pseudonym`; "" = stable) and
+    the fingerprint of the key that made them, or None when its ids are released verbatim.
+    Read from the first part's ``mass.ids`` and ``mass.noise_key_fingerprint``."""
+    from mass.audit.stream import schema_of
+    from mass.errors import ConfigError
+    from mass.io import expand_paths
+    from mass.pseudonym import DESCRIPTION
+
+    meta = {k.decode(): v.decode(errors="replace")
+            for k, v in (schema_of(expand_paths(release)[0]).metadata or {}).items()}  # fmt: skip
+    ids = meta.get("mass.ids", "")
+    if not ids.startswith("pseudonymous"):
+        return None
+    made_by = meta.get("mass.noise_key_fingerprint", "")
+    if ids == DESCRIPTION:
+        return "", made_by
+    if ids.startswith("pseudonymous per model") and meta.get("mass.model"):
+        return f"model:{meta['mass.model']}", made_by
+    raise ConfigError(
+        f"--release {release}: its ids are pseudonyms of this release only ({ids}); join your "
+        "--labels to the owner's map named there (columns id, pseudonym) and pass the joined file"
+    )
+
+
+@contextlib.contextmanager
+def _owner_ids(args: argparse.Namespace) -> Iterator[argparse.Namespace]:
+    """``args`` as they audit ``--release``: for a pseudonymous release, --labels and --input
+    replaced by private copies whose ids are pseudonymized under the owner key, the way the job
+    pseudonymized its input; the copies are removed however the audit ends."""
+    from mass.batches.pseudonymize import pseudonymized_copy, unmask
+    from mass.errors import ConfigError, InputError
+    from mass.keys import NOISE_KEY_ENV, looked_for, resolve_key
+    from mass.scratch import PrivateDir
+
+    scope = _pseudonym_label(args.release)
+    if scope is None:
+        yield args
+        return
+    label, made_by = scope
+    key = resolve_key(args.noise_key_file, NOISE_KEY_ENV)
+    if key is None:
+        raise ConfigError(
+            f"--release {args.release}: its ids are keyed pseudonyms (--pseudonymize-ids); the "
+            "labels' ids are matched to them under the owner key: pass --noise-key-file FILE "
+            f"(looked in {looked_for(NOISE_KEY_ENV)})"
+        )
+    if made_by and made_by != key.fingerprint:
+        raise ConfigError(
+            f"--release {args.release}: its ids were pseudonymized under key {made_by}, not "
+            f"under {key.source} ({key.fingerprint}): pass the release's key to --noise-key-file"
+        )
+    with PrivateDir("mass-audit-ids-") as private:  # 0700; SIGTERM unwinds, SIGKILL swept
+        kw = dict(id_col=args.id_col, key=key, label=label)
+        labels, names = pseudonymized_copy(args.labels, str(private), tag="labels", **kw)
+        names[labels] = args.labels
+        inp = None
+        if args.input:
+            inp, more = pseudonymized_copy(args.input, str(private), tag="input", **kw)
+            names.update({**more, inp: args.input})
+        print(
+            f"audit: {args.release}: ids are keyed pseudonyms; --labels"
+            f"{' and --input' if inp else ''} matched under key {key.fingerprint}",
+            flush=True,
+        )
+        try:
+            yield argparse.Namespace(**{**vars(args), "labels": labels, "input": inp})
+        except InputError as e:  # name the user's files, not the private copies
+            raise type(e)(unmask(str(e), names)) from e
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,12 +147,13 @@ def run(args: argparse.Namespace) -> int:
     # the gate's default: --params, else ./params.yaml when present, else built-in
     policy, source = resolve_policy(args.params, flag="--params")
     print(f"audit: {args.release}: policy from {source}", flush=True)
-    req = AuditRequest(
-        release=args.release, labels=args.labels, suppress=args.suppress,
-        preserve=args.preserve, watch=args.watch, policy=policy, report_dir=args.report,
-        run_dir=args.run_dir, input=args.input, id_col=args.id_col, emb_col=args.emb_col,
-        allow=args.allow_columns, noise_key_file=args.noise_key_file,
-    )  # fmt: skip
-    result, _ = audit_into(req, args.report, chart=not args.no_chart)  # local or a store
+    with _owner_ids(args) as a:
+        req = AuditRequest(
+            release=a.release, labels=a.labels, suppress=a.suppress,
+            preserve=a.preserve, watch=a.watch, policy=policy, report_dir=a.report,
+            run_dir=a.run_dir, input=a.input, id_col=a.id_col, emb_col=a.emb_col,
+            allow=a.allow_columns, noise_key_file=a.noise_key_file,
+        )  # fmt: skip
+        result, _ = audit_into(req, a.report, chart=not a.no_chart)  # local or a store
     print(format_table(result))
     return 0 if result.success else 1

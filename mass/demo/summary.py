@@ -11,8 +11,9 @@ preserved attribute the fraction of its original accuracy that was kept against 
 minimum, and what it keeps that no flag named (watch attributes, label-free structure;
 a last-resort release says it is data minimisation). Exit status 0 when the audit passed, 1 when it failed (the numbers still print).
 
-``--metrics FILE`` also writes :func:`metrics` there: the few numbers that compare runs
-(dvc.yaml's only metrics file, so `dvc exp show` fits a terminal; audit.json stays an output).
+``--metrics FILE`` also writes :func:`metrics` there: the dozen numbers that compare runs
+(dvc.yaml's only metrics file, so `dvc exp show` shows them first; audit.json, an output,
+holds the rest).
 """
 
 from __future__ import annotations
@@ -108,92 +109,60 @@ def _worst_bound(a: dict) -> float | None:
     return max((v for v in (a.get("ci_high") or {}).values() if v is not None), default=None)
 
 
-def _kept_fields(a: dict) -> dict:
-    """An attribute's kept-utility figures: ``retention`` as ``kept``, and any ``*kept*`` number."""
-    out = {"kept": a.get("retention")} if "retention" in a else {}
-    out.update({k: v for k, v in a.items() if "kept" in k and isinstance(v, (int, float))})
-    return out
-
-
 def _rounded(v):
     return round(v, 4) if isinstance(v, float) else v
 
 
-def _unnamed_fields(unnamed: dict) -> dict:
-    """What the release keeps that no flag named (audit.json's ``unnamed``): each watch
-    attribute's normalised information kept (``watch_kept``: the smallest) and the label-free
-    structure within S, so experiments compare on it too."""
-    out: dict = {}
-    watch = {w: r.get("kept") for w, r in (unnamed.get("watch") or {}).items()}
-    if watch:
-        out["watch"] = {w: {"kept": k} for w, k in watch.items()}
-        known = [k for k in watch.values() if k is not None]
-        out["watch_kept"] = min(known) if known else None
-    structure = unnamed.get("structure") or {}
-    if structure:
-        out["structure"] = {m: structure.get(m) for m in ("knn_overlap", "cka", "dcor")}
-    return out
-
-
-def _certificate_fields(a: dict) -> dict:
-    """A suppressed attribute's certified bounds (null without a certificate, stable keys)."""
-    c = a.get("certificate")
-    if not isinstance(c, dict):
-        return {}
-    return {"certified_accuracy": c.get("accuracy"), "certified_balanced": c.get("balanced")}
+def _suppressed_row(a: dict) -> dict:
+    """A suppressed attribute's worst 95 % bound and its limit (mixed margins: the judge
+    furthest over its own limit), and its certified bounds (null without a certificate)."""
+    bound, limit = _worst_bound(a), a.get("limit")
+    if isinstance(limit, dict):
+        over = {j: v - limit[j] for j, v in (a.get("ci_high") or {}).items()
+                if v is not None and limit.get(j) is not None}  # fmt: skip
+        j = max(over, key=over.__getitem__, default=None)
+        bound, limit = (None, None) if j is None else (a["ci_high"][j], limit[j])
+    cert = a.get("certificate") if isinstance(a.get("certificate"), dict) else {}
+    return {"bound": bound, "limit": limit, "certified_accuracy": cert.get("accuracy"),
+            "certified_balanced": cert.get("balanced")}  # fmt: skip
 
 
 def metrics(audit: dict, run: dict | None = None) -> dict:
-    """One run's comparable numbers (the DVC metrics file; keys stable across runs).
+    """One run's comparable numbers: the DVC metrics file, about a dozen keys, stable across
+    runs, so plain `dvc exp show` compares experiments on them (the rest of the audit, e.g.
+    frozen readings, each watch attribute, structure and seconds, stays in audit.json).
 
-    ``privacy_excess``: over the suppressed attributes, the largest worst-judge 95 % bound minus
-    its limit (<= 0 passes); ``utility_kept``: the smallest kept fraction over the preserved
-    ones. Both mean the same whatever the attributes are called, so experiments that suppress
-    different attributes still sort on them. Then per attribute its bound and limit, or kept
-    fraction (and any other ``*kept*`` figure the audit records, e.g. for watched or unnamed
-    utility); the chosen method, calibration candidate and output noise (``run``: the training
-    run's metrics.json); released rows; audit and calibration seconds.
+    ``pass``, the chosen ``method``, calibration ``candidate`` and output ``noise`` (``run``:
+    the training run's metrics.json), released ``rows``; ``privacy_excess``: over the
+    suppressed attributes, the largest worst-judge 95 % bound minus its limit (<= 0 passes);
+    ``utility_kept``: the smallest kept fraction over the preserved ones; ``watch_kept``: the
+    smallest normalised kept information over the watch attributes (audit.json ``unnamed``;
+    absent without any). The first three mean the same whatever the attributes are called, so
+    experiments that suppress different attributes still sort on them. Then per suppressed
+    attribute its bound, limit and certified bounds, per preserved one its kept fraction.
     """
     run = run or {}
     cal = run.get("calibration") or {}
+    attrs = audit.get("attributes") or {}
+    suppressed = {n: _suppressed_row(a) for n, a in attrs.items() if a.get("role") == "suppressed"}
+    preserved = {n: {"kept": a.get("retention")} for n, a in attrs.items()
+                 if a.get("role") == "preserved"}  # fmt: skip
+    excess = [r["bound"] - r["limit"] for r in suppressed.values()
+              if r["bound"] is not None and r["limit"] is not None]  # fmt: skip
+    kept = [r["kept"] for r in preserved.values() if r["kept"] is not None]
     out: dict = {
         "pass": bool(audit.get("pass")),
         "method": (audit.get("release") or {}).get("method") or run.get("method"),
         "candidate": cal.get("candidate"),
         "noise": cal.get("output_noise"),
         "rows": (audit.get("rows") or {}).get("release"),
-        "privacy_excess": None,
-        "utility_kept": None,
+        "privacy_excess": max(excess, default=None),
+        "utility_kept": min(kept, default=None),
     }
-    by_role: dict[str, dict] = {}
-    for name, a in (audit.get("attributes") or {}).items():
-        role = a.get("role") or "other"
-        if role == "suppressed":
-            bound, limit = _worst_bound(a), a.get("limit")
-            if isinstance(limit, dict):  # mixed margins: the judge furthest over its own limit
-                over = {j: v - limit[j] for j, v in (a.get("ci_high") or {}).items()
-                        if v is not None and limit.get(j) is not None}  # fmt: skip
-                j = max(over, key=over.__getitem__, default=None)
-                bound, limit = (None, None) if j is None else (a["ci_high"][j], limit[j])
-            row = {"bound": bound, "limit": limit}
-            if bound is not None and limit is not None:
-                row["excess"] = bound - limit
-            row.update(_certificate_fields(a))
-        else:
-            row = _kept_fields(a)
-        if row:
-            by_role.setdefault(role, {})[name] = row
-    excess = [r["excess"] for r in by_role.get("suppressed", {}).values() if "excess" in r]
-    kept = [r["kept"] for r in by_role.get("preserved", {}).values() if r.get("kept") is not None]
-    out["privacy_excess"] = max(excess, default=None)
-    out["utility_kept"] = min(kept, default=None)
-    out.update(by_role)
-    utility = {k: v for k, v in audit.items()
-               if "utility" in k and isinstance(v, (int, float, dict))}  # fmt: skip
-    if utility:
-        out["utility"] = utility
-    out.update(_unnamed_fields(audit.get("unnamed") or {}))
-    out["seconds"] = {"audit": audit.get("seconds"), "calibration": run.get("calibration_seconds")}
+    watch = [w.get("kept") for w in ((audit.get("unnamed") or {}).get("watch") or {}).values()]
+    if watch:
+        out["watch_kept"] = min((k for k in watch if k is not None), default=None)
+    out.update({k: v for k, v in (("suppressed", suppressed), ("preserved", preserved)) if v})
     return _round_tree(out)
 
 
