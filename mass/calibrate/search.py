@@ -347,7 +347,9 @@ def _try(s: _Search, c: Candidate) -> bool:
     entry["status"] = "passed" if found["chosen"] is not None else "failed"
     entry["reason"] = found["reason"]
     if found["chosen"] is None:
-        if c.method == LINEAR_ERASER and found.get("max_noise_failed"):
+        # at the highest noise, or at none when the key view is gated (no noise can help)
+        if c.method == LINEAR_ERASER and (found.get("max_noise_failed")
+                                          or found.get("key_view_failed")):  # fmt: skip
             s.linear_only = s.linear_only or nonlinear_leak(found["points"], c.name)
         s.over_budget = s.over_budget or s.now() > c_deadline
         return False

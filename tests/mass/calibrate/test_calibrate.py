@@ -717,3 +717,33 @@ def test_certified_cells_follow_the_rows_the_gate_will_audit(files, monkeypatch)
         C.calibrate(ds, suppress=["s"], preserve=["u"], policy=pol, space=(cand,),
                     cfg=CalibrationConfig(budget_minutes=5))  # fmt: skip
     assert len(served) == n_fits  # skipped: the 900 validated rows certify no two cells
+
+
+def test_under_the_key_gate_a_linear_eraser_failing_without_noise_skips_its_siblings(
+    files, tmp_path, monkeypatch
+):
+    """With the key view gated no noise can help: once a one-round linear eraser fails at
+    noise 0 with only non-linear judges reading s, the other one-round linear erasers are
+    skipped (their budget goes to candidates that can pass without noise)."""
+    from mass.calibrate import search as S
+
+    def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False):
+        assert key_gate
+        pt = {**_point(0.0, {"logreg": True, "logreg_remap": True, "knn": False}),
+              "privacy_ok": False, "utility_ok": True, "passed": False, "excess": 0.1,
+              "fraction": 1.0, "fidelity": 0.5, "utility": {"u": {"logreg": 0.9}}}  # fmt: skip
+        return {"points": [pt], "chosen": None, "key_view_failed": True,
+                "reason": "privacy fails without release noise"}  # fmt: skip
+
+    monkeypatch.setattr(S, "bisect_noise", fake_bisect)
+    ds = load_embeddings(str(files / "ring.parquet"), label_cols=["s", "u"])
+    by_name = {c.name: c for c in C.SEARCH_SPACE}
+    space = (by_name["leace"], by_name["leace|R"], by_name["leace x3"])
+    with pytest.raises(CalibrationError):
+        C.calibrate(ds, suppress=["s"], preserve=["u"], space=space, out_dir=str(tmp_path),
+                    policy=AuditPolicy(gate_key_compromised=True),
+                    cfg=CalibrationConfig(budget_minutes=5))  # fmt: skip
+    leace, leace_r, x3 = json.loads((tmp_path / "calibration.json").read_text())["candidates"]
+    assert leace["status"] == "failed"
+    assert leace_r["status"] == "skipped" and "non-linear" in leace_r["reason"], leace_r
+    assert x3["status"] == "failed"  # iterated: still tried
