@@ -257,7 +257,7 @@ MUTANTS = [
            "a worker holding another key seeds the noise with it (a release no key reproduces)"),
     # --- audit expectations --------------------------------------------------------------------
     Mutant("audit-suppressed-rule-always-true", "mass.metrics.rules:suppressed_ok",
-           "return accuracy <= baseline + margin + 1e-12", "return True", AUDIT_UNIT,
+           "return accuracy <= judge_limit(baseline, margin) + 1e-12", "return True", AUDIT_UNIT,
            "a release that leaks the suppressed attribute passes the audit"),
     Mutant("audit-balanced-rule-dropped",
            "mass.audit.expectations:ExpectAttributeToBeSuppressed._validate",
