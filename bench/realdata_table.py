@@ -143,7 +143,7 @@ def summary(rows: list[dict]) -> list[str]:
         elif ok:
             best = max(ok, key=lambda r: -1.0 if _weak_min(r) is None else _weak_min(r))
             ceiling = (
-                f"none meets all; best private with R kept: {best['method']} ({_figures(best)})"
+                f"none meets all; best private with R kept: {_m(best['method'])} ({_figures(best)})"
             )
         else:
             ceiling = "no release is private with R kept"
