@@ -20,7 +20,6 @@ from how it was fitted (the run directory, kept only when ``run_dir`` is given).
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -122,14 +121,12 @@ class Suppressor(TransformerMixin, BaseEstimator):
     def _fit_run(self, data: str, out: str) -> None:
         """`mass train` on ``data`` into ``out``, then the fitted attributes from ``out``."""
         from mass import rundir
-        from mass.commands.train import add_arguments
+        from mass.cli import parse_command, run_command
         from mass.modifiers import load_modifier, modifier_meta
         from mass.safe_load import plain
-        from mass.training import plan_train, train
 
-        parser = argparse.ArgumentParser(prog="mass train", allow_abbrev=False)
-        add_arguments(parser)
-        train(plan_train(parser.parse_args(self._train_argv(data, out))))
+        # `mass train`'s own parser and flag contract (mass.cli), then its run
+        run_command(*parse_command(["train", *self._train_argv(data, out)]))
         path = os.path.join(out, rundir.MODIFIER)
         with open(path, "rb") as f:
             self.modifier_bytes_ = f.read()
