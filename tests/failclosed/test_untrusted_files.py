@@ -98,9 +98,26 @@ def test_crafted_modifier_never_runs_in_export_or_load(tmp_path, fc, raw):
 
 
 def test_crafted_branches_never_run_in_audit(tmp_path, fc):
+    """A real (unmodified) release and its labels, so the audit reaches the run directory's
+    branch judges, which it must refuse to unpickle."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mass.embeddings import embedding_array
+
     marker = tmp_path / "ran"
     run = tmp_path / "run"
     _crafted(run / "branches.pt", marker, classifiers={}, agnostic=None)
+    rng = np.random.default_rng(0)
+    ids = np.arange(64, dtype=np.int64)
+    (tmp_path / "release").mkdir()
+    pq.write_table(
+        pa.table({"id": ids, "emb": embedding_array(rng.normal(size=(64, 8)).astype(np.float32))}),
+        tmp_path / "release" / "part-0.parquet",
+    )
+    pq.write_table(pa.table({"id": ids, "digit": rng.integers(0, 2, 64)}),
+                   tmp_path / "labels.parquet")  # fmt: skip
     argv = ["audit", "--release", str(tmp_path / "release"), "--labels",
             str(tmp_path / "labels.parquet"), "--suppress", "digit", "--report",
             str(tmp_path / "report"), "--run-dir", str(run)]  # fmt: skip
