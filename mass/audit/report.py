@@ -79,6 +79,9 @@ def audit_metrics(result: AuditResult) -> dict:
                                  for f, c in r.learning_curve.items()}  # fmt: skip
         row["curve_climbing"] = r.curve_climbing
         row["climbing_families"] = list(r.climbing)
+        if r.projected_rows is not None:  # bounds projected to the whole release's attackers
+            row["projected_to_rows"] = r.projected_rows
+            row["growth"] = {j: _num(v) for j, v in r.growth.items()}
         row["key_compromised"] = (None if r.key_compromised is None else
                                   {f: _num(v) for f, v in r.key_compromised.items()})  # fmt: skip
         if r.key_compromised is not None:  # accuracy gained by holding the key, per family

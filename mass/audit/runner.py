@@ -80,6 +80,15 @@ class AuditResult:
         return self.outcome.success
 
 
+def _release_training_rows(s: Scan, pol) -> float | None:
+    """The rows an attacker of the whole release trains on in the gate's cross-validation
+    (the release's rows, (folds - 1)/folds of them), when the attackers judged fewer (a
+    sample of ``policy.max_rows``, or labels for part of the release): the suppressed judges'
+    bounds are then projected there (:mod:`mass.metrics.growth`)."""
+    n_rel, n_judged = int(s.counts.get("release") or 0), 0 if s.x is None else len(s.x)
+    return n_rel * (pol.folds - 1) / pol.folds if n_rel > n_judged else None
+
+
 def _names(s: Scan, attr: str):
     enc = s.encodings.get(attr)
     return None if enc is None else enc.classes
@@ -142,7 +151,8 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
             reports.append(attribute_report(
                 a, y[a], x, xp, role="suppressed", preserved=keep, frozen=frozen.get(a),
                 margins=pol.margins(a), extra=together.dense, stats=together.stats,
-                columns=released, key_x=key_x, gate_key=gate_key, class_names=_names(s, a), **kw,
+                columns=released, key_x=key_x, gate_key=gate_key, class_names=_names(s, a),
+                project_rows=_release_training_rows(s, pol), **kw,
             ))  # fmt: skip
             reports[-1] = with_certificate(reports[-1], s.xp, y[a], s.metadata, pol)
         for a in req.preserve:

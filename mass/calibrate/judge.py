@@ -7,7 +7,10 @@ its accuracy within max(majority, floor) + margin and of its balanced accuracy w
 max(1/k, balanced floor) + margin (:meth:`AttributeReport.passed`). The bounds are taken 1.645
 standard errors further out than the gate's (``SAFETY_SE``: z = 3.60 instead of 1.96 at 95 %)
 when the release is audited on as many rows as validation's attackers; for another release
-size (``CalibrationConfig.release_rows``) see :func:`validation_z`.
+size (``CalibrationConfig.release_rows``) see :func:`validation_z`. Validation's attackers
+train on fewer rows than the gate's attackers of the whole release (a cap, and out of fold
+within one fold's release): their bounds are projected to the release's training rows along
+each judge's learning curve (:mod:`mass.metrics.growth`).
 A preserved attribute must keep ``policy.fraction(r)`` of its original accuracy (point
 estimates, as the gate) plus one standard error of that fraction on the validation rows.
 Other differences from the gate: attackers are cross-validated with ``min(policy.folds, 5)``
@@ -51,8 +54,8 @@ def validation_z(z_gate: float, n_val: int, n_release: int | None) -> float:
     probability P(N(0,1) > k). In units of se_val, with rho = se_rel / se_val =
     sqrt(n_val / n_release): z = z_gate rho + k sqrt(1 + rho^2), k = SAFETY_SE / sqrt 2
     (12 %), which is z_gate + SAFETY_SE at rho = 1. A larger release does not narrow it
-    (rho >= 1): its attackers also train on more rows and read more (the learning curve is
-    not modelled), so only a smaller release moves the margin."""
+    (rho >= 1): its attackers also train on more rows and read more (what they gain is
+    projected separately, along the learning curve), so only a smaller release moves it."""
     rho = 1.0 if not n_release else max(1.0, math.sqrt(n_val / max(int(n_release), 1)))
     return z_gate * rho + SAFETY_SE / math.sqrt(2.0) * math.sqrt(1.0 + rho * rho)
 
@@ -168,6 +171,11 @@ class ValidationAudit:
         n_rel = (None if cfg.release_rows is None else
                  min(cfg.release_rows, policy.max_rows or cfg.release_rows))  # fmt: skip
         z = validation_z(M.z_value(policy.confidence), len(self.rows), n_rel)
+        # the rows the gate's attackers of the whole release train on: the suppressed judges'
+        # bounds are projected there along their learning curves (mass.metrics.growth), since
+        # validation's attackers train on fewer (a cap, and one fold's release out of fold)
+        n_all = cfg.release_rows or n
+        self.release_training_rows = n_all * (policy.folds - 1) / policy.folds
         self.confidence = float(2 * norm_cdf(z) - 1)
         x = self.x[self.rows]
         original = {}
@@ -208,6 +216,7 @@ class ValidationAudit:
             original=self.base.original[attr], class_names=self.names.get(attr),
             groups=(self.groups[self.rows]
                     if self.groups is not None and role == "suppressed" else None),
+            project_rows=self.release_training_rows if role == "suppressed" else None,
         )  # fmt: skip
 
     def measure(self, xp: np.ndarray, *, full: bool = False, known: dict | None = None
@@ -259,9 +268,12 @@ class ValidationAudit:
 
 def summary(r: AttributeReport) -> dict[str, Any]:
     """A suppressed attribute's judges as calibration.json records them."""
-    return {j: {"accuracy": round(r.accuracies[j], 4), "ci_high": round(r.ci_high[j], 4),
-                "balanced_ci_high": round(r.balanced_ci_high.get(j, float("nan")), 4),
-                "ok": r.judge_ok(j)} for j in r.ci_high}  # fmt: skip
+    out = {j: {"accuracy": round(r.accuracies[j], 4), "ci_high": round(r.ci_high[j], 4),
+               "balanced_ci_high": round(r.balanced_ci_high.get(j, float("nan")), 4),
+               "ok": r.judge_ok(j)} for j in r.ci_high}  # fmt: skip
+    for j, rise in r.growth.items():  # the bounds above include the projected growth
+        out[j]["growth"] = rise
+    return out
 
 
 def norm_cdf(z: float) -> float:

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from mass.metrics import growth
 from mass.metrics.attackers import (
     attack_predictions,
     frozen_accuracy,
@@ -158,6 +159,10 @@ class AttributeReport:
     # who the frozen judge is: "branch" (the run directory's model) or the family fitted on
     # the original rows out of fold (FROZEN_READER); "" when there is none
     frozen_by: str = ""
+    # suppressed, projected to a larger release (mass.metrics.growth): the attackers' training
+    # rows projected to, and judge -> how far its accuracy bound rose (in ``ci_high`` already)
+    projected_rows: int | None = None
+    growth: dict[str, float] = field(default_factory=dict)
 
     @property
     def baseline(self) -> float:
@@ -243,12 +248,14 @@ def _sample_rows(n: int, max_rows: int | None, seed: int) -> np.ndarray:
     return np.arange(n)
 
 
-def _column_judges(columns: Mapping[str, tuple], y: np.ndarray, kw: dict[str, Any]):
-    """Each family retrained on one released column alone: ``family@column`` -> predictions."""
-    judged: dict[str, np.ndarray] = {}
+def _column_judges(columns: Mapping[str, tuple], y: np.ndarray, kw: dict[str, Any],
+                   fractions: tuple[float, ...] = (1.0,)):  # fmt: skip
+    """Each family retrained on one released column alone: ``family@column`` -> fraction ->
+    predictions."""
+    judged: dict[str, dict[float, np.ndarray]] = {}
     for col, (dense, col_stats) in columns.items():
-        cp = attack_predictions(dense, y, stats=col_stats, **kw)
-        judged.update({f + COLUMN + col: p[1.0] for f, p in cp.items()})
+        cp = attack_predictions(dense, y, stats=col_stats, fractions=fractions, **kw)
+        judged.update({f + COLUMN + col: p for f, p in cp.items()})
     return judged
 
 
@@ -363,6 +370,7 @@ def attribute_report(
     original_balanced: float | None = None,
     groups=None,
     frozen_family: str | None = None,
+    project_rows: float | None = None,
 ) -> AttributeReport:
     """Audit one attribute: baselines, frozen judge on x and x', attackers retrained on x'.
 
@@ -380,6 +388,9 @@ def attribute_report(
     to the family's margin. ``frozen_family`` (preserved, no ``frozen``): that family fitted
     on the original rows, out of fold, is the frozen judge. ``groups`` (a code per row):
     attackers cross-validated within each group only (``original`` is measured without).
+    ``project_rows`` (suppressed): the rows an attacker of the whole release trains on; when
+    more than each split's training rows, every retrained judge's upper bounds are projected
+    there along its learning curve (:mod:`mass.metrics.growth`) before they are judged.
     Classes with fewer rows than ``folds`` are judged by the rare-class rule
     (:mod:`mass.metrics.strata`) and listed in ``rare_classes`` (by ``class_names[code]``).
     """
@@ -401,14 +412,22 @@ def attribute_report(
     kw.update({} if groups is None else {"groups": np.asarray(groups)[rows]})
     feats = x_prime if extra is None or extra.shape[1] == 0 else np.hstack([x_prime, extra])
     fractions = CURVE_FRACTIONS if sup and curve else (1.0,)
+    k = growth.factor(growth.trained_rows(y.size, folds, kw.get("groups")),
+                      project_rows or 0.0) if sup else 0.0  # fmt: skip
+    if k > 0 and growth.HALF not in fractions:
+        fractions = (growth.HALF, 1.0)
     preds = attack_predictions(feats, y, fractions=fractions, stats=stats, **kw)
     on_xp, frozen_x, frozen_by = _frozen_judge(frozen, frozen_family, x, x_prime, y, role=role,
                                                folds=folds, seed=seed)  # fmt: skip
     judged: dict[str, np.ndarray] = {} if on_xp is None else {FROZEN: on_xp}
-    judged.update({f: p[1.0] for f, p in preds.items()})
+    curves = dict(preds)
     if sup:
-        judged.update(_column_judges(columns, y, kw))
+        curves.update(_column_judges(columns, y, kw, fractions if k > 0 else (1.0,)))
+    judged.update({j: p[1.0] for j, p in curves.items()})
     scores = _scores(judged, y, z, seed, remap=sup)
+    half = {j: p[growth.HALF] for j, p in curves.items() if growth.HALF in p}
+    scores, rise = growth.project(scores, growth.steps(half, judged, y), k,
+                                  lambda j: j.removesuffix(REMAP))  # fmt: skip
     key_compromised = None
     if key_x is not None:
         key_compromised, keyed = _key_judges(key_x, y, z, kw, gate=sup and gate_key)
@@ -433,4 +452,6 @@ def attribute_report(
         confidence=confidence,
         rare_classes=rare_named(y, folds, class_names),
         original_balanced=original_balanced,
+        projected_rows=int(project_rows) if k > 0 and project_rows else None,
+        growth=rise,
     )  # fmt: skip

@@ -102,6 +102,22 @@ def test_attackers_train_on_a_seeded_sample_that_ignores_partitioning(tmp_path, 
     assert [r.accuracies for r in other.reports] != [r.accuracies for r in a.reports]
 
 
+def test_a_sampled_audit_projects_its_suppressed_bounds_to_the_whole_release(tmp_path, data):
+    """Judged on a 300-row sample, the suppressed judges' bounds are projected to what an
+    attacker of every released row trains on (mass.metrics.growth); audit.json says so."""
+    from mass.audit.report import audit_metrics
+
+    release, labels = _write(tmp_path, data, x=_drop_s(data["x"]))
+    sampled = _audit(tmp_path, release, labels, policy={**FAST, "max_rows": 300})
+    whole = _audit(tmp_path, release, labels, policy=FAST)
+    s, r = sampled.reports
+    assert s.projected_rows == int(N * 2 / 3) and r.projected_rows is None
+    assert all(v >= 0 for v in s.growth.values())
+    assert whole.reports[0].projected_rows is None  # every row judged: nothing to project
+    row = audit_metrics(sampled)["attributes"]["s"]
+    assert row["projected_to_rows"] == int(N * 2 / 3) and set(row["growth"]) == set(s.growth)
+
+
 def test_state_kept_across_partitions_is_bounded(tmp_path, data, monkeypatch):
     """What one partition leaves behind is O(sample), not O(rows): the attackers' candidate
     rows kept between partitions never exceed 2 x max_rows (each partition contributes only
