@@ -47,4 +47,4 @@ modifiers from the fitted values).
 
 from __future__ import annotations
 
-from mass.methods.ot_repair import method  # noqa: F401  (registers the method)
+from mass.methods.ot_repair.method import OtRepair  # noqa: F401  (importing it registers it)
