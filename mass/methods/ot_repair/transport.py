@@ -1,7 +1,7 @@
 """``ot_repair``'s transport fit step: the iterated sliced optimal transport (Pitie et al.
 2007) that sends every class of a label to the class-weighted barycenter (docs/calibration.md,
-"OT repair"). Pure: takes rows, classes and knobs, returns the fitted
-:class:`mass.modifiers.sliced_repair.Transport` and the rows transported.
+"`ot_repair`: suppression without release noise"). Pure: takes rows, classes and knobs,
+returns the fitted :class:`mass.modifiers.sliced_repair.Transport` and the rows transported.
 """
 
 from __future__ import annotations
