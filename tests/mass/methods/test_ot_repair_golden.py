@@ -4,6 +4,10 @@ below (issue 35, item 5: the method became a package of pure fit steps; served o
 saved ``modifier.pt`` files users hold must not change). A digest that moves means a fit or
 the saved format changed: re-record only for a change that is meant to alter releases, and
 say so in the commit. Recorded single-threaded on this project's pinned torch/sklearn.
+
+Beside them: the package's cross-field knob rules are one check
+(:func:`mass.methods.ot_repair.params.check_knobs`), and a modifier is built whole from fitted
+values (:meth:`mass.modifiers.sliced_repair.SlicedRepairModifier.from_fit`) or refused.
 """
 
 from __future__ import annotations
@@ -15,8 +19,16 @@ import numpy as np
 import pytest
 import torch
 
+from mass.errors import ConfigError
 from mass.methods import get_method
+from mass.methods.ot_repair.params import RepairParams, check_knobs
 from mass.modifiers import load_modifier, save_modifier
+from mass.modifiers.sliced_repair import (
+    SlicedRepairModifier,
+    SlicedRepairSpec,
+    Transport,
+    class_predictor,
+)
 from tests.mass.methods.test_ot_repair import rank_case
 
 BASE = {"steps": 4, "predictor_epochs": 4, "knots": 9}
@@ -127,3 +139,39 @@ def test_every_variant_releases_and_saves_what_the_recorded_code_did(case, varia
     save_modifier(fit.modifier, path, method="ot_repair")
     assert digests(load_modifier(path), te.x) == got  # saves and loads as the same function
     assert got == GOLDEN[variant], (variant, got)
+
+
+@pytest.mark.parametrize(
+    ("knobs", "needle"),
+    [
+        ({"cell_axes": 2}, "cell_axes needs cell_rows"),
+        ({"cell_balance": 0.3, "cell_rows": 25}, "cell_balance=0.3 needs rank cells"),
+        ({"cell_balance": 1.0, "cell_rows": 25, "cell_axes": 1}, "held-out fraction below 1"),
+    ],
+)
+def test_every_cross_field_knob_rule_is_one_check_naming_the_knob(knobs, needle):
+    with pytest.raises(ConfigError, match=needle):
+        check_knobs(RepairParams(**knobs))
+
+
+def test_every_variant_passes_the_knob_check():
+    for knobs in VARIANTS.values():
+        check_knobs(RepairParams(**knobs))
+
+
+def test_a_modifier_is_built_whole_from_fitted_values_or_refused():
+    """``from_fit`` loads every buffer strictly: rank cells without their partition, or a
+    transport of the wrong shape, are errors, never a modifier with zero buffers."""
+    spec = SlicedRepairSpec(dim=4, classes=2, steps=2, knots=5, cell_axes=1, cell_levels=2,
+                            cell_groups=1, cell_shared=True)  # fmt: skip
+    predictor = class_predictor(4, 2, 0)
+    transport = Transport(torch.eye(4).repeat(2, 1, 1), torch.zeros(2, 2, 4, 5),
+                          torch.zeros(2, 4, 5))  # fmt: skip
+    with pytest.raises(ValueError, match="rank cells need their partition"):
+        SlicedRepairModifier.from_fit(spec, predictor, transport)
+    plain = SlicedRepairSpec(dim=4, classes=2, steps=2, knots=5)
+    short = Transport(torch.eye(4).repeat(1, 1, 1), torch.zeros(1, 2, 4, 5), torch.zeros(1, 4, 5))
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        SlicedRepairModifier.from_fit(plain, predictor, short)
+    mod = SlicedRepairModifier.from_fit(plain, predictor, transport)
+    assert torch.equal(mod.rotations, transport.rotations) and not mod.training
