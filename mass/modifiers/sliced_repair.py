@@ -16,6 +16,11 @@ the bin edges are the group's, the same for every suppressed class: one partitio
 cell never depends on its class (docs/calibration.md, "one partition"). Without it (older
 specs) they are the edges of the row's *predicted suppressed class* (the class the transport
 used; docs/calibration.md, "rank cells"). Nothing finer than a cell is released.
+
+The fit (:mod:`mass.methods.ot_repair`) returns plain values - the predictor's layers, a
+:class:`Transport`, a :class:`CellPartition` and the cells' centres - and the modifier is built
+from them by :meth:`SlicedRepairModifier.from_fit`; the fit and the served model assign cells
+with the same function, :func:`rank_cell`.
 """
 
 from __future__ import annotations
