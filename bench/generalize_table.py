@@ -79,18 +79,16 @@ def fitted(method: str, train, suppress, preserve, params=None):
 def transductive_repair(xt: np.ndarray, s_codes: np.ndarray, seed: int = 0) -> np.ndarray:
     """Sliced total repair (mass.methods.ot_repair's transport, default knobs) fitted on the
     rows it releases, each moved with its true S class; output L2-normalised."""
-    from mass.methods.ot_repair import RepairParams, fit_transport
+    from mass.methods.ot_repair.params import RepairParams
+    from mass.methods.ot_repair.transport import fit_transport
     from mass.modifiers import l2_normalize
-    from mass.modifiers.sliced_repair import SlicedRepairModifier, SlicedRepairSpec
 
     p = RepairParams(seed=seed)
     cls = torch.as_tensor(np.unique(s_codes, return_inverse=True)[1].reshape(-1))
     k = int(cls.max()) + 1
-    spec = SlicedRepairSpec(dim=xt.shape[1], classes=k, steps=p.steps, knots=p.knots,
-                            hidden=p.hidden, renormalize=True)  # fmt: skip
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        out = fit_transport(SlicedRepairModifier(spec), torch.as_tensor(xt), cls, gen, p)
+        _, out = fit_transport(torch.as_tensor(xt), cls, k, gen, p)
     return l2_normalize(out).numpy()
 
 

@@ -16,11 +16,16 @@ the bin edges are the group's, the same for every suppressed class: one partitio
 cell never depends on its class (docs/calibration.md, "one partition"). Without it (older
 specs) they are the edges of the row's *predicted suppressed class* (the class the transport
 used; docs/calibration.md, "rank cells"). Nothing finer than a cell is released.
+
+The fit (:mod:`mass.methods.ot_repair`) returns plain values - the predictor's layers, a
+:class:`Transport`, a :class:`CellPartition` and the cells' centres - and the modifier is built
+from them by :meth:`SlicedRepairModifier.from_fit`; the fit and the served model assign cells
+with the same function, :func:`rank_cell`.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import torch
 from torch import nn
@@ -50,6 +55,62 @@ class SlicedRepairSpec:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Transport:
+    """The fitted sliced transport: per step j a rotation [K, d, d], every class's knots
+    [K, classes, d, Q] and the barycenter's knots [K, d, Q] (float32, as stored)."""
+
+    rotations: torch.Tensor
+    class_knots: torch.Tensor
+    center_knots: torch.Tensor
+
+
+@dataclass(frozen=True)
+class CellPartition:
+    """Rank cells' partition: the group predictor (weight [G, d], bias [G]), each group's mean
+    [G, d] and axes [G, m, d], and bin edges [G, 1 or classes, m, levels - 1] (float32)."""
+
+    group_weight: torch.Tensor
+    group_bias: torch.Tensor
+    group_mean: torch.Tensor
+    axes: torch.Tensor
+    edges: torch.Tensor
+
+
+def class_predictor(dim: int, classes: int, hidden: int) -> tuple[nn.Linear, nn.Linear | None]:
+    """The class predictor's layers, freshly initialised (torch's default init, drawn from the
+    global generator in this order): linear, or one hidden ReLU layer ``hidden`` wide."""
+    pred_in = nn.Linear(dim, hidden or classes)
+    return pred_in, (nn.Linear(hidden, classes) if hidden else None)
+
+
+def predictor_logits(predictor: tuple[nn.Linear, nn.Linear | None], x: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """The class predictor's logits of rows ``x`` (its layers from :func:`class_predictor`)."""
+    pred_in, pred_out = predictor
+    h = pred_in(x)
+    return h if pred_out is None else pred_out(torch.relu(h))
+
+
+def rank_cell(part: CellPartition, shared: bool, levels: int, z: torch.Tensor,
+              cls: torch.Tensor, group: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(group, cell within the group) of repaired rows ``z`` whose suppressed class is ``cls``
+    (unused when ``shared``: one partition for every class); the group is predicted from ``z``
+    unless given (the fit's own labels). A cell is the row's bin along each of the group's
+    axes, numbered sum_a bin_a * levels ** a."""
+    if group is None:
+        group = (z @ part.group_weight.T + part.group_bias).argmax(dim=1)
+    t = torch.einsum("nd,nmd->nm", z - part.group_mean[group], part.axes[group])
+    edges = part.edges[group, 0] if shared else part.edges[group, cls]
+    bins = (edges < t[..., None]).sum(dim=-1)  # [N, axes]
+    powers = levels ** torch.arange(part.axes.shape[1])
+    return group, (bins * powers).sum(dim=1)
+
+
+def _state(values: Transport | CellPartition) -> dict[str, torch.Tensor]:
+    """A fitted-values dataclass's tensors by buffer name (not copied)."""
+    return {f.name: getattr(values, f.name) for f in fields(values)}
 
 
 def quantile_map(v: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
@@ -92,9 +153,7 @@ class SlicedRepairModifier(nn.Module):
         self.register_buffer("rotations", torch.eye(d).repeat(steps, 1, 1))
         self.register_buffer("class_knots", torch.zeros(steps, k, d, q))
         self.register_buffer("center_knots", torch.zeros(steps, d, q))
-        width = spec.hidden or k
-        self.pred_in = nn.Linear(d, width)
-        self.pred_out = nn.Linear(spec.hidden, k) if spec.hidden else None
+        self.pred_in, self.pred_out = class_predictor(d, k, spec.hidden)
         if spec.cell_axes:
             g, m, lv = spec.cell_groups, spec.cell_axes, spec.cell_levels
             self.register_buffer("group_weight", torch.zeros(g, d))
@@ -104,9 +163,34 @@ class SlicedRepairModifier(nn.Module):
             self.register_buffer("edges", torch.zeros(g, 1 if spec.cell_shared else k, m, lv - 1))
             self.register_buffer("centres", torch.zeros(g, lv**m, d))
 
+    @classmethod
+    def from_fit(cls, spec: SlicedRepairSpec, predictor: tuple[nn.Linear, nn.Linear | None],
+                 transport: Transport, cells: CellPartition | None = None,
+                 centres: torch.Tensor | None = None) -> SlicedRepairModifier:  # fmt: skip
+        """The modifier of fitted values (:mod:`mass.methods.ot_repair`): the predictor's
+        layers, the transport and, with rank cells, the partition and every cell's centre
+        [G, levels ** m, d]. Every buffer is loaded whole (strict: a missing or misshapen value
+        is an error), in eval mode."""
+        mod = cls(spec)
+        pred_in, pred_out = predictor
+        state = {f"pred_in.{k}": v for k, v in pred_in.state_dict().items()}
+        if pred_out is not None:
+            state.update({f"pred_out.{k}": v for k, v in pred_out.state_dict().items()})
+        state.update(_state(transport))
+        if spec.cell_axes:
+            if cells is None or centres is None:
+                raise ValueError("sliced_repair: rank cells need their partition and centres")
+            state.update(_state(cells), centres=centres)
+        mod.load_state_dict(state)
+        return mod.eval()
+
+    def partition(self) -> CellPartition:
+        """The stored rank cells' partition (views of the buffers)."""
+        return CellPartition(self.group_weight, self.group_bias, self.group_mean, self.axes,
+                             self.edges)  # fmt: skip
+
     def logits(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.pred_in(x)
-        return h if self.pred_out is None else self.pred_out(torch.relu(h))
+        return predictor_logits((self.pred_in, self.pred_out), x)
 
     def predict(self, x: torch.Tensor) -> torch.Tensor:
         return self.logits(x).argmax(dim=1)
@@ -126,16 +210,10 @@ class SlicedRepairModifier(nn.Module):
 
     def cell_of(self, z: torch.Tensor, cls: torch.Tensor,
                 group: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-        """(group, cell within the group) of repaired rows ``z`` whose suppressed class is
-        ``cls`` (unused with ``cell_shared``: one partition for every class); the group is
-        predicted from ``z`` unless given (the fit's own labels)."""
-        if group is None:
-            group = (z @ self.group_weight.T + self.group_bias).argmax(dim=1)
-        t = torch.einsum("nd,nmd->nm", z - self.group_mean[group], self.axes[group])
-        edges = self.edges[group, 0] if self.spec.cell_shared else self.edges[group, cls]
-        bins = (edges < t[..., None]).sum(dim=-1)  # [N, axes]
-        powers = self.spec.cell_levels ** torch.arange(self.spec.cell_axes)
-        return group, (bins * powers).sum(dim=1)
+        """(group, cell within the group) of repaired rows ``z``: :func:`rank_cell` on the
+        stored partition."""
+        return rank_cell(self.partition(), self.spec.cell_shared, self.spec.cell_levels, z, cls,
+                         group)  # fmt: skip
 
     def transport(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(repaired rows, their predicted classes): the release before any rank cells."""

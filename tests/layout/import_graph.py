@@ -6,7 +6,8 @@ first-party module ``b`` when it runs:
 - every ``import`` / ``from ... import`` statement, at module level or inside a function
   (``lazy``: it runs only when that function does);
 - a package whose ``__init__`` imports its own submodules by name at run time
-  (``pkgutil.iter_modules(__path__)`` + ``importlib.import_module``) -> every submodule;
+  (``pkgutil.iter_modules(__path__)`` + ``importlib.import_module``) -> every submodule and
+  subpackage;
 - a string literal that is exactly the dotted name of a first-party module (``"mass.x.y"``):
   code that imports modules by name (adapters written into a Triton repository, registries);
   when it names a package, every module under it (``f"{PACKAGE}.{kind}"`` built at run time).
@@ -169,8 +170,10 @@ def edges(module: str) -> tuple[Edge, ...]:
     if path is None:
         return ()
     out = list(v.edges)
-    if v.dynamic_submodules:
-        for sub in sorted(p for p in path.parent.glob("*.py") if p.name != "__init__.py"):
+    if v.dynamic_submodules:  # what pkgutil.iter_modules lists: modules and subpackages
+        subs = [p for p in path.parent.glob("*.py") if p.name != "__init__.py"]
+        subs += [p / "__init__.py" for p in path.parent.iterdir() if (p / "__init__.py").is_file()]
+        for sub in sorted(subs):
             out.append(Edge(module_name(sub), False, 0, "package"))
     for e in [e for e in out if e.how == "string"]:  # a package named in a string: code that
         pkg = module_file(e.target)  # builds "pkg.<name>" at run time may import any member

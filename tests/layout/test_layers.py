@@ -68,6 +68,14 @@ def test_lower_layers_never_import_upper_ones(package, forbidden):
     assert bad == []
 
 
+def test_a_package_importing_its_members_by_name_reaches_its_subpackages():
+    """``mass.methods`` registers its methods through ``pkgutil.iter_modules``, which lists
+    subpackages too (``ot_repair`` is one): their modules are in the graph (DVC deps, layers)."""
+    targets = {e.target for e in g.edges("mass.methods")}
+    assert {"mass.methods.leace", "mass.methods.ot_repair"} <= targets
+    assert "mass.methods.ot_repair.transport" in g.closure(["mass.methods"])
+
+
 def test_no_import_cycle_between_first_party_modules():
     """Lazy imports included (a cycle through a function-level import is still a cycle); a
     package's ``__init__`` and its own submodules are one unit."""

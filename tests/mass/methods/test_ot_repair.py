@@ -11,7 +11,7 @@ from mass.errors import ConfigError
 from mass.io import EmbeddingDataset, LabelEncoding
 from mass.methods import get_method
 from mass.methods._common import subset, toy_dataset
-from mass.methods.ot_repair import knots_of
+from mass.methods.ot_repair.transport import knots_of
 from mass.modifiers import load_modifier, save_modifier
 from mass.modifiers.sliced_repair import quantile_map
 from tests.mass.methods.privacy_cases import ATTACKERS, attack, chance, release

@@ -12,7 +12,7 @@ from bench.cells_scale import lookup_attack, scale_case
 from mass.calibrate.space import PARTITION
 from mass.errors import ConfigError
 from mass.methods import get_method
-from mass.methods.rank_cells import (
+from mass.methods.ot_repair.balance import (
     BALANCE_ALPHA,
     _pvalues,
     balance_split,

@@ -1,0 +1,172 @@
+"""``ot_repair``'s cell fit steps: what finer than a cell is not released
+(docs/calibration.md, "Cells: what a finite-sample repair leaves").
+
+Two kinds, each with its own apply path (a saved model's format fixes which):
+
+- k-means cells (``cell_rows``, ``cell_axes`` 0): the nearest of a few k-means centres of the
+  repaired fit rows, served by a chained :class:`mass.modifiers.codebook.CodebookModifier`;
+  with ``cells_by_preserved`` the centres are fitted within each class of the preserved joint
+  label and a linear predictor picks the class (docs/calibration.md, "Cells by R").
+- rank cells (``cell_axes`` > 0): a row's cell is its bin along each of ``cell_axes`` axes of
+  its group (a class of the preserved label, or one group), released as the cell's mean,
+  served inside :class:`mass.modifiers.sliced_repair.SlicedRepairModifier`
+  (:func:`mass.modifiers.sliced_repair.rank_cell`). ``cell_edges: common``: one partition per
+  group, the same edges for every suppressed class, so a row's cell never depends on S and a
+  released vector names one cell (docs/calibration.md, "One partition"); ``class`` (older
+  specs): the edges of the row's *predicted* suppressed class, shrunk towards the group's by
+  ``cell_prior_rows`` (docs/calibration.md, "Rank cells"). ``cell_basis``: the group's
+  principal axes (``pca``) or those of its covariance within the suppressed classes
+  (``within_s``). Levels per axis: about ``cell_rows`` fit rows of each (group, suppressed
+  class) pair per cell (at least 2), or ``cell_count`` cells in all, which calibration sets
+  to what the release's rows can certify (:func:`mass.metrics.certificate.cells_allowed`).
+
+Every step returns fitted values; nothing here writes into a modifier.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from mass.methods.ot_repair.params import RepairParams
+from mass.methods.ot_repair.predictors import classes_present, linear_class_predictor
+from mass.modifiers import l2_normalize
+from mass.modifiers.codebook import CodebookModifier, CodebookSpec
+from mass.modifiers.sliced_repair import CellPartition, rank_cell
+
+# a class with fewer fit rows in a group than this many per bin takes the group's common edges
+RANK_MIN_ROWS_PER_BIN = 2
+
+
+def _kmeans(z: np.ndarray, cells: int, seed: int) -> np.ndarray:
+    from sklearn.cluster import KMeans
+
+    if cells <= 1:
+        return z.mean(axis=0, keepdims=True)
+    return KMeans(n_clusters=cells, n_init=3, random_state=seed).fit(z).cluster_centers_
+
+
+def fit_cells(z: torch.Tensor, y: torch.Tensor, k: int, p: RepairParams,
+              r: tuple[torch.Tensor, int] | None = None) -> CodebookModifier:  # fmt: skip
+    """The codebook of ``cell_rows``: k-means (k-means++, 3 starts, seeded) on the repaired
+    fit rows ``z``, M = n / (cell_rows * classes present) centres (at least 2, at most n);
+    unit-normalised when the output is. ``r`` (the preserved joint label and its class
+    count): the same rule within each class of it (at least 1 centre each), and a
+    multinomial logistic regression on ``z`` stored to pick a row's class."""
+    present = classes_present(y, k)
+    zz = z.double().numpy()
+    rr = None if r is None else r[0].numpy()
+    classes = None if rr is None else np.unique(rr)
+    groups = [zz] if classes is None else [zz[rr == c] for c in classes]
+    least = 2 if rr is None else 1
+    parts = [_kmeans(g, int(min(len(g), max(least, round(len(g) / (p.cell_rows * present))))),
+                     p.seed) for g in groups]  # fmt: skip
+    centres = torch.from_numpy(np.vstack(parts)).float()
+    centres = l2_normalize(centres) if p.renormalize else centres
+    if r is None:
+        spec = CodebookSpec(dim=z.shape[1], cells=len(centres))
+        return CodebookModifier(spec).set(centres).eval()
+    owner = torch.from_numpy(np.repeat(classes, [len(c) for c in parts]).astype(np.int64))
+    spec = CodebookSpec(dim=z.shape[1], cells=len(centres), classes=r[1])
+    return CodebookModifier(spec).set(centres, owner, *linear_class_predictor(zz, rr, r[1])).eval()
+
+
+def rank_cell_shape(y: torch.Tensor, k: int, groups: int, p) -> dict[str, Any]:
+    """The spec fields of rank cells: levels per axis such that a cell holds about
+    ``cell_rows`` fit rows of each (group, suppressed class) pair, or (``cell_count``) such
+    that the groups hold about ``cell_count`` cells in all; at least 2."""
+    if p.cell_count:
+        per_group = p.cell_count / groups
+    else:
+        per_group = len(y) / (classes_present(y, k) * groups) / p.cell_rows
+    levels = max(2, int(round(per_group ** (1.0 / p.cell_axes))))
+    return {"cell_axes": p.cell_axes, "cell_levels": levels, "cell_groups": groups,
+            "cell_shared": p.cell_edges == "common"}  # fmt: skip
+
+
+def group_axes(zg: torch.Tensor, yg: torch.Tensor, m: int, basis: str) -> torch.Tensor:
+    """The ``m`` axes [m, dim] of a group's repaired rows ``zg`` (float64): its top principal
+    axes (``pca``) or those of the pooled covariance within the suppressed classes ``yg``
+    (``within_s``); zero rows where the group has fewer directions."""
+    centred = zg - zg.mean(dim=0)
+    if basis == "within_s":
+        for c in torch.unique(yg).tolist():
+            own = yg == c
+            centred[own] = zg[own] - zg[own].mean(dim=0)
+    vh = torch.linalg.svd(centred, full_matrices=False).Vh[:m]
+    axes = torch.zeros(m, zg.shape[1], dtype=torch.float64)
+    axes[: len(vh)] = vh
+    return axes
+
+
+def _edges(t: torch.Tensor, cls_g: torch.Tensor, classes: int, levels: int, shared: bool,
+           p: RepairParams) -> torch.Tensor:  # fmt: skip
+    """Bin edges [1 or classes, m, levels - 1] of one group from its rows' axis coordinates
+    ``t`` [n, m]: the group's quantiles for every class (``shared``), or each predicted
+    class's own, shrunk towards them by ``cell_prior_rows``."""
+    qs = torch.linspace(0, 1, levels + 1, dtype=torch.float64)[1:-1]
+    common = torch.quantile(t, qs, dim=0).T  # [m, levels - 1]
+    if shared:
+        return common.float()[None]
+    out = []
+    for c in range(classes):
+        own = cls_g == c
+        edges = common
+        n = int(own.sum())
+        if n >= RANK_MIN_ROWS_PER_BIN * levels:
+            w = n / (n + p.cell_prior_rows)
+            edges = w * torch.quantile(t[own], qs, dim=0).T + (1 - w) * common
+        out.append(edges.float())
+    return torch.stack(out)
+
+
+def fit_partition(z: torch.Tensor, cls: torch.Tensor, y: torch.Tensor, group: torch.Tensor,
+                  shape: dict[str, Any], classes: int, p: RepairParams) -> CellPartition:  # fmt: skip
+    """The rank cells' partition of the repaired fit rows ``z`` (their predicted and true
+    suppressed classes ``cls``, ``y``; their groups ``group``, the preserved joint label or
+    zeros; ``shape`` from :func:`rank_cell_shape`): per group its mean, axes and bin edges,
+    and a linear predictor of the group. A group without fit rows keeps zeros."""
+    g_count, m, lv = shape["cell_groups"], shape["cell_axes"], shape["cell_levels"]
+    d, zz = z.shape[1], z.double()
+    mean_all, axes_all = torch.zeros(g_count, d), torch.zeros(g_count, m, d)
+    edges_all = torch.zeros(g_count, 1 if shape["cell_shared"] else classes, m, lv - 1)
+    for g in torch.unique(group).tolist():
+        rows = group == g
+        zg = zz[rows]
+        mean = zg.mean(dim=0)
+        axes = group_axes(zg, y[rows], m, p.cell_basis)
+        edges_all[g] = _edges((zg - mean) @ axes.T, cls[rows], classes, lv,
+                              shape["cell_shared"], p)  # fmt: skip
+        mean_all[g], axes_all[g] = mean.float(), axes.float()
+    weight, bias = linear_class_predictor(zz.numpy(), group.numpy(), g_count)
+    return CellPartition(weight, bias, mean_all, axes_all, edges_all)
+
+
+def cell_means(
+    z: torch.Tensor, key: torch.Tensor, slots: int, fallback: torch.Tensor, renormalize: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean of the fit rows ``z`` of every slot of ``key`` [slots, d], float64, unit-normalised
+    when ``renormalize``; rows per slot): a slot without rows takes its ``fallback`` row."""
+    zz = z.double()
+    sums = torch.zeros(slots, zz.shape[1], dtype=torch.float64)
+    sums.index_add_(0, key, zz)
+    counts = torch.bincount(key, minlength=slots)
+    means = torch.where(counts[:, None] > 0, sums / counts.clamp(min=1)[:, None], fallback)
+    return (l2_normalize(means) if renormalize else means), counts
+
+
+def fit_centres(z: torch.Tensor, cls: torch.Tensor, group: torch.Tensor, part: CellPartition,
+                shape: dict[str, Any], renormalize: bool) -> tuple[torch.Tensor, dict[str, int]]:  # fmt: skip
+    """Every rank cell's centre [G, levels ** m, d] (float32): the mean of its fit rows ``z``
+    (unit-normalised when the output is), or its group's mean for an empty cell; and how
+    many cells hold fit rows with the fewest, median and most fit rows such a cell holds."""
+    g_count, size = shape["cell_groups"], shape["cell_levels"] ** shape["cell_axes"]
+    _, cell = rank_cell(part, shape["cell_shared"], shape["cell_levels"], z, cls, group)
+    fallback = part.group_mean.double().repeat_interleave(size, dim=0)
+    centres, counts = cell_means(z, group * size + cell, g_count * size, fallback, renormalize)
+    held = counts[counts > 0]
+    stats = {"cells": int(len(held)), "rows_min": int(held.min()),
+             "rows_median": int(held.median()), "rows_max": int(held.max())}  # fmt: skip
+    return centres.view(g_count, size, -1).float(), stats

@@ -1,0 +1,77 @@
+"""``ot_repair``'s transport fit step: the iterated sliced optimal transport (Pitie et al.
+2007) that sends every class of a label to the class-weighted barycenter (docs/calibration.md,
+"`ot_repair`: suppression without release noise"). Pure: takes rows, classes and knobs,
+returns the fitted :class:`mass.modifiers.sliced_repair.Transport` and the rows transported.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mass.methods.ot_repair.params import RepairParams
+from mass.modifiers.sliced_repair import Transport, quantile_map
+
+
+def knots_of(y: torch.Tensor, q: int) -> torch.Tensor:
+    """The empirical quantiles of every column of ``y`` [n, d] at q levels 0..1: [d, q]."""
+    ys = y.sort(dim=0).values
+    pos = torch.linspace(0, len(y) - 1, q, dtype=torch.float64)
+    lo = pos.floor().long()
+    hi = pos.ceil().long()
+    t = (pos - lo).to(y.dtype)[:, None]
+    return (ys[lo] * (1 - t) + ys[hi] * t).T.contiguous()
+
+
+def rotation(d: int, gen: torch.Generator) -> torch.Tensor:
+    q, r = torch.linalg.qr(torch.randn(d, d, generator=gen, dtype=torch.float64))
+    return q * torch.sign(torch.diagonal(r))[None, :]
+
+
+def discriminant_rotation(y: torch.Tensor, cls: torch.Tensor, present: list[int],
+                          weights: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """An orthonormal basis ordered by how much the classes differ along it: eigenvectors of
+    sum_c w_c [(mu_c - mu)(mu_c - mu)^T + (S_c - S)^2] (means and covariances)."""
+    mu = torch.zeros(y.shape[1], dtype=y.dtype)
+    stats = {}
+    for c in present:
+        yc = y[cls == c]
+        m = yc.mean(dim=0)
+        stats[c] = (m, (yc - m).T @ (yc - m) / max(len(yc) - 1, 1))
+        mu = mu + weights[c] * m
+    pooled = sum(weights[c] * stats[c][1] for c in present)
+    gap = sum(weights[c] * (torch.outer(stats[c][0] - mu, stats[c][0] - mu)
+                            + (stats[c][1] - pooled) @ (stats[c][1] - pooled)) for c in present)  # fmt: skip
+    return torch.linalg.eigh(gap).eigenvectors
+
+
+def fit_transport(x: torch.Tensor, cls: torch.Tensor, classes: int, gen: torch.Generator,
+                  p: RepairParams) -> tuple[Transport, torch.Tensor]:  # fmt: skip
+    """The transport that sends every one of the ``classes`` classes of ``cls`` to the
+    barycenter on the rows ``x`` (``p.steps`` rotations, ``p.knots`` knots; every other basis
+    discriminant when ``p.informed``, else drawn from ``gen``), and those rows transported. An
+    absent class gets the barycenter's knots (it is never predicted)."""
+    cur = x.double()
+    d, q = x.shape[1], p.knots
+    rotations = torch.empty(p.steps, d, d)
+    class_knots = torch.empty(p.steps, classes, d, q)
+    center_knots = torch.empty(p.steps, d, q)
+    counts = torch.bincount(cls, minlength=classes)
+    present = [c for c in range(classes) if counts[c] > 0]
+    weights = counts.double() / counts.sum()
+    for j in range(p.steps):
+        informed = p.informed and j % 2 == 0
+        rot = discriminant_rotation(cur, cls, present, weights) if informed else rotation(d, gen)
+        rot = rot.flip(1) if informed else rot  # eigh sorts ascending: largest gap first
+        y = cur @ rot
+        per_class = {c: knots_of(y[cls == c], q) for c in present}
+        center = sum(weights[c] * per_class[c] for c in present)
+        out = torch.empty_like(y)
+        for c in range(classes):
+            knots = per_class.get(c, center)
+            class_knots[j, c] = knots.float()
+            rows = cls == c
+            if bool(rows.any()):
+                out[rows] = quantile_map(y[rows].T.contiguous(), knots, center).T
+        rotations[j], center_knots[j] = rot.float(), center.float()
+        cur = out @ rot.T
+    return Transport(rotations, class_knots, center_knots), cur.float()
