@@ -75,3 +75,13 @@ def project(scores: Mapping[str, Score], gained: Mapping[str, tuple[float, float
             out[name] = replace(s, ci_high=up, balanced_ci_high=up_bal)
             rise[name] = round(up - s.ci_high, 4)
     return out, rise
+
+
+def project_curves(scores: Mapping[str, Score], curves: Mapping[str, Mapping[float, np.ndarray]],
+                   y: np.ndarray, k: float, judge_of) -> tuple[dict[str, Score], dict[str, float]]:  # fmt: skip
+    """:func:`project` with each judge's step read from its predictions per fraction of the
+    training rows (``curves``: judge -> fraction -> predictions; judges without ``HALF``
+    have no step)."""
+    half = {j: p[HALF] for j, p in curves.items() if HALF in p}
+    full = {j: p[1.0] for j, p in curves.items()}
+    return project(scores, steps(half, full, y), k, judge_of)

@@ -259,6 +259,23 @@ def _column_judges(columns: Mapping[str, tuple], y: np.ndarray, kw: dict[str, An
     return judged
 
 
+def _retrained(feats, y, columns, stats, kw: dict[str, Any], *, sup: bool, curve: bool,
+               project_rows: float | None):  # fmt: skip
+    """The retrained judges: (each family's predictions per fraction of its training rows,
+    the same with each released column judged alone added (suppressed), the fractions, the
+    projection factor to ``project_rows`` (:func:`mass.metrics.growth.factor`, 0: none))."""
+    fractions = CURVE_FRACTIONS if sup and curve else (1.0,)
+    k = growth.factor(growth.trained_rows(y.size, kw["folds"], kw.get("groups")),
+                      project_rows or 0.0) if sup else 0.0  # fmt: skip
+    if k > 0 and growth.HALF not in fractions:
+        fractions = (growth.HALF, 1.0)
+    preds = attack_predictions(feats, y, fractions=fractions, stats=stats, **kw)
+    curves = dict(preds)
+    if sup:
+        curves.update(_column_judges(columns, y, kw, fractions if k > 0 else (1.0,)))
+    return preds, curves, fractions, k
+
+
 def _scores(judged: Mapping[str, np.ndarray], y: np.ndarray, z: float, seed: int, *,
             remap: bool) -> dict[str, Score]:  # fmt: skip
     """Each judge's score and, with ``remap``, its re-mapped twin's (``<judge>_remap``)."""
@@ -411,23 +428,14 @@ def attribute_report(
         original, original_balanced = _original(x, y, kw)
     kw.update({} if groups is None else {"groups": np.asarray(groups)[rows]})
     feats = x_prime if extra is None or extra.shape[1] == 0 else np.hstack([x_prime, extra])
-    fractions = CURVE_FRACTIONS if sup and curve else (1.0,)
-    k = growth.factor(growth.trained_rows(y.size, folds, kw.get("groups")),
-                      project_rows or 0.0) if sup else 0.0  # fmt: skip
-    if k > 0 and growth.HALF not in fractions:
-        fractions = (growth.HALF, 1.0)
-    preds = attack_predictions(feats, y, fractions=fractions, stats=stats, **kw)
+    preds, curves, fractions, k = _retrained(feats, y, columns, stats, kw, sup=sup,
+                                             curve=curve, project_rows=project_rows)  # fmt: skip
     on_xp, frozen_x, frozen_by = _frozen_judge(frozen, frozen_family, x, x_prime, y, role=role,
                                                folds=folds, seed=seed)  # fmt: skip
     judged: dict[str, np.ndarray] = {} if on_xp is None else {FROZEN: on_xp}
-    curves = dict(preds)
-    if sup:
-        curves.update(_column_judges(columns, y, kw, fractions if k > 0 else (1.0,)))
     judged.update({j: p[1.0] for j, p in curves.items()})
     scores = _scores(judged, y, z, seed, remap=sup)
-    half = {j: p[growth.HALF] for j, p in curves.items() if growth.HALF in p}
-    scores, rise = growth.project(scores, growth.steps(half, judged, y), k,
-                                  lambda j: j.removesuffix(REMAP))  # fmt: skip
+    scores, rise = growth.project_curves(scores, curves, y, k, lambda j: j.removesuffix(REMAP))
     key_compromised = None
     if key_x is not None:
         key_compromised, keyed = _key_judges(key_x, y, z, kw, gate=sup and gate_key)
@@ -440,16 +448,12 @@ def attribute_report(
     return AttributeReport(
         name=name, role=role, n=int(y.size),
         **_baselines(y, preserved, folds, seed),
-        original=max(original.values()),
-        original_by_family=dict(original),
+        original=max(original.values()), original_by_family=dict(original),
         frozen_x=frozen_x, frozen_by=frozen_by,
         **_judge_fields(scores, families),
-        margins=margin_map if sup else {},
-        min_fraction=None if sup else min_fraction,
-        learning_curve=learning_curve,
-        climbing=climbing,
-        key_compromised=key_compromised,
-        confidence=confidence,
+        margins=margin_map if sup else {}, min_fraction=None if sup else min_fraction,
+        learning_curve=learning_curve, climbing=climbing,
+        key_compromised=key_compromised, confidence=confidence,
         rare_classes=rare_named(y, folds, class_names),
         original_balanced=original_balanced,
         projected_rows=int(project_rows) if k > 0 and project_rows else None,
