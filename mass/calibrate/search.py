@@ -283,16 +283,27 @@ def _epochs(s: _Search, c: Candidate, entry: dict, c_fit, c_folds, c_deadline):
     return False, None
 
 
-def _fit_parts(s: _Search, fit_on, c_fit, c_audit, c_folds):
-    """(the fit, or None when cross-fitted; (modifier, validation rows) pairs)."""
+def _fit_parts(s: _Search, fit_on, c_fit, c_audit, c_folds, c_deadline: float):
+    """(the fit, or None when cross-fitted; (modifier, validation rows) pairs). Out of fold,
+    a candidate whose first fold's fit shows the others would run past ``c_deadline`` stops
+    there (:class:`_OverBudget` naming the cost), so one fit, not four, is what a budget overruns by."""
     if not c_folds:
         fit = fit_on(c_fit)
         return fit, [(fit.modifier, np.arange(len(c_audit.x)))]
     parts = []
     for k, rows in enumerate(c_folds):
+        t = s.now()
         others = np.sort(np.concatenate([f for j, f in enumerate(c_folds) if j != k]))
         parts.append((fit_on(subset(s.train, others)).modifier, rows))
+        rest, left = (s.now() - t) * (len(c_folds) - 1 - k), c_deadline - s.now()
+        if k == 0 and rest > left:
+            raise _OverBudget(f"budget: one fold's fit took {s.now() - t:.0f}s, the other "
+                              f"{len(c_folds) - 1} would take ~{rest:.0f}s, {left:.0f}s left")  # fmt: skip
     return None, parts
+
+
+class _OverBudget(Exception):
+    """A candidate's fits would run past its deadline (the message says by how much)."""
 
 
 def _try(s: _Search, c: Candidate) -> bool:
@@ -329,7 +340,11 @@ def _try(s: _Search, c: Candidate) -> bool:
 
     tf = s.now()
     try:
-        fit, parts = _fit_parts(s, fit_on, c_fit, c_audit, c_folds)
+        fit, parts = _fit_parts(s, fit_on, c_fit, c_audit, c_folds, c_deadline)
+    except _OverBudget as e:
+        s.over_budget = True
+        entry.update(status="skipped", reason=str(e), fit_seconds=s.now() - tf)
+        return False
     except (ConfigError, InputError, ValueError, RuntimeError) as e:
         entry.update(status="error", reason=str(e))
         log.info("calibration: %s failed to fit: %s", c.name, e)

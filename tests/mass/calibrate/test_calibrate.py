@@ -158,6 +158,33 @@ def test_the_default_budget_is_cpu_time_which_waiting_does_not_spend(files, tmp_
         CalibrationConfig(budget_clock="gpu")
 
 
+def test_a_candidate_whose_first_fold_shows_the_rest_overruns_stops_after_one_fit():
+    """Out of fold a candidate costs one fit per fold: when the first fold's fit shows the
+    others would pass the deadline, the candidate stops there (a budget overrun of one fit,
+    not four: the text set's plain OT repair spent 248 CPU-s of a 240 CPU-s budget)."""
+    import time
+    from types import SimpleNamespace
+
+    from mass.calibrate import search
+
+    ds = make_synthetic(n=80, dim=4, s_classes=2, u_classes=2, seed=0)
+    folds = [np.arange(k, 80, 4) for k in range(4)]
+    fits = []
+
+    def fit_on(part):
+        time.sleep(0.2)
+        fits.append(len(part))
+        return SimpleNamespace(modifier=len(fits))
+
+    s = SimpleNamespace(now=time.perf_counter, train=ds)
+    with pytest.raises(search._OverBudget, match="the other 3 would take"):
+        search._fit_parts(s, fit_on, ds, None, folds, time.perf_counter() + 0.4)
+    assert fits == [60]  # one fit, on the other three folds' rows
+    fits.clear()
+    fit, parts = search._fit_parts(s, fit_on, ds, None, folds, time.perf_counter() + 30)
+    assert fit is None and [m for m, _ in parts] == [1, 2, 3, 4]
+
+
 def test_budget_exhausted_reports_budget(files, tmp_path):
     ds = load_embeddings(str(files / "ring.parquet"), label_cols=["s", "u"])
     space = (C.Candidate("mass", "mass", C.adaptive_params("none")),)
