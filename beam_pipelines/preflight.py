@@ -25,6 +25,7 @@ from mass.serving.manifest import verify_version_dir
 from mass.serving.newest import check_not_rolled_back
 from mass.serving.staging import require_signed_export
 from mass.trained_classes import check_trained_classes
+from transforms.modify import reference_check
 
 
 @dataclass(frozen=True)
@@ -130,15 +131,3 @@ def check_export(job: AnonymizeJob) -> tuple[dict, object] | None:
         check_not_rolled_back(Path(srv.repository, job.model), int(info["version"]), meta, key)
     return info, reference_check(srv.repository, job.model, info,
                                  carry=names_runner(job.beam_args))  # fmt: skip
-
-
-def reference_check(repository: str, model: str, info: dict, *, carry: bool = True):
-    """The signed modifier of the verified export, for the in-process recompute of flagged and
-    sampled rows (:mod:`mass.batches.reference`); None for an export that is no modifier.
-    ``carry``: ship the checked bytes to the workers (any runner but the default local one)."""
-    from mass.batches.reference import ReferenceCheck
-
-    if not info.get("modifier") or not info.get("weights") or not info.get("sha256"):
-        return None
-    path = os.path.join(repository, model, str(info["version"]), info["weights"])
-    return ReferenceCheck(path, str(info["sha256"]), carry=carry)
