@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from mass.errors import AuditFailedError, ConfigError
 from mass.serving.tensors import ModifierInputs
-from transforms.modify import BatchModifier, reference_check
+from transforms.modify import BatchModifier, model_seeds, needs_noise_key, reference_check
 
 QUARANTINED = "quarantined"
 ROWS = "rows"
@@ -57,15 +57,12 @@ def _export(repository: str, model: str, version: str) -> dict:
 def _seeds(info: dict, noise_key_file: str | None):
     """The job's ROW_SEED source (None without a key); a stochastic model needs the key."""
     from mass.keys import NOISE_KEY_ENV, looked_for, resolve_key
-    from mass.noise import KeyedSeeds
 
     key = resolve_key(noise_key_file, NOISE_KEY_ENV)
-    if key is None:
-        if info.get("stochastic", True):
-            raise ConfigError(f"model {info.get('name')!r} adds release noise keyed by the owner "
-                              f"key: pass noise_key_file= (looked in {looked_for(NOISE_KEY_ENV)})")  # fmt: skip
-        return None
-    return KeyedSeeds.of(key, context=str(info.get("sha256") or ""))
+    if key is None and needs_noise_key(info):
+        raise ConfigError(f"model {info.get('name')!r} adds release noise keyed by the owner "
+                          f"key: pass noise_key_file= (looked in {looked_for(NOISE_KEY_ENV)})")  # fmt: skip
+    return model_seeds(key, info)
 
 
 class _AnonymizeBatchFn(beam.DoFn):

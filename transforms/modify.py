@@ -206,6 +206,26 @@ class ModifyRowGroupFn(beam.DoFn):
             yield "run", run
 
 
+def needs_noise_key(info: dict) -> bool:
+    """Whether the model's release noise must be keyed by the owner key: unless its
+    export.json says it is a deterministic modifier (``stochastic: false`` counts only beside
+    ``modifier``: older exports recorded false for the noise baselines; ``{}``, a remote
+    server with no export at hand, may be stochastic)."""
+    return not (info.get("modifier") and info.get("stochastic") is False)
+
+
+def model_seeds(key, info: dict, *, read_on_worker: bool = False):
+    """The ROW_SEED source of a release of ``info``'s model: the owner-keyed PRF of the ids
+    (:class:`mass.noise.KeyedSeeds`), None (all zeros) without a key."""
+    from mass.noise import KeyedSeeds
+
+    if key is None:
+        return None
+    # bound to the modifier: two modifiers never share a row's noise (docs/threat-model.md)
+    context = str(info.get("sha256") or "")
+    return KeyedSeeds.of(key, context=context, read_on_worker=read_on_worker)
+
+
 def reference_check(repository: str, model: str, info: dict, *, carry: bool = True):
     """The signed modifier of a verified export, for the in-process recompute of flagged and
     sampled rows (:mod:`mass.batches.reference`); None for an export that is no modifier.
