@@ -166,8 +166,8 @@ def _run_in_process(job, staging, test_pipeline, model_handler, info: dict, sour
     check_noise_key(job, info)
     checked = check_job_input(job, staging, int(info["dim"]) if info.get("dim") else None)
     decided = decide(job, info, checked, dim_checked=True, source=source)
-    handler = model_handler.with_row_seeds(decided.seeds)
-    return _run(job, staging, test_pipeline, handler, decided)
+    # the ROW_SEED is bound to decided.seeds by the per-batch core (transforms.modify)
+    return _run(job, staging, test_pipeline, model_handler, decided)
 
 
 def _run_served(job: AnonymizeJob, staging: Staging, test_pipeline, source: str) -> dict:

@@ -25,6 +25,7 @@ from mass.serving.manifest import verify_version_dir
 from mass.serving.newest import check_not_rolled_back
 from mass.serving.staging import require_signed_export
 from mass.trained_classes import check_trained_classes
+from transforms.modify import model_seeds, needs_noise_key, reference_check
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,8 @@ def check_noise_key(job: AnonymizeJob, info: dict) -> None:
     ``stochastic: false`` counts only beside ``modifier`` (older exports recorded false for
     the noise baselines).
     """
-    stochastic = info.get("stochastic") if info.get("modifier") else None
-    if job.noise_key is None and stochastic is not False:
+    if job.noise_key is None and needs_noise_key(info):
+        stochastic = info.get("stochastic") if info.get("modifier") else None
         why = "is stochastic" if stochastic else "may be stochastic (no export.json says otherwise)"
         raise ConfigError(
             f"model '{job.model}' {why}: its release noise must be keyed by the owner's "
@@ -60,13 +61,9 @@ def check_noise_key(job: AnonymizeJob, info: dict) -> None:
 
 
 def keyed_seeds(job: AnonymizeJob, info: dict) -> KeyedSeeds | None:
-    """ROW_SEED source: the owner-keyed PRF of the ids (all zeros without a key)."""
-    key = job.noise_key
-    if key is None:
-        return None
-    # bound to the modifier: two modifiers never share a row's noise (docs/threat-model.md)
-    context = str(info.get("sha256") or "")
-    return KeyedSeeds.of(key, context=context, read_on_worker=job.noise_key_on_worker)
+    """ROW_SEED source: the owner-keyed PRF of the ids (all zeros without a key), as
+    :class:`transforms.api.Anonymize` keys it (:func:`transforms.modify.model_seeds`)."""
+    return model_seeds(job.noise_key, info, read_on_worker=job.noise_key_on_worker)
 
 
 def check_job_input(job: AnonymizeJob, staging: Staging, dim: int | None) -> CheckedInput:
@@ -130,15 +127,3 @@ def check_export(job: AnonymizeJob) -> tuple[dict, object] | None:
         check_not_rolled_back(Path(srv.repository, job.model), int(info["version"]), meta, key)
     return info, reference_check(srv.repository, job.model, info,
                                  carry=names_runner(job.beam_args))  # fmt: skip
-
-
-def reference_check(repository: str, model: str, info: dict, *, carry: bool = True):
-    """The signed modifier of the verified export, for the in-process recompute of flagged and
-    sampled rows (:mod:`mass.batches.reference`); None for an export that is no modifier.
-    ``carry``: ship the checked bytes to the workers (any runner but the default local one)."""
-    from mass.batches.reference import ReferenceCheck
-
-    if not info.get("modifier") or not info.get("weights") or not info.get("sha256"):
-        return None
-    path = os.path.join(repository, model, str(info["version"]), info["weights"])
-    return ReferenceCheck(path, str(info["sha256"]), carry=carry)

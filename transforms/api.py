@@ -6,17 +6,19 @@
     (out.rows | AuditGate("heldout.parquet", anonymize=anon)   # fails the run when it fails
               | beam.io.WriteToParquet(...))  # the user's sink sees rows only after a pass
 
-``Anonymize`` composes what the `mass anonymize` job runs per batch (compose, not wrap): the
-signed export checked in the repository (:mod:`mass.serving.staging`,
-:mod:`mass.serving.manifest`), the row validation and quarantine (:mod:`mass.batches.
-quarantine`), the owner-keyed ROW_SEED (:class:`mass.noise.KeyedSeeds`, bound to the
-export's sha256), the model handler (:mod:`transforms.inference`: Triton, or any handler of
-that package) and the in-process recompute of flagged and sampled rows against the signed
-weights (:mod:`mass.batches.reference`). Its output is ``DoOutputsTuple`` of ``rows`` (main:
+``Anonymize`` runs the very per-batch core of the `mass anonymize` job,
+:class:`transforms.modify.BatchModifier` (compose, not wrap): the row validation and
+quarantine (:mod:`mass.batches.quarantine`), the model handler (:mod:`transforms.inference`:
+Triton, or any handler of that package) with the owner-keyed ROW_SEED
+(:class:`mass.noise.KeyedSeeds`, bound to the export's sha256) and the in-process recompute
+of flagged and sampled rows against the signed weights (:mod:`mass.batches.reference`), on
+the signed export checked in the repository (:mod:`mass.serving.staging`,
+:mod:`mass.serving.manifest`). Its output is ``DoOutputsTuple`` of ``rows`` (main:
 id, the privatized embedding and the ``keep_columns``; never anything else of the input) and
 ``quarantined`` (the dead-letter output, as Beam's ``with_exception_handling()`` gives one).
 A row the served model left unmodified or computed otherwise than the signed weights fails
-the run (:class:`mass.errors.ServingError`), as in the job.
+the run at once (:class:`mass.errors.ServingError`); the job refuses the same rows when it
+verifies its staged release.
 
 ``AuditGate`` gathers the rows, runs the publication audit (:func:`mass.api.report.
 audit_release`, the gate of `mass anonymize`) and only then re-emits them: when the audit
@@ -29,13 +31,11 @@ from __future__ import annotations
 import os
 
 import apache_beam as beam
-import numpy as np
 import pyarrow as pa
 
-from mass.batches.quarantine import validate_batch
-from mass.batches.spill import MISMATCH, UNMODIFIED, row_flags
-from mass.errors import AuditFailedError, ConfigError, ServingError
+from mass.errors import AuditFailedError, ConfigError
 from mass.serving.tensors import ModifierInputs
+from transforms.modify import BatchModifier, model_seeds, needs_noise_key, reference_check
 
 QUARANTINED = "quarantined"
 ROWS = "rows"
@@ -57,32 +57,26 @@ def _export(repository: str, model: str, version: str) -> dict:
 def _seeds(info: dict, noise_key_file: str | None):
     """The job's ROW_SEED source (None without a key); a stochastic model needs the key."""
     from mass.keys import NOISE_KEY_ENV, looked_for, resolve_key
-    from mass.noise import KeyedSeeds
 
     key = resolve_key(noise_key_file, NOISE_KEY_ENV)
-    if key is None:
-        if info.get("stochastic", True):
-            raise ConfigError(f"model {info.get('name')!r} adds release noise keyed by the owner "
-                              f"key: pass noise_key_file= (looked in {looked_for(NOISE_KEY_ENV)})")  # fmt: skip
-        return None
-    return KeyedSeeds.of(key, context=str(info.get("sha256") or ""))
+    if key is None and needs_noise_key(info):
+        raise ConfigError(f"model {info.get('name')!r} adds release noise keyed by the owner "
+                          f"key: pass noise_key_file= (looked in {looked_for(NOISE_KEY_ENV)})")  # fmt: skip
+    return model_seeds(key, info)
 
 
 class _AnonymizeBatchFn(beam.DoFn):
-    """One batch: validate (bad rows to the dead letter), modify, check, keep the columns."""
+    """One batch through the job's core (:class:`transforms.modify.BatchModifier`): bad rows
+    to the dead letter, the rest modified and checked (a refused row fails the run)."""
 
-    def __init__(self, handler, *, id_col, emb_col, dim, keep, reference, seeds):
-        self._handler, self._id_col, self._emb_col = handler, id_col, emb_col
-        self._dim, self._keep, self._reference = int(dim), list(keep), reference
-        self._seeds = seeds
+    def __init__(self, core: BatchModifier) -> None:
+        self._core = core
 
     def setup(self):
-        self._model = self._handler.load_model()
+        self._core.load()
 
     def teardown(self):
-        close = getattr(getattr(self, "_model", None), "close", None)
-        if close is not None:
-            close()
+        self._core.close()
 
     def process(self, items):
         """``items``: a list from BatchElements, of record batches (each its own batch, out as
@@ -94,38 +88,20 @@ class _AnonymizeBatchFn(beam.DoFn):
             yield from self._one(pa.RecordBatch.from_pylist(list(items)), dicts=True)
 
     def _one(self, batch: pa.RecordBatch, *, dicts: bool):
-        missing = [c for c in (self._id_col, self._emb_col, *self._keep)
-                   if c not in batch.schema.names]  # fmt: skip
+        core = self._core
+        missing = [c for c in core.columns if c not in batch.schema.names]
         if missing:
             raise ConfigError(f"Anonymize: rows have no column(s) {missing} (columns: "
                               f"{batch.schema.names}); pass id_col=/emb_col=/keep_columns=")  # fmt: skip
-        good, bad = validate_batch(batch.select([self._id_col, self._emb_col, *self._keep]),
-                                   id_col=self._id_col, emb_col=self._emb_col, dim=self._dim)  # fmt: skip
+        out, flags, bad = core.process(batch)
         if bad.num_rows:
             for item in bad.to_pylist() if dicts else [bad]:
                 yield beam.pvalue.TaggedOutput(QUARANTINED, item)
-        if not good.num_rows:
+        if out is None:
             return
-        (out,) = self._handler.run_inference([good], self._model)
-        self._check(out)
-        out = out.select([self._id_col, self._emb_col, *self._keep])
+        core.refuse(out, flags, "Anonymize")
+        out = out.select(core.columns)
         yield from (out.to_pylist() if dicts else [out])
-
-    def _check(self, out: pa.RecordBatch) -> None:
-        """The job's writer check: no row left as it came in, none computed otherwise than
-        the signed weights (flagged and sampled rows recomputed in-process)."""
-        flags = row_flags(out, self._emb_col, _SOURCE)
-        if self._reference is not None:
-            flags = self._reference.verify(out, flags, id_col=self._id_col,
-                                           emb_col=self._emb_col, verify_col=_SOURCE,
-                                           seeds=self._seeds)  # fmt: skip
-        bad = np.flatnonzero(flags & (UNMODIFIED | MISMATCH))
-        if len(bad):
-            row = int(bad[0])
-            what = "unmodified" if flags[row] & UNMODIFIED else "not the signed model's output"
-            raise ServingError(f"Anonymize: {len(bad)} row(s) came back {what} (first "
-                               f"{self._id_col} {out.column(self._id_col)[row].as_py()!r}); the "
-                               "server does not run the signed model; nothing may be released")  # fmt: skip
 
 
 class Anonymize(beam.PTransform):
@@ -135,7 +111,8 @@ class Anonymize(beam.PTransform):
     was exported to (verified here; gives its sha256, dimension and whether it is stochastic);
     ``triton_url``: the gRPC address of a Triton server serving that repository (`mass serve`
     or :class:`mass.serving.TritonServer`); ``handler``: another handler of
-    :mod:`transforms.inference` instead (e.g. an in-process FunctionModelHandler).
+    :mod:`transforms.inference` instead (e.g. an in-process FunctionModelHandler built with
+    ``keep_input_as="__mass_input"``, the input copy the bypass check reads).
     ``noise_key_file``: the owner key (default as `mass anonymize`: $MASS_NOISE_KEY_FILE,
     then .mass/local.yaml). Dict rows are batched by ``BatchElements`` (up to ``batch_rows``).
     ``keep_columns``: columns released beside id and emb (nothing else ever is).
@@ -153,7 +130,7 @@ class Anonymize(beam.PTransform):
         self.keep_columns, self.batch_rows = tuple(keep_columns), int(batch_rows)
         self.info = _export(repository, model, version)
         self.seeds = _seeds(self.info, noise_key_file)
-        self._reference = _reference(repository, model, self.info)
+        self._reference = reference_check(repository, model, self.info)
         dim = int(self.info["dim"])
         if triton_url is not None:  # else handler= (exactly one of them, checked above)
             from transforms.inference.triton import TritonModelHandler
@@ -162,7 +139,10 @@ class Anonymize(beam.PTransform):
                                          inputs=ModifierInputs(id_col=id_col, emb_col=emb_col),
                                          output_dim=dim, timeout_s=timeout_s,
                                          keep_input_as=_SOURCE)  # fmt: skip
-        self._handler = handler.with_row_seeds(self.seeds)
+        # the job's per-batch core; it binds the handler's ROW_SEED to self.seeds
+        self._core = BatchModifier(handler, columns=[id_col, emb_col, *self.keep_columns],
+                                   id_col=id_col, emb_col=emb_col, dim=dim, verify_col=_SOURCE,
+                                   reference=self._reference, seeds=self.seeds)  # fmt: skip
 
     def release_metadata(self) -> dict[bytes, bytes]:
         """The ``mass.*`` metadata of a release of these rows (what the audit reads)."""
@@ -172,23 +152,12 @@ class Anonymize(beam.PTransform):
         return release_metadata(self.info, audited=True, noise_key_fingerprint=fingerprint)
 
     def expand(self, pcoll):
-        fn = _AnonymizeBatchFn(self._handler, id_col=self.id_col, emb_col=self.emb_col,
-                               dim=int(self.info["dim"]), keep=self.keep_columns,
-                               reference=self._reference, seeds=self.seeds)  # fmt: skip
+        fn = _AnonymizeBatchFn(self._core)
         return (
             pcoll
             | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=self.batch_rows)
             | "Anonymize" >> beam.ParDo(fn).with_outputs(QUARANTINED, main=ROWS)
         )
-
-
-def _reference(repository: str, model: str, info: dict):
-    from mass.batches.reference import ReferenceCheck
-
-    path = os.path.join(repository, model, str(info["version"]), str(info.get("weights")))
-    if not info.get("modifier") or not info.get("sha256") or not os.path.isfile(path):
-        return None
-    return ReferenceCheck(path, str(info["sha256"]))
 
 
 class AuditGate(beam.PTransform):

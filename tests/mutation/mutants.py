@@ -61,6 +61,7 @@ SIGNED = (f"{_UNTRUSTED}test_tampered_export_is_refused_before_the_server_launch
 UNPICKLE = (f"{_UNTRUSTED}test_crafted_modifier_never_runs_in_export_or_load",
             f"{_UNTRUSTED}test_crafted_checkpoint_never_runs_on_resume")  # fmt: skip
 _POLICY = "tests/failclosed/test_policy_files.py::"
+ONE_PATH = ("tests/transforms/test_modify.py",)
 SHM = (
     "tests/beam_pipelines/test_triton_jobs.py::"
     "test_shared_memory_and_grpc_payloads_give_byte_identical_releases",
@@ -121,6 +122,21 @@ MUTANTS = [
     Mutant("modify-drops-bad-rows", "transforms.modify:ModifyRowGroupFn.process",
            'yield "bad", bad', "pass", QUARANTINE,
            "quarantined rows vanish: not counted, not inspectable"),
+    # --- one per-batch core (transforms.modify.BatchModifier) for the job and Anonymize ----------
+    Mutant("anonymize-core-unkeyed", "transforms.api:_seeds",
+           "return model_seeds(key, info)", "return None", ONE_PATH,
+           "the Beam route's noise is no longer the job's keyed noise (the routes diverge)"),
+    Mutant("anonymize-refusal-skipped", "transforms.api:_AnonymizeBatchFn._one",
+           'core.refuse(out, flags, "Anonymize")', "pass", ONE_PATH,
+           "the Beam route emits the rows of a bypassed server that the job refuses"),
+    Mutant("noise-key-optional-for-old-baselines", "transforms.modify:needs_noise_key",
+           'info.get("modifier") and info.get("stochastic") is False',
+           'info.get("stochastic") is False', ONE_PATH,
+           "an export recording stochastic: false without a modifier (an older noise baseline) "
+           "is released with public, recomputable noise"),
+    Mutant("core-input-copy-unchecked", "transforms.modify:BatchModifier.__init__",
+           "if kept != verify_col:", "if False:", ONE_PATH,
+           "a handler that keeps no input copy fails deep in a worker, not by name up front"),
     # --- the job's writer: per-row flags the release gate reads -------------------------------
     Mutant("modify-unmodified-flag-off", "mass.batches.spill:row_flags",
            "flags = np.where(same, UNMODIFIED, np.where(close, NEAR, 0)).astype(np.uint8)",
@@ -246,7 +262,7 @@ MUTANTS = [
            "return z[:, :dim].to(torch.float32)",
            "return torch.randn(z.shape[0], dim)", NOISE,
            "noise drawn from the global generator: not reproducible from the seed"),
-    Mutant("job-noise-context-dropped", "beam_pipelines.preflight:keyed_seeds",
+    Mutant("job-noise-context-dropped", "transforms.modify:model_seeds",
            'context = str(info.get("sha256") or "")', 'context = ""', KEYED_JOB,
            "the job seeds every modifier's noise alike (not bound to the modifier)"),
     Mutant("worker-seeds-drop-context", "mass.noise:KeyedSeeds.of",

@@ -52,6 +52,11 @@ class ArrowBatchInference:
         """The output dimension the handler checks responses against (None: not known)."""
         return self._output_dim
 
+    @property
+    def input_copy(self) -> str | None:
+        """The column the model's input is kept in beside its output (``keep_input_as``)."""
+        return self._keep_input_as
+
     def with_row_seeds(self, seeds: KeyedSeeds | None):
         """A copy whose :class:`ModifierInputs` send ``ROW_SEED = seeds(ids)`` (the job's key);
         other input builders (extractors take no seed) are kept as they are."""
