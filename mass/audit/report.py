@@ -9,8 +9,9 @@ from datetime import UTC, datetime
 
 from mass.audit.certified import certificate_block, certificate_line
 from mass.audit.data import parse_json_list
-from mass.audit.runner import AuditResult, family_margins
+from mass.audit.runner import AuditResult
 from mass.audit.unnamed import unnamed_lines
+from mass.audit.vacuity import family_margins
 from mass.metrics import FROZEN, aum, column_of, judge_limit
 from mass.metrics.strata import RULE as RARE_RULE
 

@@ -463,7 +463,7 @@ MUTANTS = [
            "tr[q] = self._fit(rest, y[rest], train[q], classes)",
            "tr[q] = self._fit(train, y[train], train[q], classes)", COLUMNS,
            "a training row's per-value statistics include its own label (attackers overfit)"),
-    Mutant("vacuity-needs-both-scales", "mass.audit.runner:_informative",
+    Mutant("vacuity-needs-both-scales", "mass.audit.vacuity:_informative",
            "r.original > r.baseline + se or bal", "r.original > r.baseline + se and bal",
            ("tests/mass/audit/test_vacuity_guards.py",),
            "a skewed attribute's vacuous balanced limit runs silently"),
@@ -517,7 +517,7 @@ MUTANTS = [
            "if bad:", "if False:",
            (f"{_POLICY}test_an_override_for_an_attribute_not_judged_is_refused",),
            "an override for a misspelt attribute is kept and never applied"),
-    Mutant("vacuous-strictest-family-only", "mass.audit.runner:_vacuous_judges",
+    Mutant("vacuous-strictest-family-only", "mass.audit.vacuity:_vacuous_judges",
            "sorted(by_margin, reverse=True)", "sorted(by_margin)",
            ("tests/failclosed/test_judge_families.py::"
             "test_a_margin_of_one_for_one_family_is_refused",),
