@@ -225,7 +225,7 @@ def format_table(result: AuditResult) -> str:
         if r.key_compromised is not None:
             key = ", ".join(f"{f} {v:.3f}" for f, v in r.key_compromised.items())
             lines.append(f"{r.name}: key compromised (noise removed): {key}")
-        if (cert := certificate_line(r)) is not None:
+        if (cert := certificate_line(r, certificate_block(r))) is not None:
             lines.append(cert)
     if result.key_status:
         lines.append(f"key-compromised figure: {result.key_status}")
