@@ -30,7 +30,7 @@ FAMILIES = ("logreg", "mlp", "gboost", "knn")
 
 
 def judged(x: np.ndarray, xp: np.ndarray, labels: dict) -> dict:
-    from mass.metrics.rules import attribute_report
+    from mass.metrics.judges import attribute_report
     from mass.metrics.unnamed import normalised_kept
 
     r = attribute_report("digit", labels["digit"], x, xp, role="suppressed",

@@ -123,6 +123,7 @@ def releases(train, xt, seeds, s_codes, suppress, preserve, calibrated=None,
         "ot-repair+balanced2|R": "two-axis partition, held-out balanced merging",
         "ot-repair+certified|R": "two-axis partition, the cells these rows can certify",
     }
+    cell_policy = None  # params.yaml's policy, read once, for the candidates sizing their cells
     for c in ordered(SEARCH_SPACE, preserve):  # calibration's own candidates, as it runs them
         if c.name in cells:
             params = dict(c.params)
@@ -130,8 +131,10 @@ def releases(train, xt, seeds, s_codes, suppress, preserve, calibrated=None,
                 from mass.audit.policy import load_policy
                 from mass.calibrate.space import certified_cell_count
 
+                if cell_policy is None:
+                    cell_policy = load_policy("params.yaml")
                 params["cell_count"] = certified_cell_count(
-                    train.labels, suppress, load_policy("params.yaml"), len(xt)
+                    train.labels, suppress, cell_policy, len(xt)
                 )
                 if params["cell_count"] < 2:
                     continue

@@ -19,8 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     from mass.calibrate.judge import ValidationAudit
     from mass.calibrate.noise import apply, with_output_noise
     from mass.calibrate.sampling import stratified_split
-    from mass.calibrate.search import TRAINED_HOLDOUT
     from mass.calibrate.space import SEARCH_SPACE
+    from mass.calibrate.validation import TRAINED_HOLDOUT
     from mass.config import CalibrationConfig
     from mass.io import load_embeddings
     from mass.methods import get_method

@@ -52,10 +52,14 @@ def _plain_env(repo: Path) -> dict[str, str]:
     return env
 
 
-def _run(cmd: list[str], repo: Path, env: dict[str, str]) -> str:
-    p = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True)
+def _run(cmd: list[str], repo: Path, env: dict[str, str], *, what: str | None = None,
+         timeout: float | None = None) -> str:  # fmt: skip
+    """``cmd`` in ``repo`` under ``env``: its stdout and stderr; a non-zero exit fails the test
+    naming ``what`` (else the command) with the output's tail (tests/test_readme.py uses it)."""
+    p = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
     out = p.stdout + p.stderr
-    assert p.returncode == 0, f"`{' '.join(cmd)}` exited {p.returncode}:\n{out[-6000:]}"
+    name = what or f"`{' '.join(cmd)}`"
+    assert p.returncode == 0, f"{name} exited {p.returncode}:\n{out[-6000:]}"
     return out
 
 

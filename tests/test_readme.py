@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from mass.cli import parse_command
+from tests.test_dvc_route import _run
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -213,12 +214,6 @@ def _user_tables(work: Path) -> int:
     return len(released)
 
 
-def _ran(done: subprocess.CompletedProcess, what: str) -> str:
-    out = done.stdout + done.stderr
-    assert done.returncode == 0, f"{what} exited {done.returncode}:\n{out[-6000:]}"
-    return out
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
 def test_the_own_parquet_route_and_the_notebook_block_run_as_written(tmp_path):
@@ -233,8 +228,8 @@ def test_the_own_parquet_route_and_the_notebook_block_run_as_written(tmp_path):
     rows = _user_tables(work)
     env = _clean_env(home)
     bash = _block("mass keygen")
-    _ran(subprocess.run(["bash", "-euo", "pipefail", "-c", bash], cwd=work, env=env,
-                        capture_output=True, text=True, timeout=3000), "the own-Parquet block")  # fmt: skip
+    _run(["bash", "-euo", "pipefail", "-c", bash], work, env, what="the own-Parquet block",
+         timeout=3000)  # fmt: skip
 
     key = read_key(str(home / ".mass" / "owner.key"))  # 0600, ours, random: read_key checks
     release = pq.read_table(str(work / "release"))
@@ -249,9 +244,8 @@ def test_the_own_parquet_route_and_the_notebook_block_run_as_written(tmp_path):
 
     notebook = _block("from mass.api import Suppressor")
     check = "\nassert report.passed, report\nprint('notebook block: audit passed')\n"
-    out = _ran(subprocess.run([str(VENV / "bin" / "python"), "-c", notebook + check], cwd=work,
-                              env=env, capture_output=True, text=True, timeout=3000),
-               "the Python block")  # fmt: skip
+    out = _run([str(VENV / "bin" / "python"), "-c", notebook + check], work, env,
+               what="the Python block", timeout=3000)  # fmt: skip
     assert "notebook block: audit passed" in out
     versions = sorted(p.name for p in (work / "triton_models" / "mine").iterdir() if p.is_dir())
     assert versions == ["1", "2"]  # the CLI's export, then the notebook's

@@ -79,8 +79,9 @@ def certificate_block(r: AttributeReport) -> dict | None:
     return out
 
 
-def certificate_line(r: AttributeReport) -> str | None:
-    """One line of the audit's stdout table (None for an attribute without a certificate)."""
+def certificate_line(r: AttributeReport, block: dict | None) -> str | None:
+    """One line of the audit's stdout table (None for an attribute without a certificate);
+    ``block`` is the attribute's :func:`certificate_block`, built once by the caller."""
     c = r.certificate
     if c is None:
         return None
@@ -89,8 +90,7 @@ def certificate_line(r: AttributeReport) -> str | None:
     line = (f"{r.name}: certified (any attacker, {1 - c.delta:.0%}): accuracy <= "
             f"{c.accuracy:.3f}, balanced <= {c.balanced:.3f} ({c.cells} cells, {c.rows} rows)"
             + (" [gated]" if CERTIFICATE in r.margins else ""))  # fmt: skip
-    block = certificate_block(r) or {}
-    if (w := block.get("resolution_plan")) is not None:
+    if (w := (block or {}).get("resolution_plan")) is not None:
         line += (f"; over its limit. Resolution alone (cells independent of S): within the "
                  f"margin {w['margin']:g}, {c.cells} cells need about {w['rows_needed']:,} "
                  f"audited rows; {c.rows:,} rows allow about {w['cells_allowed']:,} cells")  # fmt: skip

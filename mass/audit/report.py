@@ -9,8 +9,9 @@ from datetime import UTC, datetime
 
 from mass.audit.certified import certificate_block, certificate_line
 from mass.audit.data import parse_json_list
-from mass.audit.runner import AuditResult, family_margins
+from mass.audit.runner import AuditResult
 from mass.audit.unnamed import unnamed_lines
+from mass.audit.vacuity import family_margins
 from mass.metrics import FROZEN, aum, column_of, judge_limit
 from mass.metrics.strata import RULE as RARE_RULE
 
@@ -224,7 +225,7 @@ def format_table(result: AuditResult) -> str:
         if r.key_compromised is not None:
             key = ", ".join(f"{f} {v:.3f}" for f, v in r.key_compromised.items())
             lines.append(f"{r.name}: key compromised (noise removed): {key}")
-        if (cert := certificate_line(r)) is not None:
+        if (cert := certificate_line(r, certificate_block(r))) is not None:
             lines.append(cert)
     if result.key_status:
         lines.append(f"key-compromised figure: {result.key_status}")

@@ -13,7 +13,8 @@ floor (:mod:`.report`). Above ``--max-rows`` training uses a streamed stratified
 (:mod:`.sampling`, whose :func:`~.sampling.sample_table` any bounded-memory reader can use).
 
 Modules: ``sampling`` (strata, splits, folds, streamed sample), ``noise`` (release noise and
-its bisection), ``judge`` (the validation audit), ``search`` (space and search), ``report``
+its bisection), ``judge`` (the validation audit), ``validation`` (the rows each candidate is fitted and
+judged on), ``search`` (space and search), ``report``
 (frontier, verdict, calibration.json/.png), ``flow`` (the `mass train` side).
 """
 

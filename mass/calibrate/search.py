@@ -28,18 +28,12 @@ from mass.calibrate.rank import (  # noqa: F401  (infeasible_attributes, nonline
     watch_shortfall,
 )
 from mass.calibrate.report import (
-    baseline_report,
     failure_message,
     frontier,
     report_head,
     verdict,
     why,
     write_report,
-)
-from mass.calibrate.sampling import (
-    fold_indices,
-    holdout_codes,
-    stratified_split,
 )
 from mass.calibrate.space import (
     SEARCH_SPACE,
@@ -49,11 +43,11 @@ from mass.calibrate.space import (
     params_for,
     resolved_config,
 )
+from mass.calibrate.validation import trained_validation, validation_plan
 from mass.config import CalibrationConfig
 from mass.errors import CalibrationError, ConfigError, InputError
 from mass.io import EmbeddingDataset
 from mass.methods._common import subset
-from mass.metrics.strata import stratification_codes
 from mass.rows import joint_codes
 
 log = logging.getLogger(__name__)
@@ -70,20 +64,6 @@ def budget_clock(kind: str):
 
 
 MIN_EPOCHS = 5
-# Up to this many training rows (no --val), every training row is validated out of fold, so
-# the validation attackers train on min(rows, cfg.attacker_rows) * 4/5 rows: at least as many
-# as the gate's (9/10 of the release) for a release of up to ~that size: attackers trained on
-# fewer rows than the gate's under-read it, a pass on validation and a failure at the gate
-# (docs/journal/calibration-runs.md).
-CROSSFIT_MAX_ROWS = 16000
-CROSSFIT_FOLDS = 4
-# ... but a trained (MaSS) candidate is validated on ONE fit: this share of the training rows
-# held out (stratified), judged with the gate's own CV folds (attackers train on 9/10 of the
-# held rows, as the gate's on a release) and the same bounds (the gate's z + SAFETY_SE, see
-# mass.calibrate.judge); the validated fit is the
-# release model (no refit): out of fold it would cost 4 fits, more than a 5-10 minute budget
-# on 2 cores holds from a few thousand rows on (docs/journal/calibration-runs.md).
-TRAINED_HOLDOUT = 0.3
 # adaptive epoch cost per row on a busy 2-core box, until the first MaSS fit is measured
 SECONDS_PER_ROW_EPOCH = 1.5e-3
 # Share of the budget the last-resort candidates (``Candidate.last_resort``) keep for
@@ -181,7 +161,7 @@ def _start(train, suppress, preserve, policy, cfg, val, watch, space) -> _Search
     strata = joint_codes(
         train.labels, [*suppress, *preserve]
     )  # S x R; rare ones pooled (strata.py)
-    folds, fit_ds, val_ds, val_how = _validation_plan(train, val, cfg, strata)
+    folds, fit_ds, val_ds, val_how = validation_plan(train, val, cfg, strata)
     # out of fold, privacy is attacked within each fold's release (one model each)
     audit = ValidationAudit(val_ds, suppress, preserve, policy, cfg, watch=watch, fold_rows=folds)
     last_resorts = preserve and any(c.last_resort for c in space)
@@ -191,50 +171,6 @@ def _start(train, suppress, preserve, policy, cfg, val, watch, space) -> _Search
         reserve=LAST_RESORT_SHARE * 60.0 * cfg.budget_minutes if last_resorts else 0.0,
         room_fraction=max((policy.fraction(r) for r in preserve), default=0.0) + cfg.room,
     )  # fmt: skip
-
-
-def _validation_plan(train, val, cfg: CalibrationConfig, strata):
-    """(folds, rows fitted on, rows validated on, how): small data out of fold (each fold's
-    rows released by a candidate fitted on the other folds, so attackers train on as many
-    rows as a release audit's would; the chosen one is then refitted on all rows), larger
-    data on a stratified holdout, or ``--val``; transductive (``--transductive``): fitted on
-    the release rows and judged on their release, which is what the gate audits."""
-    if cfg.transductive:
-        return [], train, train, (f"the release rows themselves ({len(train)}, --transductive: "
-                                  "each candidate fitted on them and judged on their release)")  # fmt: skip
-    if val is None and len(train) <= CROSSFIT_MAX_ROWS:
-        if len(train) < 40:
-            raise ConfigError(f"{train.source}: {len(train)} rows are too few to calibrate on; "
-                              "pass more rows or an explicit --config")  # fmt: skip
-        folds = fold_indices(stratification_codes(strata, CROSSFIT_FOLDS), CROSSFIT_FOLDS,
-                             cfg.seed)  # fmt: skip
-        return folds, train, train, (f"out-of-fold releases of all {len(train)} training rows "
-                                     f"({CROSSFIT_FOLDS} folds, stratified, seed {cfg.seed})")  # fmt: skip
-    if val is None:
-        rest, held = stratified_split(holdout_codes(strata, cfg.val_fraction), cfg.val_fraction,
-                                      cfg.seed)  # fmt: skip
-        return [], subset(train, rest), subset(train, held), (
-            f"{cfg.val_fraction:.0%} of the training rows held out, stratified, "
-            f"seed {cfg.seed}")  # fmt: skip
-    return [], train, val, f"--val ({val.source})"
-
-
-def _trained_validation(s: _Search):
-    """(rows to fit on, validation audit) of the trained candidates under out-of-fold
-    validation: one stratified holdout judged with the gate's folds (module constants)."""
-    if not s.trained_val:
-        rest, held = stratified_split(holdout_codes(s.strata, TRAINED_HOLDOUT),
-                                      TRAINED_HOLDOUT, s.cfg.seed)  # fmt: skip
-        ha = ValidationAudit(subset(s.train, held), s.suppress, s.preserve, s.policy, s.cfg,
-                             folds=s.policy.folds, watch=s.watch)  # fmt: skip
-        s.trained_val.update(fit_ds=subset(s.train, rest), audit=ha)
-        s.report["validation"]["trained"] = {
-            "how": f"{TRAINED_HOLDOUT:.0%} of the training rows held out, stratified, seed "
-                   f"{s.cfg.seed}; one fit on the rest, which is the release model",
-            "rows": len(held), "train_rows": len(rest), "attacker_rows": ha.base.n_eval,
-            "attacker_train_rows": ha.base.n_eval * (ha.folds - 1) // ha.folds,
-            "folds": ha.folds, "baselines": baseline_report(ha.base, s.policy)}  # fmt: skip
-    return s.trained_val["fit_ds"], s.trained_val["audit"]
 
 
 def _skipped(s: _Search, c: Candidate, entry: dict) -> bool:
@@ -320,7 +256,7 @@ def _try(s: _Search, c: Candidate) -> bool:
     c_deadline = s.deadline if c.last_resort or s.chosen is not None else s.deadline - s.reserve
     c_fit, c_audit, c_folds = s.fit_ds, s.audit, s.folds
     if c.trained and s.folds and c_deadline > s.now():
-        (c_fit, c_audit), c_folds = _trained_validation(s), []
+        (c_fit, c_audit), c_folds = trained_validation(s), []
     go, epochs = _epochs(s, c, entry, c_fit, c_folds, c_deadline)
     if not go:
         return False

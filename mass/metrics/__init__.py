@@ -8,7 +8,8 @@ it: :func:`leakage_floor` is the accuracy reachable from the preserved labels al
 any modifier that keeps those labels must leak.
 
 Package layout: :mod:`.scores` (rates, bounds, floors), :mod:`.attackers` (retrained and
-frozen attackers), :mod:`.rules` (the suppress/preserve rules and the per-attribute report).
+frozen attackers), :mod:`.rules` (the suppress/preserve rules and the per-attribute report),
+:mod:`.judges` (:func:`attribute_report`: every judge of one attribute, run).
 The names below are the package's public interface.
 """
 
@@ -18,13 +19,13 @@ from mass.metrics.attackers import (  # noqa: F401
     frozen_predict,
     retrained_attackers,
 )
+from mass.metrics.judges import attribute_report  # noqa: F401
 from mass.metrics.rules import (  # noqa: F401
     COLUMN,
     CURVE_FRACTIONS,
     KEYED,
     REMAP,
     AttributeReport,
-    attribute_report,
     aum,
     column_of,
     curve_climbing,

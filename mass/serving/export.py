@@ -23,44 +23,25 @@ config; one that does not verify is left as it is and will be refused when serve
 from __future__ import annotations
 
 import json
-import logging
 import os
-import shutil
-import uuid
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
-from mass.digest import code_sha256, sha256_file
-from mass.errors import ChecksumMismatchError, ConfigError, MissingInputError
+from mass.digest import sha256_file
+from mass.errors import ConfigError, MissingInputError
 from mass.keys import OwnerKey
 from mass.safe_load import plain
 from mass.serving import contract as C
-from mass.serving.manifest import sign_version_dir, signing_key, verify_version_dir
-from mass.serving.newest import FLAG, LINEAGE, NEWEST, next_record, record_newest
+from mass.serving.manifest import sign_version_dir, signing_key
 from mass.serving.repository import (
-    MODEL_PY,
     atomic_write,
     check_model_name,
     latest_export,
-    model_config,
-    next_version,
     read_max_batch_size,
-    sha_parameters,
 )
+from mass.serving.version import ExportResult, write_version
 
-log = logging.getLogger(__name__)
 ADAPTERS = "mass.serving.adapters"  # the generated model.py imports ADAPTERS.<kind>
 KINDS = ("modifier", "extractor", "ensemble", "minilm")  # what `mass export --kind` writes
-
-
-@dataclass(frozen=True)
-class ExportResult:
-    name: str
-    version: int
-    model_dir: Path
-    version_dir: Path
-    sha256: str
 
 
 def export_kind(
@@ -156,7 +137,7 @@ def export_modifier(
         # the trained classes of each judged attribute (mass.trained_classes refuses others)
         "classes": _trained_classes(meta),
     }
-    return _export(
+    return write_version(
         repository,
         name,
         version=version,
@@ -203,7 +184,7 @@ def export_extractor(
     with torch.inference_mode():
         dim = int(model(torch.zeros(1, in_dim, dtype=torch.uint8)).shape[1])
     record = extractor_record("extractor", dim, input_dim=in_dim)
-    return _export(
+    return write_version(
         repository,
         name,
         version=version,
@@ -253,7 +234,7 @@ def export_minilm(
         record.update(model_dir="model", weights="model/model.safetensors")
     else:
         record.update(model_dir=str(source), weights=str(source / "model.safetensors"))
-    return _export(
+    return write_version(
         repository,
         name,
         version=version,
@@ -340,94 +321,3 @@ def _checkpoint(path: str | os.PathLike[str], default_name: str) -> Path:
     if not p.is_file():
         raise MissingInputError(f"{p} does not exist; pass a run directory holding {default_name}")
     return p
-
-
-def _export(
-    repository,
-    name,
-    *,
-    version,
-    adapter,
-    files,
-    weights,
-    record,
-    tensors,
-    max_batch_size,
-    instances,
-    gpu_variant,
-    key: OwnerKey,
-) -> ExportResult:
-    check_model_name(name)
-    if max_batch_size < 1:
-        raise ConfigError(f"--max-batch-size {max_batch_size}: must be >= 1")
-    if instances < 1:
-        raise ConfigError(f"--instances {instances}: must be >= 1")
-    model_dir = Path(repository) / name
-    model_dir.mkdir(parents=True, exist_ok=True)
-    version = next_version(model_dir, version)
-    chain = next_record(model_dir, key)
-    staging = model_dir / f".staging-{uuid.uuid4().hex[:8]}"
-    staging.mkdir()
-    try:
-        for rel, src in files.items():
-            (staging / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, staging / rel)
-        (staging / "model.py").write_text(MODEL_PY.format(module=adapter))
-        # Triton's stub runs Python isolated (PYTHONDONTWRITEBYTECODE ignored) and would cache
-        # model.py as __pycache__/*.pyc, a file no manifest lists and that Python would run
-        # instead of model.py. An empty FILE of that name (listed, signed) stops the cache
-        # being written or read; replacing it with a folder changes a signed file.
-        (staging / C.PYCACHE_BLOCKER).write_bytes(b"")
-        wpath = Path(weights) if Path(weights).is_absolute() else staging / weights
-        sha = sha256_file(wpath)
-        meta = {
-            "name": name,
-            "version": version,
-            "sha256": sha,
-            "weights": weights,
-            **record,
-            # the served code: model.py imports the adapter from this mass package
-            "code_sha256": code_sha256(),
-            "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            FLAG: NEWEST,  # signed with the version: the record must exist (mass.serving.newest)
-            **chain,  # its lineage and predecessor: a record of another export is refused
-        }
-        (staging / C.EXPORT_JSON).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        # Older versions are signed over the current config; check them before it changes.
-        still_good = _verified_versions(model_dir, key)
-        staging.rename(model_dir / str(version))  # a half-written version is never visible
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    params = sha_parameters(model_dir)
-    for kind, filename in [("KIND_CPU", "config.pbtxt")] + (
-        [("KIND_GPU", "configs/gpu.pbtxt")] if gpu_variant else []
-    ):
-        text = model_config(
-            name,
-            inputs=tensors[0],
-            outputs=tensors[1],
-            max_batch_size=max_batch_size,
-            instances=instances,
-            kind=kind,
-            parameters=params,
-        )
-        atomic_write(model_dir / filename, text)
-    # Sign last: until then the new version is unsigned and would be refused (fail closed).
-    for folder in [*still_good, model_dir / str(version)]:
-        sign_version_dir(folder, key)
-    record_newest(model_dir, version, sha, key, chain[LINEAGE])
-    return ExportResult(name, version, model_dir, model_dir / str(version), sha)
-
-
-def _verified_versions(model_dir: Path, key: OwnerKey) -> list[Path]:
-    """Existing version folders whose signed manifest verifies now (to re-sign later)."""
-    good = []
-    for folder in sorted(p for p in model_dir.iterdir() if p.name.isdigit() and p.is_dir()):
-        try:
-            verify_version_dir(folder, key=key)
-        except ChecksumMismatchError as e:
-            log.warning("%s does not verify and is left unsigned (it will be refused): %s",
-                        folder, e)  # fmt: skip
-            continue
-        good.append(folder)
-    return good

@@ -20,6 +20,33 @@ def exit_on_sigterm(signum, frame) -> None:
     raise SystemExit(128 + signum)
 
 
+_SIGTERM_USERS = 0  # running servers that rely on the SIGTERM -> SystemExit handler
+
+
+def hold_sigterm() -> bool:
+    """SIGTERM unwinds like Ctrl-C (SystemExit), so ``with``/``finally`` blocks clean up; only
+    from the main thread and only when nobody installed a handler of their own. True when the
+    caller now holds the handler (it stays while any holder runs; :func:`release_sigterm`)."""
+    global _SIGTERM_USERS
+    if not in_main_thread():
+        return False
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, exit_on_sigterm)
+    if signal.getsignal(signal.SIGTERM) is not exit_on_sigterm:
+        return False
+    _SIGTERM_USERS += 1
+    return True
+
+
+def release_sigterm() -> None:
+    """One holder of :func:`hold_sigterm` is done (main thread): the last one puts back the
+    default action, unless someone installed a handler of their own since."""
+    global _SIGTERM_USERS
+    _SIGTERM_USERS -= 1
+    if _SIGTERM_USERS == 0 and signal.getsignal(signal.SIGTERM) is exit_on_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def child_setup() -> None:
     # The python stubs create their shared-memory regions (raw embeddings) with the default
     # 0666 & ~umask: 077 makes them 0600, readable by this user only.
@@ -45,6 +72,15 @@ def signal_group(pid: int, sig: signal.Signals) -> None:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def kill_pids(pids: list[int]) -> None:
+    """SIGKILL each of ``pids`` still alive (stubs that outlived their server)."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def descendants(pid: int) -> list[int]:

@@ -72,15 +72,16 @@ from mass.serving.process import (
     child_setup,
     child_setup_main,
     descendants,
-    exit_on_sigterm,
+    hold_sigterm,
     in_main_thread,
+    kill_pids,
+    release_sigterm,
     signal_group,
 )
 from mass.serving.staging import StagedModel, stage_models, wanted_models
 
 LOG = logging.getLogger("mass.serving")
 _LOG_TAIL_LINES = 40
-_SIGTERM_USERS = 0  # running servers that rely on the SIGTERM -> SystemExit handler
 
 
 def free_port() -> int:
@@ -244,26 +245,14 @@ class TritonServer:
         LOG.info("serving %s", ", ".join(f"{m.name} version {m.version}" for m in self.staged))
 
     def _catch_sigterm(self) -> None:
-        """SIGTERM unwinds like Ctrl-C (SystemExit), so ``with``/``finally`` blocks clean up;
-        only from the main thread and only when nobody installed a handler of their own. The
-        handler stays while any server started this way runs."""
-        global _SIGTERM_USERS
-        if not in_main_thread() or self._holds_sigterm:
-            return
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, exit_on_sigterm)
-        if signal.getsignal(signal.SIGTERM) is exit_on_sigterm:
-            _SIGTERM_USERS += 1
-            self._holds_sigterm = True
+        """SIGTERM unwinds like Ctrl-C while this server runs (:func:`hold_sigterm`)."""
+        if not self._holds_sigterm:
+            self._holds_sigterm = hold_sigterm()
 
     def _release_sigterm(self) -> None:
-        global _SIGTERM_USERS
-        if not self._holds_sigterm or not in_main_thread():
-            return
-        self._holds_sigterm = False
-        _SIGTERM_USERS -= 1
-        if _SIGTERM_USERS == 0 and signal.getsignal(signal.SIGTERM) is exit_on_sigterm:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if self._holds_sigterm and in_main_thread():
+            self._holds_sigterm = False
+            release_sigterm()
 
     def _pick_ports(self, *, fresh: bool) -> None:
         g, h, m = self._fixed_ports
@@ -369,11 +358,7 @@ class TritonServer:
                     signal_group(proc.pid, signal.SIGKILL)
                     proc.wait(timeout=10)
             # Stubs normally exit with the server; kill any that outlived it (e.g. after SIGKILL).
-            for pid in children:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            kill_pids(children)
         for leftover in Path("/dev/shm").glob(f"{self._shm_prefix}*"):
             leftover.unlink(missing_ok=True)
         for address in (self.grpc_url, self.http_url):
@@ -396,11 +381,7 @@ class TritonServer:
             children = descendants(self.process.pid)  # stubs are orphaned by the kill
             signal_group(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=10)
-            for pid in children:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            kill_pids(children)
 
     def write_access_file(self) -> Path:
         """``<workdir>/access`` (0600): the token other processes of this user need for shared

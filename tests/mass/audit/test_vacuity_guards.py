@@ -1,11 +1,11 @@
 """The vacuity check counts an attribute the original embeddings predict on EITHER scale
-(mass.audit.runner.vacuous, issue 37): a skewed attribute whose accuracy sits at its majority
+(mass.audit.vacuity.vacuous, issue 37): a skewed attribute whose accuracy sits at its majority
 but whose balanced accuracy the original reads is informative, so a balanced limit above what
 the original itself reaches is refused as vacuous, not run silently."""
 
 from __future__ import annotations
 
-from mass.audit.runner import vacuous
+from mass.audit.vacuity import vacuous
 from mass.metrics.rules import AttributeReport
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mass.metrics import growth
-from mass.metrics.rules import attribute_report
+from mass.metrics.judges import attribute_report
 from mass.metrics.scores import Score
 
 
