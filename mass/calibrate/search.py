@@ -39,6 +39,7 @@ from mass.calibrate.space import (
     SEARCH_SPACE,
     Candidate,
     certified_cell_count,
+    certified_min_cells,
     ordered,
     params_for,
     resolved_config,
@@ -266,6 +267,12 @@ def _try(s: _Search, c: Candidate) -> bool:
         params["cell_count"] = certified_cell_count(s.train.labels, s.suppress, s.policy, rows)
         if params["cell_count"] < 2:
             entry.update(status="skipped", reason=f"{rows} audited rows certify no two cells")
+            return False
+        least = certified_min_cells(s.train.labels, s.preserve, params)
+        if params["cell_count"] < least:  # its cells would be more than the rows certify
+            entry.update(status="skipped", reason=(
+                f"{rows} audited rows certify about {params['cell_count']} cells; this "
+                f"partition has at least {least} (2 levels per axis in each class of R)"))  # fmt: skip
             return False
     entry["params"] = params
     method = get_method(c.method)

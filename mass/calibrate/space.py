@@ -151,6 +151,18 @@ def certified_cell_count(labels: dict, suppress, policy, rows: int) -> int:
                              min(policy.margins(a).values())) for a in suppress)  # fmt: skip
 
 
+def certified_min_cells(labels: dict, preserve, params: dict) -> int:
+    """The fewest cells the candidate's shape can have: 2 levels on each of its axes, within
+    each class of the preserved attributes' joint label when its cells are by R."""
+    import numpy as np
+
+    groups = 1
+    if params.get("cells_by_preserved") and preserve:
+        joint = np.stack([np.asarray(labels[r]) for r in preserve], axis=1)
+        groups = len(np.unique(joint, axis=0))
+    return groups * 2 ** int(params.get("cell_axes", 1))
+
+
 def params_for(c: Candidate, seed: int, epochs: int | None) -> dict[str, Any]:
     params = json.loads(json.dumps(c.params))
     if c.trained:

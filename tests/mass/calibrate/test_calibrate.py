@@ -702,7 +702,7 @@ def test_noise_search_refuses_a_candidate_whose_privacy_rests_on_noise_when_the_
     assert clean["chosen"]["noise"] == 0.0
 
 
-def test_certified_cells_follow_the_rows_the_gate_will_audit(files, monkeypatch):
+def test_certified_cells_follow_the_rows_the_gate_will_audit(files, monkeypatch, tmp_path):
     """``ot-repair+certified|R`` fits as many rank cells as the release's audited rows can
     certify within the margin (mass.metrics.certificate.cells_allowed): more release rows,
     more cells; too few rows (the 900 validated ones when no release size is given), the
@@ -744,6 +744,17 @@ def test_certified_cells_follow_the_rows_the_gate_will_audit(files, monkeypatch)
         C.calibrate(ds, suppress=["s"], preserve=["u"], policy=pol, space=(cand,),
                     cfg=CalibrationConfig(budget_minutes=5))  # fmt: skip
     assert len(served) == n_fits  # skipped: the 900 validated rows certify no two cells
+    # rows that certify a few cells, fewer than the partition's least (3 classes of u x 2 x 2
+    # levels = 12): skipped, not fitted with more cells than the rows certify
+    rows = next(r for r in range(1000, 5000, 100)
+                if 2 <= certified_cell_count(ds.labels, ["s"], pol, r) < 12)  # fmt: skip
+    with pytest.raises(CalibrationError):
+        C.calibrate(ds, suppress=["s"], preserve=["u"], policy=pol, space=(cand,),
+                    cfg=CalibrationConfig(budget_minutes=5, release_rows=rows),
+                    out_dir=str(tmp_path))  # fmt: skip
+    assert len(served) == n_fits
+    entry = json.loads((tmp_path / "calibration.json").read_text())["candidates"][0]
+    assert entry["status"] == "skipped" and "has at least 12" in entry["reason"], entry
 
 
 def test_under_the_key_gate_a_linear_eraser_failing_without_noise_skips_its_siblings(
