@@ -70,7 +70,7 @@ mutation: venv
 
 # ruff lint + format (every file) and mypy on the public API modules
 # on the public API (docs/contracts.md: readers, keys, noise, errors, config)
-LINT_PATHS := mass transforms beam_pipelines tests bench examples
+LINT_PATHS := mass transforms beam_pipelines tests bench examples tools
 MYPY_API := mass/io.py mass/embeddings.py mass/noise.py mass/keys.py mass/errors.py \
 	mass/config.py mass/digest.py mass/rows.py mass/fs.py mass/rundir.py mass/branch_models.py \
 	mass/api/__init__.py mass/api/suppressor.py mass/api/report.py mass/api/frames.py \

@@ -1,153 +1,96 @@
-"""dvc.yaml's code deps are true: every first-party module a stage's command can import is
-under one of the stage's deps, so editing it makes `dvc status` report the stage changed.
+"""dvc.yaml's code deps are true: editing a first-party module a stage's command can import
+makes `dvc status` report that stage changed, and no other.
 
-For each stage command (``mass SUB`` -> mass/cli.py and the module ``mass.cli.COMMANDS[SUB]``;
-``python FILE.py``; ``python -m MODULE``) the test walks the static import closure
-(tests/layout/import_graph.py: lazy imports, packages importing their own submodules, module
-names in strings) and fails naming each module no dep covers and the chain that reaches it.
-A stage that serves a Triton repository produced by another stage (``--repository DIR`` and a
-dep under DIR that is that stage's out) also runs the adapters written into it: the modules
-named in strings in the producing stage's closure, and theirs.
+Each stage depends on one digest file, ``code/<stage>.sha256``, that dvc.yaml's first stage
+``code`` (``always_changed``) writes with tools/dvc_code.py: the sha256 of every module of the
+stage's import closure (tools/import_graph.py: lazy imports, packages importing their own
+submodules, module names in strings, the adapters of the Triton repositories it serves). The
+tests check the wiring (each stage depends on its own digest and lists no module itself; the
+``code`` stage runs every time and keeps its outputs) and that each digest covers exactly its
+stage's closure: the set it lists is closed under the import graph (a module some listed
+module can import, but missing from the digest, fails naming the chain) and holds the
+stage's commands and served adapters. `python tests/layout/test_dvc_deps.py [--write]` prints
+each stage's digested modules (rewrites dvc.yaml's code deps to the digests).
 Nothing here lists modules or stages: it reads dvc.yaml and the code.
 """
 
 from __future__ import annotations
 
-import shlex
+import re
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+import dvc_code as dc  # noqa: E402
 import import_graph as g  # noqa: E402
 
-DVC = g.ROOT / "dvc.yaml"
+STAGES = dc.stages()
+OTHERS = sorted(n for n in STAGES if n != dc.STAGE)
 
 
-def _stages() -> dict[str, dict]:
-    doc = yaml.safe_load(DVC.read_text())
-    out = {}
-    for name, stage in doc["stages"].items():
-        out[name] = stage.get("do", stage)  # foreach stages: the template's deps and cmd
-    return out
+def _digest(name: str) -> str:
+    return f"{dc.OUT}/{name}.sha256"
 
 
-def _deps(stage: dict) -> list[str]:
-    return [
-        str(next(iter(d)) if isinstance(d, dict) else d).rstrip("/") for d in stage.get("deps", [])
-    ]
+def _listed(text: str) -> dict[str, str]:
+    """A digest's ``path -> sha256``."""
+    return {ln.split("  ", 1)[1]: ln.split("  ", 1)[0] for ln in text.splitlines()}
 
 
-def _outs(stage: dict) -> list[str]:
-    return [
-        str(next(iter(o)) if isinstance(o, dict) else o).rstrip("/") for o in stage.get("outs", [])
-    ]
+def not_closed(modules: set[str], stage: dict) -> list[str]:
+    """What a stage's digest misses: each start of its commands, each adapter it serves and
+    each module a listed module can import that is not listed (with the importer)."""
+    need = {m: "its command" for t in dc.commands(stage) for m in dc.starts(t)}
+    need.update({m: "a served repository" for m in dc.served(stage, STAGES)})
+    for m in modules:
+        for e in g.edges(m):
+            if not (m == "mass.cli" and e.how == "string"):  # the CLI runs only its own command
+                need.setdefault(e.target, f"{m}:{e.line}")
+    return sorted(f"{dc.module_path(m)}  (imported by {why})" for m, why in need.items()
+                  if m not in modules)  # fmt: skip
 
 
-def _commands(stage: dict) -> list[list[str]]:
-    cmds = stage["cmd"] if isinstance(stage["cmd"], list) else [stage["cmd"]]
-    out = []
-    for cmd in cmds:
-        for part in cmd.replace(";", "&&").split("&&"):
-            tokens = shlex.split(part)
-            if tokens:
-                out.append(tokens)
-    return out
+def test_the_code_stage_runs_every_time_and_keeps_its_digests():
+    code = STAGES[dc.STAGE]
+    assert code.get("always_changed") is True  # else an edit would leave the digests stale
+    assert [t[1:] for t in dc.commands(code)] == [["tools/dvc_code.py", "--out", dc.OUT]]
+    assert code.get("deps") is None  # it reads the whole tree every time
+    assert code["outs"] == [{dc.OUT: {"cache": False, "persist": True}}]  # never deleted first
+    assert next(iter(STAGES)) == dc.STAGE
 
 
-def _cli_commands() -> dict[str, str]:
-    from mass.cli import COMMANDS
-
-    return COMMANDS
-
-
-def _starts(tokens: list[str]) -> list[str]:
-    """The first-party modules a command line runs first ([] for mkdir, cp, ...)."""
-    prog = Path(tokens[0]).name
-    if prog == "mass":
-        sub = next((t for t in tokens[1:] if not t.startswith("-")), None)
-        cmds = _cli_commands()
-        assert sub in cmds, f"`{' '.join(tokens)}`: mass has no subcommand {sub!r}"
-        return ["mass.cli", cmds[sub]]
-    if prog.startswith("python"):
-        if "-m" in tokens:
-            return [tokens[tokens.index("-m") + 1]]
-        script = next((t for t in tokens[1:] if t.endswith(".py")), None)
-        return [g.module_name(g.ROOT / script)] if script else []
-    return []
-
-
-def _closure(stage: dict) -> dict:
-    starts = [m for tokens in _commands(stage) for m in _starts(tokens)]
-    # the CLI names every command in strings; a stage runs only its own
-    return g.closure(starts, skip_edges_of=frozenset({"mass.cli"}))
-
-
-def _served(stage: dict, stages: dict[str, dict]) -> list[str]:
-    """Adapter modules that Triton imports from repositories this stage serves."""
-    repos = [
-        t[i + 1] for t in _commands(stage) for i, a in enumerate(t[:-1]) if a == "--repository"
-    ]
-    served = []
-    for dep in _deps(stage):
-        if not any(dep == r or dep.startswith(r.rstrip("/") + "/") for r in repos):
-            continue
-        for other in stages.values():
-            if other is not stage and dep in _outs(other):
-                seen = _closure(other)
-                served += [e.target for m in seen if m != "mass.cli"  # names every command
-                           for e in g.edges(m) if e.how == "string"]  # fmt: skip
-    return served
-
-
-def _file(module: str) -> str:
-    return str(g.module_file(module).relative_to(g.ROOT))
-
-
-def _covered(path: str, deps: list[str]) -> bool:
-    return any(path == d or path.startswith(d + "/") for d in deps)
-
-
-STAGES = _stages()
-
-
-def _runs(stage: dict) -> dict:
-    """Every first-party module the stage can run -> its importer (its command's closure and
-    the adapters of the repositories it serves)."""
-    seen = _closure(stage)
-    served = _served(stage, STAGES)
-    if served:
-        extra = g.closure(served)
-        seen.update({m: p for m, p in extra.items() if m not in seen})
-    return seen
-
-
-@pytest.mark.parametrize("name", sorted(STAGES))
-def test_stage_deps_cover_every_module_its_command_can_import(name):
-    stage = STAGES[name]
-    seen = _runs(stage)
-    served = _served(stage, STAGES)
-    assert any(m.startswith("mass.commands.") or m in served for m in seen) or not any(
-        _starts(t) for t in _commands(stage)
+@pytest.mark.parametrize("name", OTHERS)
+def test_each_stage_depends_on_its_own_digest_and_lists_no_module(name):
+    deps = dc.paths(STAGES[name], "deps")
+    assert _digest(name) in deps, f"dvc.yaml stage {name!r}: no dep {_digest(name)}"
+    code = [d for d in deps if d.split("/")[0] in g.PACKAGES]
+    digests = [d for d in deps if d.startswith(dc.OUT + "/")]
+    assert code == [] and digests == [_digest(name)], (
+        f"dvc.yaml stage {name!r}: its code is its digest alone (`python "
+        "tests/layout/test_dvc_deps.py --write`)"
     )
-    deps = _deps(stage)
-    missing = sorted(
-        f"{_file(m)}  ({g.chain(seen, m)})" for m in seen if not _covered(_file(m), deps)
-    )
+
+
+@pytest.mark.parametrize("name", OTHERS)
+def test_each_digest_covers_exactly_what_its_command_can_import(name):
+    listed = _listed(dc.digests(STAGES)[name])
+    modules = {g.module_name(g.ROOT / p) for p in listed}
+    missing = not_closed(modules, STAGES[name])
     assert not missing, (
-        f"dvc.yaml stage {name!r}: its command can import these modules but no dep covers "
-        "them (add the file or a directory holding it to the stage's deps):\n  "
-        + "\n  ".join(missing)
+        f"{_digest(name)}: misses these modules its stage can import:\n  " + "\n  ".join(missing)
     )
+    assert modules == set(dc.runs(name, STAGES))  # nothing else: an unrelated edit re-runs nothing
+    assert all(h == dc.digest_text([p], g.ROOT).split()[0] for p, h in listed.items())
 
 
-@pytest.mark.parametrize("name", sorted(STAGES))
-def test_stage_code_deps_exist(name):
-    """A dep naming code that moved away would make `dvc repro` fail on a missing dep."""
-    code = [d for d in _deps(STAGES[name]) if d.split("/")[0] in g.PACKAGES]
-    assert [d for d in code if not (g.ROOT / d).exists()] == []
+def test_a_digest_missing_a_module_fails_the_check():
+    """The check above can fail: a closure that skipped one import (here anonymize's keyed
+    noise, reached only through other modules) is reported with its importer."""
+    stage = STAGES["anonymize"]
+    modules = set(dc.runs("anonymize", STAGES)) - {"mass.noise"}
+    assert [m for m in not_closed(modules, stage) if m.startswith("mass/noise.py ")]
 
 
 def test_the_closure_follows_lazy_imports_and_served_adapters():
@@ -155,58 +98,51 @@ def test_the_closure_follows_lazy_imports_and_served_adapters():
     editing it changes release bytes) and, through the served repository, the modifier's
     Triton adapter; `mass prepare` reaches neither."""
     anonymize = next(s for s in STAGES.values() if any(
-        [Path(t[0]).name, t[1]] == ["mass", "anonymize"] for t in _commands(s)))  # fmt: skip
-    seen = _closure(anonymize)
+        [Path(t[0]).name, t[1]] == ["mass", "anonymize"] for t in dc.commands(s)))  # fmt: skip
+    seen = dc.command_closure(anonymize)
     assert "mass.noise" in seen and "beam_pipelines.anonymize" in seen
-    served = _served(anonymize, STAGES)
+    served = dc.served(anonymize, STAGES)
     assert any("TritonPythonModel" in g.module_file(m).read_text() for m in served), served
     prepare = next(s for s in STAGES.values() if any(
-        [Path(t[0]).name, t[1]] == ["mass", "prepare"] for t in _commands(s)))  # fmt: skip
-    assert "mass.noise" not in _closure(prepare) and _served(prepare, STAGES) == []
+        [Path(t[0]).name, t[1]] == ["mass", "prepare"] for t in dc.commands(s)))  # fmt: skip
+    assert "mass.noise" not in dc.command_closure(prepare) and dc.served(prepare, STAGES) == []
 
 
-def suggest(name: str) -> list[str]:
-    """The smallest code deps for a stage: a directory when all its modules run, else files."""
-    files = {_file(m) for m in _runs(STAGES[name])}
-    out: set[str] = set()
-    for f in sorted(files):
-        best = f
-        parts = Path(f).parts
-        for i in range(1, len(parts)):
-            d = Path(*parts[:i])
-            if all(str(p.relative_to(g.ROOT)) in files for p in (g.ROOT / d).rglob("*.py")
-                   if "__pycache__" not in p.parts):  # fmt: skip
-                best = str(d)
-                break
-        out.add(best)
-    return sorted(out)
+def test_a_digest_changes_with_its_files_and_is_written_only_then(tmp_path):
+    (tmp_path / "a.py").write_text("A = 1\n")
+    (tmp_path / "b.py").write_text("B = 1\n")
+    out = tmp_path / "code"
+    first = {"one": dc.digest_text(["a.py"], tmp_path), "two": dc.digest_text(["b.py"], tmp_path)}
+    assert dc.write_digests(out, first) == ["one", "two"]
+    stamp = (out / "one.sha256").stat().st_mtime_ns
+    assert dc.write_digests(out, first) == []  # same text: not rewritten, same mtime
+    assert (out / "one.sha256").stat().st_mtime_ns == stamp
+    (tmp_path / "b.py").write_text("B = 2\n")
+    second = {"one": dc.digest_text(["a.py"], tmp_path), "two": dc.digest_text(["b.py"], tmp_path)}
+    assert second["one"] == first["one"] and second["two"] != first["two"]
+    assert dc.write_digests(out, second) == ["two"]
+    assert (out / "two.sha256").read_text() == second["two"]
 
 
 def rewrite_deps(text: str) -> str:
-    """dvc.yaml's text with each stage's code deps replaced by :func:`suggest` (data deps,
-    their order and every kept line's comment stay; a code directory already listed whole,
-    such as ``transforms``, is kept instead of its files)."""
-    import re
-
-    for name in STAGES:
+    """dvc.yaml's text with each stage's code deps replaced by its digest (data deps, their
+    order and their comments stay)."""
+    for name in OTHERS:
         m = re.search(rf"\n  {name}:\n(.*?)(?=\n  \w|\Z)", text, re.S)
         body = m.group(1)
         d = re.search(r"( +)deps:\n((?:\1  - .*\n)+)", body)
-        pad = d.group(1) + "  - "
-        old = {ln.strip()[2:].split("  #")[0].strip(): ln for ln in d.group(2).splitlines()}
-        data = [ln for dep, ln in old.items() if dep.split("/")[0] not in g.PACKAGES]
-        code = suggest(name)
-        whole = [dep for dep in old if "/" not in dep and dep in g.PACKAGES]
-        code = [c for c in code if c.split("/")[0] not in whole] + whole
-        lines = data + [old.get(c, pad + c) for c in code]
+        dep = d.group(1) + "  - "
+        lines = [ln for ln in d.group(2).splitlines()
+                 if ln.strip()[2:].split("/")[0] not in (*g.PACKAGES, dc.OUT)]  # fmt: skip
+        lines.append(dep + _digest(name))
         body = body[: d.start(2)] + "".join(ln + "\n" for ln in lines) + body[d.end(2) :]
         text = text[: m.start(1)] + body + text[m.end(1) :]
     return text
 
 
-if __name__ == "__main__":  # print each stage's code deps; --write puts them into dvc.yaml
+if __name__ == "__main__":  # print each stage's digested modules; --write fixes dvc.yaml
     if "--write" in sys.argv:
-        DVC.write_text(rewrite_deps(DVC.read_text()))
-    for stage_name in STAGES:
+        dc.DVC.write_text(rewrite_deps(dc.DVC.read_text()))
+    for stage_name, digest in dc.digests(dc.stages()).items():
         print(f"{stage_name}:")
-        print("\n".join(f"  - {d}" for d in suggest(stage_name)))
+        print("".join(f"  - {p}\n" for p in _listed(digest)), end="")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 import import_graph as g  # noqa: E402
 
 WRITE_FREE = ("mass", "transforms", "beam_pipelines")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 import import_graph as g  # noqa: E402
 
 PIPELINE = ("apache_beam", "transforms", "beam_pipelines")
@@ -124,7 +124,7 @@ def test_importing_every_mass_module_loads_no_beam():
     Modules needing what only exists inside Triton's python stub are reported as skipped."""
     code = f"""
 import importlib, json, sys
-sys.path.insert(0, {str(Path(__file__).parent)!r})
+sys.path.insert(0, {str(Path(__file__).resolve().parents[2] / "tools")!r})
 import import_graph as g
 skipped = []
 for m in g.all_modules("mass"):

@@ -1,6 +1,7 @@
 """The first-party import graph, read from the source with ``ast`` (nothing is imported).
 
-Used by the layout tests (layers, DVC deps). An edge ``a -> b`` means module ``a`` can import
+Used by the layout tests (tests/layout/: layers, DVC deps) and by dvc.yaml's ``code`` stage
+(tools/dvc_code.py: each stage's code digest). An edge ``a -> b`` means module ``a`` can import
 first-party module ``b`` when it runs:
 
 - every ``import`` / ``from ... import`` statement, at module level or inside a function
@@ -23,9 +24,9 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-# the installed library's top-level packages (pyproject's packages.find) and bench/
-PACKAGES = ("mass", "transforms", "beam_pipelines", "bench")
+ROOT = Path(__file__).resolve().parents[1]
+# the installed library's top-level packages (pyproject's packages.find), bench/ and tools/
+PACKAGES = ("mass", "transforms", "beam_pipelines", "bench", "tools")
 
 
 @dataclass(frozen=True)
