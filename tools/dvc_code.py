@@ -164,11 +164,9 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--out", default=OUT, help=f"directory of the digests (default: {OUT})")
     args = p.parse_args(argv)
-    texts = digests()
-    written = write_digests(Path(args.out), texts)
-    for name in texts:
-        state = "changed" if name in written else "unchanged"
-        print(f"{args.out}/{name}.sha256: {texts[name].count(chr(10))} modules, {state}")
+    written = write_digests(Path(args.out), digests())
+    print(f"{args.out}/: code changed for {', '.join(written)}" if written else
+          f"{args.out}/: no stage's code changed")  # fmt: skip
     return 0
 
 
