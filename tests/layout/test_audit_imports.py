@@ -4,7 +4,7 @@ It judges a release with attackers it trains itself and with the run's frozen ju
 through the run directory's owner (:mod:`mass.rundir`, networks from
 :mod:`mass.branch_models`); it never imports the training stack, so the audit cannot reuse a
 training shortcut and a change to training cannot change how a release is judged. The test
-walks the static import closure (lazy imports included, tests/layout/import_graph.py) of every
+walks the static import closure (lazy imports included, tools/import_graph.py) of every
 module of :mod:`mass.audit` and of ``mass audit``'s command and fails naming the chain that
 reaches a training module.
 """
