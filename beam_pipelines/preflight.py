@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from beam_pipelines.gate import AllowCheck, AuditPlan, audit_plan, check_allowed
 from beam_pipelines.options import names_runner
@@ -20,10 +19,7 @@ from mass.fitrows import check_fitted_rows
 from mass.keys import NOISE_KEY_ENV, looked_for
 from mass.noise import KeyedSeeds
 from mass.release.columns import resolve_allow_columns
-from mass.serving.contract import export_info
-from mass.serving.manifest import verify_version_dir
-from mass.serving.newest import check_not_rolled_back
-from mass.serving.staging import require_signed_export
+from mass.serving.staging import checked_export
 from mass.trained_classes import check_trained_classes
 from transforms.modify import model_seeds, needs_noise_key, reference_check
 
@@ -118,12 +114,6 @@ def check_export(job: AnonymizeJob) -> tuple[dict, object] | None:
     srv = job.serving
     if not os.path.isdir(os.path.join(srv.repository, job.model)):
         return None
-    require_signed_export(srv.repository, job.model)
-    info = export_info(srv.repository, job.model, srv.model_version or None)
-    key = srv.signing_key()
-    meta = verify_version_dir(os.path.join(srv.repository, job.model, str(info["version"])),
-                              key=key)  # fmt: skip
-    if not srv.model_version:
-        check_not_rolled_back(Path(srv.repository, job.model), int(info["version"]), meta, key)
+    info = checked_export(srv.repository, job.model, srv.model_version, srv.signing_key())
     return info, reference_check(srv.repository, job.model, info,
                                  carry=names_runner(job.beam_args))  # fmt: skip

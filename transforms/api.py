@@ -43,15 +43,12 @@ _SOURCE = "__mass_input"  # the model's input, kept beside its output for the by
 
 
 def _export(repository: str, model: str, version: str) -> dict:
-    """export.json of a signed, verified export (refused otherwise)."""
-    from mass.serving.contract import export_info
-    from mass.serving.manifest import verify_version_dir
-    from mass.serving.staging import require_signed_export
+    """export.json of a signed, verified export, "the newest" (``version`` empty) never rolled
+    back: the checks of `mass anonymize` (refused otherwise)."""
+    from mass.serving.manifest import signing_key
+    from mass.serving.staging import checked_export
 
-    require_signed_export(repository, model)
-    info = export_info(repository, model, version or None)
-    verify_version_dir(os.path.join(repository, model, str(info["version"])))
-    return info
+    return checked_export(repository, model, version, signing_key())
 
 
 def _seeds(info: dict, noise_key_file: str | None):

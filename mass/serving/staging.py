@@ -35,7 +35,7 @@ from pathlib import Path
 
 from mass.errors import ChecksumMismatchError, ConfigError, UnsignedModelError
 from mass.keys import OwnerKey
-from mass.serving.contract import EXPORT_JSON, SHA256SUMS, SIGNATURE, STAGED_DIGESTS
+from mass.serving.contract import EXPORT_JSON, SHA256SUMS, SIGNATURE, STAGED_DIGESTS, export_info
 from mass.serving.manifest import check_listed_files, verified_manifest, verify_version_dir
 from mass.serving.newest import check_not_rolled_back
 
@@ -120,6 +120,21 @@ def stage_models(
             ", ".join(left_out),
         )
     return [staged[n] for n in sorted(staged)]
+
+
+def checked_export(repository: str | os.PathLike[str], model: str, version: str | int | None,
+                   key: OwnerKey) -> dict:  # fmt: skip
+    """``export.json`` of the version a job serves, checked before anything starts (`mass
+    anonymize`'s preflight and :class:`transforms.api.Anonymize`): a signed export, its files
+    the signed ones, and "the newest" (``version`` empty) never an older version because a
+    newer one was removed (:func:`mass.serving.newest.check_not_rolled_back`); a ``version``
+    given serves that one on purpose."""
+    require_signed_export(repository, model)
+    info = export_info(str(repository), model, version or None)
+    meta = verify_version_dir(Path(repository, model, str(info["version"])), key=key)
+    if not version:
+        check_not_rolled_back(Path(repository, model), int(info["version"]), meta, key)
+    return info
 
 
 def require_signed_export(repository: str | os.PathLike[str], name: str) -> None:

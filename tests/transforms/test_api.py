@@ -34,24 +34,30 @@ def data():
     return block_attributes(N, D, seed=5)
 
 
-@pytest.fixture(scope="module")
-def models(data, tmp_path_factory):
-    """A repository with "erase" (hand-set: zeroes dims 0-7, where s lives) and "noise" (a
-    Suppressor fitted with Gaussian release noise, which leaves s readable)."""
+def _erase_run(run) -> None:
+    """RUN/modifier.pt: a hand-set modifier that zeroes dims 0-7, where s lives."""
     import torch
 
     from mass.modifiers import save_modifier
     from mass.modifiers.affine import AffineModifier, AffineSpec
-    from mass.serving.export import export_modifier
 
-    base = tmp_path_factory.mktemp("api")
-    repo, run = base / "repo", base / "run"
     run.mkdir()
     keep = torch.ones(D)
     keep[:8] = 0.0
     erase = AffineModifier(AffineSpec(D)).set(torch.diag(keep), torch.zeros(D))
     save_modifier(erase, str(run / "modifier.pt"), method="hand-set", suppress=["s"],
                   preserve=["r"], config_hash="h")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def models(data, tmp_path_factory):
+    """A repository with "erase" (hand-set: zeroes dims 0-7, where s lives) and "noise" (a
+    Suppressor fitted with Gaussian release noise, which leaves s readable)."""
+    from mass.serving.export import export_modifier
+
+    base = tmp_path_factory.mktemp("api")
+    repo, run = base / "repo", base / "run"
+    _erase_run(run)
     export_modifier(run, repo, "erase")
     sup = Suppressor(suppress="s", preserve="r", method="gaussian")
     sup.fit(data["x"][:1500], {"s": data["s"][:1500], "r": data["r"][:1500]})
@@ -145,3 +151,23 @@ def test_anonymize_refuses_a_stochastic_model_without_the_key(models, monkeypatc
     monkeypatch.delenv("MASS_NOISE_KEY_FILE")
     with pytest.raises(ConfigError, match="noise_key_file="):
         Anonymize("noise", repository=str(repo), triton_url="127.0.0.1:1")
+
+
+def test_anonymize_refuses_the_newest_when_a_newer_signed_version_was_removed(tmp_path):
+    """Rollback, as `mass anonymize` refuses it (tests/failclosed/test_rollback.py; one check,
+    mass.serving.staging.checked_export): with version 2 deleted, "the newest" on disk is
+    version 1 and the signed record says 2; naming version 1 serves it on purpose."""
+    import shutil
+
+    from mass.errors import ModelRollbackError
+    from mass.serving.export import export_modifier
+
+    repo, run = tmp_path / "repo", tmp_path / "run"
+    _erase_run(run)
+    export_modifier(run, repo, "erase")
+    export_modifier(run, repo, "erase")
+    shutil.rmtree(repo / "erase" / "2")
+    with pytest.raises(ModelRollbackError, match="newest signed export is version 2"):
+        Anonymize("erase", repository=str(repo), triton_url="127.0.0.1:1")
+    assert Anonymize("erase", repository=str(repo), triton_url="127.0.0.1:1",
+                     version="1").info["version"] == 1  # fmt: skip
