@@ -81,8 +81,14 @@ def starts(tokens: list[str]) -> list[str]:
         return ["mass.cli", cmds[sub]]
     if prog.startswith("python"):
         if "-m" in tokens:
-            return [tokens[tokens.index("-m") + 1]]
+            module = tokens[tokens.index("-m") + 1]
+            first_party = module.split(".")[0] in g.PACKAGES
+            if first_party and g.module_file(module) is None:
+                raise LookupError(f"`{' '.join(tokens)}`: no module {module} in {g.ROOT}")
+            return [module] if first_party else []
         script = next((t for t in tokens[1:] if t.endswith(".py")), None)
+        if script and not (g.ROOT / script).is_file():
+            raise LookupError(f"`{' '.join(tokens)}`: no file {script} in {g.ROOT}")
         return [g.module_name(g.ROOT / script)] if script else []
     return []
 
@@ -164,7 +170,12 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--out", default=OUT, help=f"directory of the digests (default: {OUT})")
     args = p.parse_args(argv)
-    written = write_digests(Path(args.out), digests())
+    try:
+        texts = digests()
+    except (LookupError, OSError, yaml.YAMLError) as e:  # a stage whose code we cannot walk
+        print(f"{DVC}: {e}; fix the stage's cmd (nothing written)", file=sys.stderr)
+        return 2
+    written = write_digests(Path(args.out), texts)
     print(f"{args.out}/: code changed for {', '.join(written)}" if written else
           f"{args.out}/: no stage's code changed")  # fmt: skip
     return 0

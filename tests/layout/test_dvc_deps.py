@@ -17,6 +17,7 @@ Nothing here lists modules or stages: it reads dvc.yaml and the code.
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -122,6 +123,36 @@ def test_a_digest_changes_with_its_files_and_is_written_only_then(tmp_path):
     assert second["one"] == first["one"] and second["two"] != first["two"]
     assert dc.write_digests(out, second) == ["two"]
     assert (out / "two.sha256").read_text() == second["two"]
+
+
+def test_the_stage_command_writes_the_digests_once(tmp_path):
+    """What DVC runs (`python tools/dvc_code.py --out DIR`, a script from the repository
+    root): the digests the checks above read, then, run again, nothing rewritten."""
+    cmd = [sys.executable, str(g.ROOT / "tools" / "dvc_code.py"), "--out", str(tmp_path)]
+    first = subprocess.run(cmd, cwd=g.ROOT, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == {
+        f"{n}.sha256": t for n, t in dc.digests(STAGES).items()
+    }
+    again = subprocess.run(cmd, cwd=g.ROOT, capture_output=True, text=True, timeout=120)
+    assert again.stdout.strip() == f"{tmp_path}/: no stage's code changed", again
+
+
+@pytest.mark.parametrize("cmd", ["python tools/no_such.py", "python -m mass.no_such",
+                                 "mass no-such-command --out x"])  # fmt: skip
+def test_a_command_whose_code_cannot_be_found_is_refused_by_name(cmd):
+    with pytest.raises(LookupError, match="no (file|module|subcommand)"):
+        dc.starts(cmd.split())
+
+
+def test_the_stage_fails_naming_a_stage_command_it_cannot_walk(tmp_path, monkeypatch, capsys):
+    bad = tmp_path / "dvc.yaml"
+    bad.write_text("stages:\n  x:\n    cmd: .venv/bin/mass no-such-command\n")
+    monkeypatch.setattr(dc, "DVC", bad)
+    assert dc.main(["--out", str(tmp_path / "code")]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "no subcommand 'no-such-command'" in err
+    assert not (tmp_path / "code").exists()  # no digest of a half-walked pipeline
 
 
 def rewrite_deps(text: str) -> str:
