@@ -132,13 +132,14 @@ def metrics(audit: dict, run: dict | None = None) -> dict:
     runs, so plain `dvc exp show` compares experiments on them (the rest of the audit, e.g.
     frozen readings, each watch attribute, structure and seconds, stays in audit.json).
 
-    ``pass``, the chosen ``method``, calibration ``candidate`` and output ``noise`` (``run``:
-    the training run's metrics.json), released ``rows``; ``privacy_excess``: over the
-    suppressed attributes, the largest worst-judge 95 % bound minus its limit (<= 0 passes);
-    ``utility_kept``: the smallest kept fraction over the preserved ones; ``watch_kept``: the
-    smallest normalised kept information over the watch attributes (audit.json ``unnamed``;
-    absent without any). The first three mean the same whatever the attributes are called, so
-    experiments that suppress different attributes still sort on them. Then per suppressed
+    ``pass``; ``privacy_excess``: over the suppressed attributes, the largest worst-judge 95 %
+    bound minus its limit (<= 0 passes); ``utility_kept``: the smallest kept fraction over the
+    preserved ones; ``watch_kept``: the smallest normalised kept information over the watch
+    attributes (audit.json ``unnamed``; absent without any). These mean the same whatever the
+    attributes are called, so experiments that suppress different attributes still sort on
+    them, and they come first: `dvc exp show` keeps the first columns of a table too wide for
+    the terminal. Then the chosen ``method``, calibration ``candidate`` and output ``noise``
+    (``run``: the training run's metrics.json), released ``rows``, and per suppressed
     attribute its bound, limit and certified bounds, per preserved one its kept fraction.
     """
     run = run or {}
@@ -152,16 +153,15 @@ def metrics(audit: dict, run: dict | None = None) -> dict:
     kept = [r["kept"] for r in preserved.values() if r["kept"] is not None]
     out: dict = {
         "pass": bool(audit.get("pass")),
-        "method": (audit.get("release") or {}).get("method") or run.get("method"),
-        "candidate": cal.get("candidate"),
-        "noise": cal.get("output_noise"),
-        "rows": (audit.get("rows") or {}).get("release"),
         "privacy_excess": max(excess, default=None),
         "utility_kept": min(kept, default=None),
     }
     watch = [w.get("kept") for w in ((audit.get("unnamed") or {}).get("watch") or {}).values()]
     if watch:
         out["watch_kept"] = min((k for k in watch if k is not None), default=None)
+    out["method"] = (audit.get("release") or {}).get("method") or run.get("method")
+    out["candidate"], out["noise"] = cal.get("candidate"), cal.get("output_noise")
+    out["rows"] = (audit.get("rows") or {}).get("release")
     out.update({k: v for k, v in (("suppressed", suppressed), ("preserved", preserved)) if v})
     return _round_tree(out)
 

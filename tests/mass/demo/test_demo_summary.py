@@ -102,6 +102,8 @@ def test_metrics_file_holds_the_comparable_numbers_only(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout == ""  # the stage writes the metrics; `make demo` prints the summary once
     m = json.loads(out.read_text())
+    # first: plain `dvc exp show` keeps the leftmost columns of a table wider than the screen
+    assert list(m)[:3] == ["pass", "privacy_excess", "utility_kept"]
     s, kept = audit["attributes"]["s"], audit["attributes"]["r"]
     bound = max(s["ci_high"].values())
     assert m["pass"] is True and m["rows"] == N and m["method"] == "test"
