@@ -25,6 +25,7 @@ SCRIPTS = {
     "realdata": "packaged public tables and MiniLM text sets at user scale, every method",
     "small_row_groups": "`mass anonymize` on one file of thousands of tiny row groups",
     "objstore": "`mass anonymize` on local disk vs an S3-compatible store, FnApiRunner vs Dask",
+    "device_check": "the served modifiers on cuda vs the CPU: equal rows, kept cells, rows/s",
     "memory": "peak RSS of mass audit (per partition), train and anonymize at 1M and 10M rows",
 }
 

@@ -104,8 +104,16 @@ def rank_cell(part: CellPartition, shared: bool, levels: int, z: torch.Tensor,
     t = torch.einsum("nd,nmd->nm", z - part.group_mean[group], part.axes[group])
     edges = part.edges[group, 0] if shared else part.edges[group, cls]
     bins = (edges < t[..., None]).sum(dim=-1)  # [N, axes]
-    powers = levels ** torch.arange(part.axes.shape[1])
+    powers = levels ** torch.arange(part.axes.shape[1], device=bins.device)
     return group, (bins * powers).sum(dim=1)
+
+
+def class_runs(cls: torch.Tensor, classes: int) -> tuple[torch.Tensor, list[int]]:
+    """Rows ordered by class (stable) and where each class's run ends: one host read per batch
+    (``tolist``), where a boolean mask per class and step made the device wait steps x classes
+    times (docs/performance.md, "On a GPU")."""
+    order = torch.argsort(cls, stable=True)
+    return order, torch.bincount(cls, minlength=classes).cumsum(0).tolist()
 
 
 def _state(values: Transport | CellPartition) -> dict[str, torch.Tensor]:
@@ -195,17 +203,24 @@ class SlicedRepairModifier(nn.Module):
     def predict(self, x: torch.Tensor) -> torch.Tensor:
         return self.logits(x).argmax(dim=1)
 
-    def step(self, j: int, x: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
-        """Step j of the transport for rows ``x`` of classes ``cls``."""
+    def step(self, j: int, x: torch.Tensor, cls: torch.Tensor,
+             by_class: tuple[torch.Tensor, list[int]] | None = None) -> torch.Tensor:  # fmt: skip
+        """Step j of the transport for rows ``x`` of classes ``cls`` (``by_class``: their
+        :func:`class_runs`, computed once per batch by :meth:`transport`)."""
+        order, ends = by_class if by_class is not None else class_runs(cls, self.spec.classes)
         rot = self.rotations[j]
         y = (x @ rot).T.contiguous()  # [d, N]: searchsorted runs along the last axis
-        out = torch.empty_like(y)
-        for c in range(self.spec.classes):  # k small; avoids an [N, d, Q] gather
-            rows = cls == c
-            if bool(rows.any()):
-                out[:, rows] = quantile_map(
-                    y[:, rows].contiguous(), self.class_knots[j, c], self.center_knots[j]
+        ys = y[:, order]  # columns grouped by class: each class one contiguous run
+        mapped = torch.empty_like(ys)
+        start = 0
+        for c, end in enumerate(ends):  # k small; avoids an [N, d, Q] gather
+            if end > start:
+                mapped[:, start:end] = quantile_map(
+                    ys[:, start:end].contiguous(), self.class_knots[j, c], self.center_knots[j]
                 )
+            start = end
+        out = torch.empty_like(y)
+        out[:, order] = mapped
         return out.T @ rot.T
 
     def cell_of(self, z: torch.Tensor, cls: torch.Tensor,
@@ -219,8 +234,9 @@ class SlicedRepairModifier(nn.Module):
         """(repaired rows, their predicted classes): the release before any rank cells."""
         x = l2_normalize(x)
         cls = self.predict(x)
+        runs = class_runs(cls, self.spec.classes)
         for j in range(self.spec.steps):
-            x = self.step(j, x, cls)
+            x = self.step(j, x, cls, runs)
         return (l2_normalize(x) if self.spec.renormalize else x), cls
 
     def forward(self, x: torch.Tensor, seeds: torch.Tensor | None = None) -> torch.Tensor:
