@@ -122,7 +122,6 @@ def releases(train, xt, seeds, s_codes, suppress, preserve, calibrated=None,
         "ot-repair+partition1|R": "one partition within each class of R, one repair pass",
         "ot-repair+balanced2|R": "two-axis partition, held-out balanced merging",
         "ot-repair+certified|R": "two-axis partition, the cells these rows can certify",
-        "ot-repair+kmeans-certified|R": "k-means cells within R, the cells these rows certify",
     }
     cell_policy = None  # params.yaml's policy, read once, for the candidates sizing their cells
     for c in ordered(SEARCH_SPACE, preserve):  # calibration's own candidates, as it runs them

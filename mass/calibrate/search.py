@@ -272,8 +272,7 @@ def _try(s: _Search, c: Candidate) -> bool:
         if params["cell_count"] < least:  # its cells would be more than the rows certify
             entry.update(status="skipped", reason=(
                 f"{rows} audited rows certify about {params['cell_count']} cells; this "
-                f"candidate has at least {least} (2 levels per axis, or one k-means centre, "
-                "in each class of R)"))  # fmt: skip
+                f"partition has at least {least} (2 levels per axis in each class of R)"))  # fmt: skip
             return False
     entry["params"] = params
     method = get_method(c.method)

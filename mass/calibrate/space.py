@@ -40,7 +40,7 @@ class Candidate:
     # fitted on the rows it releases (mass.fitrows): only under `mass train --transductive`,
     # where it is tried first (its guarantee holds on exactly those rows)
     transductive: bool = False
-    # cells as many as the release's rows can certify: calibration sets ``cell_count``
+    # rank cells as many as the release's rows can certify: calibration sets ``cell_count``
     # from the rows the gate will audit (:func:`certified_cell_count`)
     certified_cells: bool = False
 
@@ -94,16 +94,6 @@ SEARCH_SPACE: tuple[Candidate, ...] = (
     Candidate(
         "ot-repair+balanced2|R", "ot_repair", {**PARTITION, "cell_axes": 2, "cell_balance": 0.3}
     ),  # fmt: skip
-    # k-means cells within each class of R, as many in all as the release's rows can certify
-    # (cell_count set as for certified|R; cell_rows only if it is not): on the real `labsup`
-    # they kept more of the unnamed watch attributes than the partition of the same count at
-    # a certificate 0.008 higher (docs/calibration.md, "Certified cells")
-    Candidate(
-        "ot-repair+kmeans-certified|R",
-        "ot_repair",
-        {"cell_rows": 10, "cells_by_preserved": True},
-        certified_cells=True,
-    ),
     # the two-axis partition, one pass, with as many cells as the release's rows can certify
     # within the policy's margin (ideal cells: mass.metrics.certificate.cells_allowed), so
     # the resolution grows with the release and its certificate stays near the floor
@@ -162,17 +152,15 @@ def certified_cell_count(labels: dict, suppress, policy, rows: int) -> int:
 
 
 def certified_min_cells(labels: dict, preserve, params: dict) -> int:
-    """The fewest cells the candidate's shape can have: rank cells 2 levels on each of their
-    axes, k-means cells (no ``cell_axes``) one centre, within each class of the preserved
-    attributes' joint label when its cells are by R; at least 2."""
+    """The fewest cells the candidate's shape can have: 2 levels on each of its axes, within
+    each class of the preserved attributes' joint label when its cells are by R."""
     import numpy as np
 
     groups = 1
     if params.get("cells_by_preserved") and preserve:
         joint = np.stack([np.asarray(labels[r]) for r in preserve], axis=1)
         groups = len(np.unique(joint, axis=0))
-    axes = int(params.get("cell_axes", 0))
-    return max(2, groups * (2**axes if axes else 1))
+    return groups * 2 ** int(params.get("cell_axes", 1))
 
 
 def params_for(c: Candidate, seed: int, epochs: int | None) -> dict[str, Any]:
