@@ -98,6 +98,9 @@ def main(argv: list[str]) -> int:
                       "certified_cells": certified}), flush=True)  # fmt: skip
     for params in configs:
         params = _cell_count(params, certified)
+        if params.get("cell_count", 2) < 2:  # as calibration: no two cells certify, skipped
+            print(json.dumps({"params": params, "skipped": "certifies no two cells"}))
+            continue
         t = time.process_time()
         xd = apply(strip_noise(fitted("ot_repair", train, sup, pres, params)), xt, seeds)
         fit_s = time.process_time() - t
