@@ -6,11 +6,20 @@ certified (mass.metrics.certificate), R and the watch attributes read by one qui
         "cells_by_preserved": true, "cell_edges": "common", "cell_basis": "within_s",
         "passes": 1}]'
 
+``"cell_count": "certified"`` (or ``"certified*2"``, any factor) stands for what
+calibration's certified candidates get: :func:`mass.calibrate.space.certified_cell_count`
+for the release rows and params.yaml's policy (times the factor). ``--max-rows N`` cuts the
+set as `mass bench realdata --max-rows` does (text sets read their cached embeddings from
+reports/realdata/cache; a link to another checkout's cache will do).
+
 Prints JSON lines: the set (release rows, R's logistic accuracy on the original, the balanced
-floor from R), then per params: cells, the certificate's bounds, R kept (logistic, 3 folds,
-3,000 seeded rows: a quick reading, not the gate's judges), watch kept (normalised, logistic,
-3 folds, 3,000 rows), fit CPU seconds. Not the gate's families: the certificate is the figure
-this measures; the gate's full judging is `mass bench realdata`.
+floor from R, the certified count), then per params: cells, the certificate's bounds, the
+lookup judge (majority S per released vector, cross-validated, plain and balanced, against
+the gate's baselines and margin: bench/realdata_run.py ``lookup_judge``), S read by retrained
+logreg / gboost / kNN (balanced accuracy, 5 folds, 3,000 seeded rows), R kept (logistic, 3
+folds, 3,000 rows), watch kept (normalised, logistic, 3 folds, 3,000 rows) with each watch
+attribute's Cramér's V with S, fit CPU seconds. Quick readings, not the gate's judges: the
+certificate is the figure this measures; the gate's full judging is `mass bench realdata`.
 """
 
 from __future__ import annotations
@@ -35,11 +44,35 @@ def _logreg(x: np.ndarray, y: np.ndarray, rows: np.ndarray) -> float:
     return float(cross_val_score(LogisticRegression(max_iter=300), x[rows], y[rows], cv=3).mean())
 
 
+def _cell_count(params: dict, certified: int) -> dict:
+    """``params`` with a ``"certified[*factor]"`` cell_count replaced by its number."""
+    value = params.get("cell_count")
+    if not isinstance(value, str):
+        return params
+    if not value.startswith("certified"):
+        raise SystemExit(f"realdata_cells: cell_count {value!r}: a number or 'certified[*f]'")
+    factor = float(value.partition("*")[2] or 1)
+    return {**params, "cell_count": int(round(certified * factor))}
+
+
+def _s_retrained(xd: np.ndarray, s: np.ndarray, rows: np.ndarray) -> dict[str, float]:
+    """Balanced accuracy of S by each quick family retrained on the release (5 folds)."""
+    from mass.metrics.attackers import attack_predictions
+    from mass.metrics.scores import balanced_accuracy
+
+    _, y = np.unique(s[rows], return_inverse=True)
+    pred = attack_predictions(xd[rows], y, families=("logreg", "gboost", "knn"), folds=5)
+    return {f: round(balanced_accuracy(y, p[1.0]), 4) for f, p in pred.items()}
+
+
 def main(argv: list[str]) -> int:
     from generalize_table import dataset, fitted, strip_noise
     from realdata import load
+    from realdata_run import lookup_judge
 
+    from mass.audit.policy import load_policy
     from mass.calibrate import apply
+    from mass.calibrate.space import certified_cell_count
     from mass.metrics.certificate import certify
     from mass.metrics.scores import leakage_floor
     from mass.metrics.unnamed import watch_report
@@ -47,8 +80,10 @@ def main(argv: list[str]) -> int:
     from mass.rows import normalize_rows
 
     torch.set_num_threads(1)
+    max_rows = int(argv[argv.index("--max-rows") + 1]) if "--max-rows" in argv else None
     name, configs = argv[0], json.loads(argv[1])
-    d = load(name, cache=os.path.join(os.path.dirname(HERE), "reports/realdata/cache"))
+    d = load(name, max_rows=max_rows,
+             cache=os.path.join(os.path.dirname(HERE), "reports/realdata/cache"))  # fmt: skip
     sup, pres = ["S"], list(d.spec.r)
     train = dataset(d.X_train, {a: d.labels_train[a] for a in sup + pres})
     xt = normalize_rows(d.X_release).astype(np.float32)
@@ -56,22 +91,32 @@ def main(argv: list[str]) -> int:
     rows = np.random.default_rng(0).permutation(len(xt))[:3000]
     r0 = {r: _logreg(xt, y[r], rows) for r in pres}
     floor = leakage_floor(y["S"], {r: y[r] for r in pres}, balanced=True, folds=5, seed=0)
+    policy = load_policy(os.path.join(os.path.dirname(HERE), "params.yaml"))
+    certified = certified_cell_count(train.labels, sup, policy, len(xt))
     print(json.dumps({"set": name, "release": len(xt), "train": len(d.X_train),
-                      "R_orig_logreg": r0, "balanced_floor_R": floor}), flush=True)  # fmt: skip
+                      "R_orig_logreg": r0, "balanced_floor_R": floor,
+                      "certified_cells": certified}), flush=True)  # fmt: skip
     for params in configs:
+        params = _cell_count(params, certified)
+        if params.get("cell_count", 2) < 2:  # as calibration: no two cells certify, skipped
+            print(json.dumps({"params": params, "skipped": "certifies no two cells"}))
+            continue
         t = time.process_time()
         xd = apply(strip_noise(fitted("ot_repair", train, sup, pres, params)), xt, seeds)
         fit_s = time.process_time() - t
         c = certify(xd, y["S"])
+        look = lookup_judge(xd, y["S"], policy, {r: y[r] for r in pres})
         w = watch_report(xt, xd, {a: y[a] for a in d.spec.watch}, {"S": y["S"]},
                          families=("logreg",), folds=3, max_rows=3000)  # fmt: skip
         print(json.dumps({
             "params": params, "cpu_fit": round(fit_s, 1), "cells": c.cells,
             "cert_bal": c.balanced, "cert_acc": c.accuracy, "plugin_bal": c.plugin_balanced,
-            "reason": c.reason,
+            "reason": c.reason, "lookup": {k: v for k, v in look.items() if k != "rows"},
+            "S_retrained_bal": _s_retrained(xd, y["S"], rows),
             "R_kept": {r: round(_logreg(xd, y[r], rows) / r0[r], 3) for r in pres},
             "watch": {a: None if v.get("kept") is None else round(v["kept"], 3)
                       for a, v in w.items()},
+            "watch_v": {a: round(v["dependence"]["S"]["cramers_v"], 3) for a, v in w.items()},
         }), flush=True)  # fmt: skip
     return 0
 

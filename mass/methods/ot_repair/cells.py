@@ -3,8 +3,8 @@
 
 Two kinds, each with its own apply path (a saved model's format fixes which):
 
-- k-means cells (``cell_rows``, ``cell_axes`` 0): the nearest of a few k-means centres of the
-  repaired fit rows, served by a chained :class:`mass.modifiers.codebook.CodebookModifier`;
+- k-means cells (``cell_rows`` or ``cell_count``, ``cell_axes`` 0): the nearest of a few
+  k-means centres of the repaired fit rows, served by a chained :class:`mass.modifiers.codebook.CodebookModifier`;
   with ``cells_by_preserved`` the centres are fitted within each class of the preserved joint
   label and a linear predictor picks the class (docs/calibration.md, "Cells by R").
 - rank cells (``cell_axes`` > 0): a row's cell is its bin along each of ``cell_axes`` axes of
@@ -51,18 +51,22 @@ def _kmeans(z: np.ndarray, cells: int, seed: int) -> np.ndarray:
 def fit_cells(z: torch.Tensor, y: torch.Tensor, k: int, p: RepairParams,
               r: tuple[torch.Tensor, int] | None = None) -> CodebookModifier:  # fmt: skip
     """The codebook of ``cell_rows``: k-means (k-means++, 3 starts, seeded) on the repaired
-    fit rows ``z``, M = n / (cell_rows * classes present) centres (at least 2, at most n);
-    unit-normalised when the output is. ``r`` (the preserved joint label and its class
-    count): the same rule within each class of it (at least 1 centre each), and a
-    multinomial logistic regression on ``z`` stored to pick a row's class."""
-    present = classes_present(y, k)
+    fit rows ``z``, M = n / (cell_rows * classes present) centres, or M = ``cell_count``
+    when set (at least 2, at most n); unit-normalised when the output is. ``r`` (the
+    preserved joint label and its class count): the same rule within each class of it (with
+    ``cell_count``, each class its share of M by its fit rows; at least 1 centre each), and
+    a multinomial logistic regression on ``z`` stored to pick a row's class."""
     zz = z.double().numpy()
     rr = None if r is None else r[0].numpy()
     classes = None if rr is None else np.unique(rr)
     groups = [zz] if classes is None else [zz[rr == c] for c in classes]
     least = 2 if rr is None else 1
-    parts = [_kmeans(g, int(min(len(g), max(least, round(len(g) / (p.cell_rows * present))))),
-                     p.seed) for g in groups]  # fmt: skip
+    if p.cell_count:  # cells in all, shared among the groups by their fit rows
+        want = [p.cell_count * len(g) / len(zz) for g in groups]
+    else:
+        want = [len(g) / (p.cell_rows * classes_present(y, k)) for g in groups]
+    parts = [_kmeans(g, int(min(len(g), max(least, round(m)))), p.seed)
+             for g, m in zip(groups, want, strict=True)]  # fmt: skip
     centres = torch.from_numpy(np.vstack(parts)).float()
     centres = l2_normalize(centres) if p.renormalize else centres
     if r is None:

@@ -132,7 +132,7 @@ class OtRepair(Method):
             extra["rows_per_cell"] = {k[5:]: v for k, v in extra_cells.items()
                                       if k.startswith("rows_")}  # fmt: skip
             extra.update({k: v for k, v in extra_cells.items() if k in BALANCE_EXTRA})
-        elif p.cell_rows:
+        elif p.cell_rows or p.cell_count:  # k-means cells
             r = (group, cells) if by_r else None
             book = fit_cells(out, y, k, p, r)  # the last part's output, as served
             parts.append(book)

@@ -30,11 +30,11 @@ class RepairParams(Params):
     )
     pre_leace: bool = knob(False, help="erase the linear information first (LEACE, chained)")
     renormalize: bool = knob(True, help="L2-normalise the output (the release's unit norm)")
-    cell_rows: int = knob(0, lo=0, help="0: off; else release each row as the nearest of "
-                          "M = n / (cell_rows * classes) k-means centres of the repaired "
+    cell_rows: int = knob(0, lo=0, help="0: off (unless cell_count); else release each row "
+                          "as the nearest of M = n / (cell_rows * classes) k-means centres of the repaired "
                           "fit rows (about cell_rows rows of each class per cell), so what "
                           "is finer than a cell is not released (kind codebook)")  # fmt: skip
-    cells_by_preserved: bool = knob(False, help="with cell_rows: centres within each class of "
+    cells_by_preserved: bool = knob(False, help="with cells: centres within each class of "
                                     "the preserved attributes' joint label, the class read "
                                     "from the repaired row by a linear predictor")  # fmt: skip
     cell_axes: int = knob(0, lo=0, help="with cell_rows: 0 = k-means cells (kind codebook); "
@@ -52,10 +52,12 @@ class RepairParams(Params):
     cell_prior_rows: int = knob(30, lo=0, help="rank cells: a class with n fit rows in a "
                                 "group takes n / (n + this) of its own bin edges and the rest "
                                 "of the group's common edges (0: its own only)")  # fmt: skip
-    cell_count: int = knob(0, lo=0, help="rank cells: 0 = levels from cell_rows; else about "
-                           "this many cells in all, (cell_count / groups) ** (1 / cell_axes) "
-                           "levels per axis (at least 2): e.g. the cells a release of n rows "
-                           "can certify (mass.metrics.certificate.cells_allowed)")  # fmt: skip
+    cell_count: int = knob(0, lo=0, help="0 = cells from cell_rows; else about this many "
+                           "cells in all: rank cells take (cell_count / groups) ** (1 / "
+                           "cell_axes) levels per axis (at least 2), k-means cells (cell_axes "
+                           "0) this many centres, shared among the groups by their fit rows: "
+                           "e.g. the cells a release of n rows can certify "
+                           "(mass.metrics.certificate.cells_allowed)")  # fmt: skip
     cell_balance: float = knob(0.0, lo=0.0, help="rank cells: 0 = off; else this fraction "
                                "of the training rows (per preserved class and suppressed "
                                "class, seeded) is held out of the fit, released through the "

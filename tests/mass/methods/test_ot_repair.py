@@ -187,6 +187,26 @@ def test_cells_by_preserved_keep_the_preserved_label_that_plain_cells_average_aw
     assert all(v <= base + 0.06 for v in read["by_u"]["s"].values()), (base, read)
 
 
+def test_kmeans_cells_by_count_release_that_many_centres_shared_by_the_groups_rows():
+    """``cell_count`` without ``cell_axes`` asks k-means cells for a number in all (what
+    calibration sets to the cells a release can certify): the codebook holds that many
+    centres, within R each class of u its share by its fit rows, and the release never
+    shows more distinct vectors; alone it was once ignored and the release continuous."""
+    torch.set_num_threads(1)
+    tr, te = many_r_case()
+    fit_rows = np.bincount(tr.labels["u"], minlength=8)
+    for count, by_r in ((12, False), (40, True)):
+        fit = get_method("ot_repair").fit(
+            tr, suppress=["s"], preserve=["u"], seed=0, progress=False,
+            params={"cell_count": count, "cells_by_preserved": by_r},
+        )  # fmt: skip
+        want = int(sum(max(1, round(count * n / len(tr))) for n in fit_rows)) if by_r else count
+        assert fit.extra["cells"] == want, (count, by_r, fit.extra)
+        assert abs(want - count) <= 4
+        r = release(fit.modifier, te.x, 2)
+        assert len(np.unique(r, axis=0)) <= want, (count, by_r)
+
+
 def rank_case(n: int = 3000, dim: int = 24, seed: int = 0):
     """s (4 classes) moves x1's offset and width and picks styles (x3..: 24 clusters, 21
     dims); r (2 classes) is x0; u is the tertile of w, the row's rank within its s class on
