@@ -785,3 +785,41 @@ def test_under_the_key_gate_a_linear_eraser_failing_without_noise_skips_its_sibl
     assert leace["status"] == "failed"
     assert leace_r["status"] == "skipped" and "non-linear" in leace_r["reason"], leace_r
     assert x3["status"] == "failed"  # iterated: still tried
+
+
+@pytest.mark.parametrize("key_view_failed", [True, False])
+def test_once_the_quadratic_eraser_fails_without_noise_the_plain_transport_waits_for_the_cells(
+    files, tmp_path, monkeypatch, key_view_failed
+):
+    """Under the key gate a deterministic continuous release that even the quadratic eraser
+    cannot make private leaves the cells as what can pass: the plain OT repair (the cells'
+    costliest fit, 106 CPU-s of a 240 CPU-s budget on the real `happiness`, where it left no
+    time for any cell candidate) is tried after the cell candidates, before the last resort.
+    A quadratic eraser that failed otherwise (at its highest noise) changes nothing."""
+    from mass.calibrate import search as S
+
+    def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False):
+        pt = {**_point(0.0, {"logreg": False, "knn": False}), "privacy_ok": False,
+              "utility_ok": True, "passed": False, "excess": 0.1, "fraction": 1.0,
+              "fidelity": 0.5, "utility": {"u": {"logreg": 0.9}}}  # fmt: skip
+        flag = "key_view_failed" if key_view_failed else "max_noise_failed"
+        return {"points": [pt], "chosen": None, flag: True, "reason": "fails"}
+
+    monkeypatch.setattr(S, "bisect_noise", fake_bisect)
+    ds = load_embeddings(str(files / "ring.parquet"), label_cols=["s", "u"])
+    by_name = {c.name: c for c in C.SEARCH_SPACE}
+    space = tuple(by_name[n] for n in ("quadratic", "ot-repair", "ot-repair+cells|R",
+                                       "leace|R+R-span"))  # fmt: skip
+    with pytest.raises(CalibrationError):
+        C.calibrate(ds, suppress=["s"], preserve=["u"], space=space, out_dir=str(tmp_path),
+                    policy=AuditPolicy(gate_key_compromised=True),
+                    cfg=CalibrationConfig(budget_minutes=5))  # fmt: skip
+    report = json.loads((tmp_path / "calibration.json").read_text())
+    order = [c["name"] for c in report["candidates"]]
+    if key_view_failed:
+        assert order == ["quadratic", "ot-repair+cells|R", "ot-repair", "leace|R+R-span"]
+        assert "quadratic" in report["deferred"]["ot-repair"]
+    else:
+        assert order == ["quadratic", "ot-repair", "ot-repair+cells|R", "leace|R+R-span"]
+        assert "deferred" not in report
+    assert all(c["status"] == "failed" for c in report["candidates"])
