@@ -166,16 +166,11 @@ def _rate(fn, rows: int, device: torch.device, repeat: int) -> float:
     return rows / best
 
 
-def speeds(
-    model,
-    x: np.ndarray,
-    seeds: np.ndarray,
-    devices: list[torch.device],
-    batches: tuple[int, ...] = BATCHES,
-) -> dict:
-    """Rows/s per batch size: cuda end to end and compute only; on the CPU (at the largest
-    batch of at most 8,192 rows: the slow kinds serve about a thousand rows/s there) with one
-    thread, the served default, and with all of them."""
+def speeds(model, x: np.ndarray, seeds: np.ndarray, dev: torch.device,
+           batches: tuple[int, ...] = BATCHES) -> dict:  # fmt: skip
+    """Rows/s per batch size on ``dev`` (where ``model`` is): on cuda end to end and compute
+    only; on the CPU (at the largest batch of at most 8,192 rows: the slow kinds serve about a
+    thousand rows/s there) with one thread, the served default, and with all of them."""
     out: dict[str, dict[str, float]] = {}
     threads = torch.get_num_threads()
     cpu_batch = max([b for b in batches if b <= 8192] or [min(batches)])
@@ -183,16 +178,15 @@ def speeds(
         reps = -(-b // len(x))
         xb, sb = np.tile(x, (reps, 1))[:b], np.tile(seeds, reps)[:b]
         row: dict[str, float] = {}
-        for dev in devices:
-            if dev.type == "cuda":
-                row["cuda_end_to_end"] = _rate(partial(_apply, model, xb, sb, dev), b, dev, 5)
-                xt, st = torch.from_numpy(xb).to(dev), torch.from_numpy(sb).to(dev)
-                row["cuda_compute"] = _rate(partial(model, xt, st), b, dev, 10)
-            elif b == cpu_batch:
-                for n in (1, threads):
-                    torch.set_num_threads(n)
-                    row[f"cpu_{n}_threads"] = _rate(partial(_apply, model, xb, sb, dev), b, dev, 1)
-                torch.set_num_threads(threads)
+        if dev.type == "cuda":
+            row["cuda_end_to_end"] = _rate(partial(_apply, model, xb, sb, dev), b, dev, 5)
+            xt, st = torch.from_numpy(xb).to(dev), torch.from_numpy(sb).to(dev)
+            row["cuda_compute"] = _rate(partial(model, xt, st), b, dev, 10)
+        elif b == cpu_batch:
+            for n in (1, threads):
+                torch.set_num_threads(n)
+                row[f"cpu_{n}_threads"] = _rate(partial(_apply, model, xb, sb, dev), b, dev, 1)
+            torch.set_num_threads(threads)
         if row:
             out[str(b)] = {k: round(v) for k, v in row.items()}
     return out
@@ -274,17 +268,12 @@ def _write(out: Path, doc: dict) -> None:
     (out / "device_check.json").write_text(json.dumps(doc, indent=1))
 
 
-def speeds_all(
-    model,
-    x: np.ndarray,
-    seeds: np.ndarray,
-    devices: list[torch.device],
-    batches: tuple[int, ...] = BATCHES,
-) -> dict:
+def speeds_all(model, x: np.ndarray, seeds: np.ndarray, devices: list[torch.device],
+               batches: tuple[int, ...] = BATCHES) -> dict:  # fmt: skip
     """:func:`speeds` with the model moved to each device in turn (CPU last, where it lives)."""
     result: dict = {}
     for dev in sorted(devices, key=lambda d: d.type != "cuda"):
-        part = speeds(model.to(dev), x, seeds, [dev], batches)
+        part = speeds(model.to(dev), x, seeds, dev, batches)
         for b, row in part.items():
             result.setdefault(b, {}).update(row)
     model.to("cpu")
