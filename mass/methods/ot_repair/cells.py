@@ -25,6 +25,7 @@ Every step returns fitted values; nothing here writes into a modifier.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -80,12 +81,14 @@ def fit_cells(z: torch.Tensor, y: torch.Tensor, k: int, p: RepairParams,
 def rank_cell_shape(y: torch.Tensor, k: int, groups: int, p) -> dict[str, Any]:
     """The spec fields of rank cells: levels per axis such that a cell holds about
     ``cell_rows`` fit rows of each (group, suppressed class) pair, or (``cell_count``) such
-    that the groups hold about ``cell_count`` cells in all; at least 2."""
+    that the groups hold at most ``cell_count`` cells in all (a ceiling: the count a release
+    can certify, which rounding up would exceed, e.g. 72 cells for 70); at least 2."""
     if p.cell_count:
-        per_group = p.cell_count / groups
+        levels = int(math.floor((p.cell_count / groups) ** (1.0 / p.cell_axes) + 1e-9))
     else:
         per_group = len(y) / (classes_present(y, k) * groups) / p.cell_rows
-    levels = max(2, int(round(per_group ** (1.0 / p.cell_axes))))
+        levels = int(round(per_group ** (1.0 / p.cell_axes)))
+    levels = max(2, levels)
     return {"cell_axes": p.cell_axes, "cell_levels": levels, "cell_groups": groups,
             "cell_shared": p.cell_edges == "common"}  # fmt: skip
 

@@ -53,8 +53,9 @@ class RepairParams(Params):
                                 "group takes n / (n + this) of its own bin edges and the rest "
                                 "of the group's common edges (0: its own only)")  # fmt: skip
     cell_count: int = knob(0, lo=0, help="0 = cells from cell_rows; else about this many "
-                           "cells in all: rank cells take (cell_count / groups) ** (1 / "
-                           "cell_axes) levels per axis (at least 2), k-means cells (cell_axes "
+                           "cells in all: rank cells take floor((cell_count / groups) ** (1 / "
+                           "cell_axes)) levels per axis (at least 2), never more cells than "
+                           "this, k-means cells (cell_axes "
                            "0) this many centres, shared among the groups by their fit rows: "
                            "e.g. the cells a release of n rows can certify "
                            "(mass.metrics.certificate.cells_allowed)")  # fmt: skip

@@ -225,3 +225,25 @@ def test_the_balanced_partition_reads_within_a_point_of_the_majority_on_10k_fres
         rel = mod(torch.from_numpy(ds.x)).numpy()
     s = ds.labels["s"]
     assert lookup_attack(rel, s) <= np.bincount(s).max() / len(s) + 0.01
+
+
+@pytest.mark.parametrize(
+    "count,groups,axes,levels",
+    [
+        (70, 2, 2, 5),  # 35 per group: sqrt 5.92 rounded to 6 gave 72 cells, over the 70 asked
+        (72, 2, 2, 6),  # exactly 6 x 6 per group
+        (54, 1, 2, 7),  # 7.35 -> 7 (49 cells)
+        (3, 2, 2, 2),  # fewer than 2 x 2 per group: the 2-level minimum
+        (27, 1, 3, 3),  # a cube root that floating point leaves just under 3
+    ],
+)
+def test_a_cell_count_is_a_ceiling_the_partition_never_exceeds(count, groups, axes, levels):
+    """``cell_count`` is what a release can certify: the partition takes the most levels per
+    axis whose cells stay within it (only the 2-level minimum may exceed it)."""
+    from mass.methods.ot_repair.cells import rank_cell_shape
+    from mass.methods.ot_repair.params import RepairParams
+
+    p = RepairParams(cell_count=count, cell_axes=axes)
+    shape = rank_cell_shape(torch.zeros(100, dtype=torch.long), 2, groups, p)
+    assert shape["cell_levels"] == levels
+    assert groups * levels**axes <= count or levels == 2
