@@ -557,6 +557,18 @@ MUTANTS = [
            ("tests/mass/calibrate/test_calibrate.py::test_once_the_quadratic_eraser_fails_"
             "without_noise_the_plain_transport_waits_for_the_cells",),
            "the plain transport spends the budget before any cell candidate is fitted"),
+    Mutant("growth-step-from-zero", "mass.metrics.growth:steps",
+           "max(float((half[j] == y).mean()), baseline[0])",
+           "float((half[j] == y).mean())",
+           ("tests/mass/metrics/test_growth.py::test_a_judge_at_its_baseline_without_signal_"
+            "projects_no_growth",),
+           "a judge's climb from below its majority rate back to it is projected as a leak"),
+    Mutant("rank-cells-count-rounded", "mass.methods.ot_repair.cells:rank_cell_shape",
+           "int(math.floor((p.cell_count / groups) ** (1.0 / p.cell_axes) + 1e-9))",
+           "int(round((p.cell_count / groups) ** (1.0 / p.cell_axes)))",
+           ("tests/mass/methods/test_rank_cells.py::test_a_cell_count_is_a_ceiling_the_"
+            "partition_never_exceeds",),
+           "a certified cell count is rounded up: more cells than the release can certify"),
 ]  # fmt: skip
 
 BY_NAME = {m.name: m for m in MUTANTS}
