@@ -13,6 +13,14 @@ the projection errs on the side of more growth. Two points of the measured curve
 trained on half of each split's training rows and on all of them (the same held-out rows,
 so their difference is paired), fix c: a(N) - a(t) = (a(t) - a(t/2)) (1 - sqrt(t/N)) /
 (sqrt 2 - 1), at most 2.41 times the last step. A negative step (noise) projects nothing.
+
+The step counts only from the judge's baseline up (``max(majority, floor)``, on the balanced
+scale ``max(chance, balanced floor)``): a(t) - max(a(t/2), baseline). Without signal a
+cross-validated attacker scores *below* its baseline on few rows and climbs back to it as its
+rows grow (Jamalabadi et al. 2016, docs/calibration.md "A leak that grows with the release");
+that climb is the fading of a small-sample bias, not a leak that grows past the baseline, and
+projected as one it failed every cell release of a skewed S in calibration while the gate read
+the releases within their limit (docs/journal/calibration-runs.md, session 16).
 """
 
 from __future__ import annotations
@@ -43,16 +51,17 @@ def trained_rows(n: int, folds: int, groups=None) -> float:
     return n / g * (folds - 1) / folds
 
 
-def steps(half: Mapping[str, np.ndarray], full: Mapping[str, np.ndarray], y: np.ndarray
-          ) -> dict[str, tuple[float, float]]:  # fmt: skip
+def steps(half: Mapping[str, np.ndarray], full: Mapping[str, np.ndarray], y: np.ndarray,
+          baseline: tuple[float, float] = (0.0, 0.0)) -> dict[str, tuple[float, float]]:  # fmt: skip
     """judge -> (accuracy, balanced accuracy) gained from half to all of the training rows,
-    never below 0."""
+    counted from ``baseline`` (accuracy, balanced) up: a(t) - max(a(t/2), baseline), never
+    below 0 (module docstring)."""
     out = {}
     for j, p in full.items():
         if j not in half:
             continue
-        acc = float((p == y).mean() - (half[j] == y).mean())
-        bal = balanced_accuracy(y, p) - balanced_accuracy(y, half[j])
+        acc = float((p == y).mean()) - max(float((half[j] == y).mean()), baseline[0])
+        bal = balanced_accuracy(y, p) - max(balanced_accuracy(y, half[j]), baseline[1])
         out[j] = (max(0.0, acc), max(0.0, float(bal)))
     return out
 
@@ -78,10 +87,11 @@ def project(scores: Mapping[str, Score], gained: Mapping[str, tuple[float, float
 
 
 def project_curves(scores: Mapping[str, Score], curves: Mapping[str, Mapping[float, np.ndarray]],
-                   y: np.ndarray, k: float, judge_of) -> tuple[dict[str, Score], dict[str, float]]:  # fmt: skip
+                   y: np.ndarray, k: float, judge_of, baseline: tuple[float, float] = (0.0, 0.0)
+                   ) -> tuple[dict[str, Score], dict[str, float]]:  # fmt: skip
     """:func:`project` with each judge's step read from its predictions per fraction of the
     training rows (``curves``: judge -> fraction -> predictions; judges without ``HALF``
-    have no step)."""
+    have no step), counted from ``baseline`` up (:func:`steps`)."""
     half = {j: p[HALF] for j, p in curves.items() if HALF in p}
     full = {j: p[1.0] for j, p in curves.items()}
-    return project(scores, steps(half, full, y), k, judge_of)
+    return project(scores, steps(half, full, y, baseline), k, judge_of)

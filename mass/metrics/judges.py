@@ -239,7 +239,11 @@ def attribute_report(
     judged: dict[str, np.ndarray] = {} if on_xp is None else {FROZEN: on_xp}
     judged.update({j: p[1.0] for j, p in curves.items()})
     scores = _scores(judged, y, z, seed, remap=sup)
-    scores, rise = growth.project_curves(scores, curves, y, k, lambda j: j.removesuffix(REMAP))
+    base = _baselines(y, preserved, folds, seed)
+    scores, rise = growth.project_curves(
+        scores, curves, y, k, lambda j: j.removesuffix(REMAP),
+        baseline=(max(base["majority"], base["floor"]),
+                  max(base["chance"], base["balanced_floor"])))  # fmt: skip
     key_compromised = None
     if key_x is not None:
         key_compromised, keyed = _key_judges(key_x, y, z, kw, gate=sup and gate_key)
@@ -251,7 +255,7 @@ def attribute_report(
         scores = {j: s for j, s in scores.items() if j == FROZEN or j in families}
     return AttributeReport(
         name=name, role=role, n=int(y.size),
-        **_baselines(y, preserved, folds, seed),
+        **base,
         original=max(original.values()), original_by_family=dict(original),
         frozen_x=frozen_x, frozen_by=frozen_by,
         **_judge_fields(scores, families),

@@ -51,6 +51,25 @@ def test_steps_never_fall_and_skip_judges_without_a_curve():
     assert out["b"] == (0.0, 0.0)
 
 
+def test_a_step_counts_only_from_the_baseline_up():
+    """A judge that climbs from below its baseline to below it gains nothing (the fading
+    bias of cross-validation without signal); one that climbs past it gains the part above."""
+    y = np.array([0] * 86 + [1] * 14)  # skewed: majority 0.86
+
+    def wrong(k):  # the first k rows (all of class 0) predicted wrong, the rest right
+        return np.where(np.arange(100) < k, 1 - y, y)
+
+    half, below, above = wrong(20), wrong(16), wrong(10)  # 0.80, 0.84, 0.90
+    assert growth.steps({"j": half}, {"j": below}, y)["j"][0] == pytest.approx(0.04)
+    assert growth.steps({"j": half}, {"j": below}, y, (0.86, 0.5))["j"][0] == 0.0
+    acc, bal = growth.steps({"j": half}, {"j": above}, y, (0.86, 0.5))["j"]
+    assert acc == pytest.approx(0.90 - 0.86)  # past the baseline: only the part above
+    # balanced, above its baseline (0.5) at both sizes: the whole step, 0.942 - 0.884
+    assert bal == pytest.approx((76 / 86 + 1) / 2 - (66 / 86 + 1) / 2)
+    _, bal = growth.steps({"j": wrong(40)}, {"j": above}, y, (0.86, 0.88))["j"]
+    assert bal == pytest.approx((76 / 86 + 1) / 2 - 0.88)
+
+
 def test_project_raises_a_remapped_judge_by_its_own_judges_step_and_caps_at_one():
     scores = {"mlp": Score(0.6, 0.6, 0.62, 0.63), "mlp_remap": Score(0.6, 0.6, 0.61, 0.62),
               "frozen": Score(0.5, 0.5, 0.55, 0.55), "knn": Score(0.9, 0.9, 0.95, 0.95)}  # fmt: skip
@@ -98,3 +117,19 @@ def test_nothing_is_projected_when_the_judges_saw_the_whole_release():
                          curve=False, project_rows=600 * 4 / 5)  # fmt: skip
     assert r.projected_rows is None and r.growth == {}
     assert r.learning_curve == {}  # and no half-size attackers were trained
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_judge_at_its_baseline_without_signal_projects_no_growth(seed):
+    """S skewed (14 %) and independent of x: logistic regression on half of each split's
+    rows scores below the majority rate and climbs back to it on all of them. Projected to
+    50,000 rows that climb is no leak: the report carries no growth (it did before the step
+    was counted from the baseline up, docs/journal/calibration-runs.md session 16)."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(1500, 30)).astype(np.float32)
+    s = (rng.random(1500) < 0.14).astype(np.int64)
+    r = attribute_report("S", s, x, x, role="suppressed", families=("logreg",), folds=5,
+                         curve=False, margins=0.05, project_rows=50_000)  # fmt: skip
+    assert r.projected_rows == 50_000
+    assert r.attackers["logreg"] <= r.majority + 1e-9
+    assert r.growth == {}
