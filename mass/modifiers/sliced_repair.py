@@ -203,11 +203,10 @@ class SlicedRepairModifier(nn.Module):
     def predict(self, x: torch.Tensor) -> torch.Tensor:
         return self.logits(x).argmax(dim=1)
 
-    def step(self, j: int, x: torch.Tensor, cls: torch.Tensor,
-             by_class: tuple[torch.Tensor, list[int]] | None = None) -> torch.Tensor:  # fmt: skip
-        """Step j of the transport for rows ``x`` of classes ``cls`` (``by_class``: their
-        :func:`class_runs`, computed once per batch by :meth:`transport`)."""
-        order, ends = by_class if by_class is not None else class_runs(cls, self.spec.classes)
+    def step(self, j: int, x: torch.Tensor, runs: tuple[torch.Tensor, list[int]]) -> torch.Tensor:
+        """Step j of the transport for rows ``x`` grouped by their predicted classes
+        (``runs``: :func:`class_runs`, computed once per batch by :meth:`transport`)."""
+        order, ends = runs
         rot = self.rotations[j]
         y = (x @ rot).T.contiguous()  # [d, N]: searchsorted runs along the last axis
         ys = y[:, order]  # columns grouped by class: each class one contiguous run
@@ -236,7 +235,7 @@ class SlicedRepairModifier(nn.Module):
         cls = self.predict(x)
         runs = class_runs(cls, self.spec.classes)
         for j in range(self.spec.steps):
-            x = self.step(j, x, cls, runs)
+            x = self.step(j, x, runs)
         return (l2_normalize(x) if self.spec.renormalize else x), cls
 
     def forward(self, x: torch.Tensor, seeds: torch.Tensor | None = None) -> torch.Tensor:
