@@ -78,3 +78,27 @@ def test_last_resort_loses_an_independent_watch_attribute_repair_keeps_it(rows):
     assert repair["watch"]["w"]["kept"] >= 0.8 and repair["R"]["r"]["kept"] >= 0.9
     # (its privacy is not asserted: fitted on 200 rows, its out-of-fold attackers read S
     # below chance and the re-mapped judges above the limit; docs/generalize.md)
+
+
+def test_a_release_identical_byte_for_byte_to_one_judged_is_not_judged_again(monkeypatch):
+    """The calibrated choice and its family's row are often the same release: judged once,
+    its row copied (``same_release_as``); a release differing in one value is judged."""
+    import bench.generalize_table as gt
+
+    x, y = _synthetic(90, 1)
+    calls = []
+
+    def judge(x, xp, xd, *a):
+        calls.append(xp)
+        return {"S": {}, "R": {}, "watch": {}, "S_key": {}, "structure": {}, "n": len(calls)}
+
+    monkeypatch.setattr(gt, "judge", judge)
+    monkeypatch.setattr(gt, "verdict", lambda row: {"all": False})
+    policy = policy_from_dict({"families": ["logreg"], "folds": 3, "curve": False})
+    other = x.copy()
+    other[5, 3] += 1e-3
+    xs = {"a": (x, x, "first"), "b": (x.copy(), x.copy(), "second"), "c": (other, other, "")}
+    rows = gt.evaluate(x, xs, y, ["s"], ["r"], [], policy, {})
+    assert len(calls) == 2 and [rows[k]["n"] for k in "abc"] == [1, 1, 2]
+    assert rows["b"]["same_release_as"] == "a" and rows["b"]["note"] == "second"
+    assert "same_release_as" not in rows["a"] and "same_release_as" not in rows["c"]
