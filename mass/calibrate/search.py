@@ -118,7 +118,6 @@ class _Search:
     stopped: str = "search space exhausted"
     measured_rates: list[float] = field(default_factory=list)  # CPU-s per row-epoch so far
     linear_only: str | None = None  # set once a linear eraser leaves S to non-linear judges
-    defer_repair: str | None = None  # set once the quadratic eraser fails without noise (key gate)
     over_budget: bool = False
     trained_val: dict[str, Any] = field(default_factory=dict)
 
@@ -151,28 +150,22 @@ def calibrate(
         ident = s.audit.measure(s.audit.x, full=True)
         s.points.append({"candidate": "identity", "noise": 0.0, **ident})
     else:
-        queue = ordered(space, preserve, transductive=cfg.transductive)
-        deferred: set[str] = set()
-        i = 0
-        while i < len(queue):
-            c = queue[i]
-            if s.defer_repair and _continuous_repair(c) and c.name not in deferred:
-                deferred.add(c.name)  # after the cell candidates, before the last resorts
-                at = next((k for k in range(i, len(queue)) if queue[k].last_resort), len(queue))
-                queue.insert(at, c)
-                s.report.setdefault("deferred", {})[c.name] = s.defer_repair
-            elif _try(s, c):
+        cells_first = bool(policy.gate_key_compromised)
+        if cells_first:
+            s.report["order"] = CELLS_FIRST
+        for c in ordered(space, preserve, transductive=cfg.transductive, cells_first=cells_first):
+            if _try(s, c):
                 break
-            i += 1
     return _finish(s, infeasible, out_dir)
 
 
-def _continuous_repair(c: Candidate) -> bool:
-    """The plain (held-out) OT repair: a continuous, deterministic release."""
-    cells = ("cell_rows", "cell_count", "cell_axes")
-    return (
-        c.method == "ot_repair" and not c.transductive and not any(c.params.get(k) for k in cells)
-    )
+# calibration.json's ``order`` under the key gate (docs/calibration.md, "Search order")
+CELLS_FIRST = (
+    "cells first: the policy gates the key-compromised view, so release noise does not count, "
+    "and a deterministic continuous release leaked to a retrained non-linear judge on every "
+    "real-data set measured; the certified cells, then the other cells, then the continuous "
+    "candidates"
+)
 
 
 def _start(train, suppress, preserve, policy, cfg, val, watch, space) -> _Search:
@@ -328,14 +321,6 @@ def _try(s: _Search, c: Candidate) -> bool:
         if c.method == LINEAR_ERASER and (found.get("max_noise_failed")
                                           or found.get("key_view_failed")):  # fmt: skip
             s.linear_only = s.linear_only or nonlinear_leak(found["points"], c.name)
-        if c.method == "leace_quadratic" and found.get("key_view_failed"):
-            # a deterministic continuous release that even the quadratic eraser could not make
-            # private: the cells, not the plain transport, are what can pass; the transport
-            # (the cells' costliest fit) waits until they are tried (docs/calibration.md,
-            # "Search order")
-            s.defer_repair = s.defer_repair or (
-                f"{c.name} fails without release noise under the key gate: the plain "
-                "transport is tried after the cell candidates")  # fmt: skip
         s.over_budget = s.over_budget or s.now() > c_deadline
         return False
     return _rank(s, c, entry, found["chosen"], (fit, params, fit_on, parts, c_audit))

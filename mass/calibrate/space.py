@@ -45,6 +45,14 @@ class Candidate:
     certified_cells: bool = False
 
     @property
+    def cells(self) -> bool:
+        """Released as finitely many vectors (k-means or rank cells): certifiable, and what
+        can pass when release noise does not count (docs/calibration.md, "Search order")."""
+        return self.certified_cells or any(
+            self.params.get(k) for k in ("cell_rows", "cell_count", "cell_axes")
+        )
+
+    @property
     def trained(self) -> bool:
         return self.method == "mass"
 
@@ -121,22 +129,25 @@ SEARCH_SPACE: tuple[Candidate, ...] = (
 
 
 def ordered(
-    space: tuple[Candidate, ...], preserve, *, transductive: bool = False
-) -> list[Candidate]:
+    space: tuple[Candidate, ...], preserve, *, transductive: bool = False,
+    cells_first: bool = False,
+) -> list[Candidate]:  # fmt: skip
     """The order of the search: the transductive candidates (only when ``transductive``),
     every other candidate, then the last resorts; without a preserved attribute the
     ``given_preserved`` / ``cells_by_preserved`` variants (the plain ones again) and the last
-    resorts (nothing to keep) are left out."""
+    resorts (nothing to keep) are left out. ``cells_first`` (the policy gates the
+    key-compromised view, so release noise does not count): the cell candidates come before
+    the continuous ones, the certified ones first (docs/calibration.md, "Search order")."""
     needs_r = ("given_preserved", "cells_by_preserved")
     keep = [c for c in space
             if not ((any(c.params.get(k) for k in needs_r) or c.last_resort) and not preserve)
             and (transductive or not c.transductive)]  # fmt: skip
     first = [c for c in keep if c.transductive]
-    return (
-        first
-        + [c for c in keep if not (c.last_resort or c.transductive)]
-        + [c for c in keep if c.last_resort]
-    )
+    middle = [c for c in keep if not (c.last_resort or c.transductive)]
+    if cells_first:
+        cells = sorted((c for c in middle if c.cells), key=lambda c: not c.certified_cells)
+        middle = cells + [c for c in middle if not c.cells]
+    return first + middle + [c for c in keep if c.last_resort]
 
 
 def certified_cell_count(labels: dict, suppress, policy, rows: int) -> int:

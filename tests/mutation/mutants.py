@@ -546,17 +546,16 @@ MUTANTS = [
     Mutant("shm-forced-off", "mass.serving.triton_client:TritonClient._shm_output_shape",
            "if not self.shm or", "if True or", SHM,
            "--triton-shm on silently sends gRPC payloads (the shm test must notice)"),
-    # --- session 15: the GPU-found class runs, the deferred plain transport ------------------
+    # --- session 15: the GPU-found class runs; session 16: cells first, growth, cell count ---
     Mutant("sliced-class-runs-misordered", "mass.modifiers.sliced_repair:class_runs",
            "torch.argsort(cls, stable=True)", "torch.argsort(-cls, stable=True)",
            ("tests/mass/methods/test_ot_repair_golden.py",),
            "rows are transported with another class's quantile knots (the repair releases S)"),
-    Mutant("calibrate-repair-never-deferred", "mass.calibrate.search:_try",
-           'if c.method == "leace_quadratic" and found.get("key_view_failed"):',
-           "if False:",
-           ("tests/mass/calibrate/test_calibrate.py::test_once_the_quadratic_eraser_fails_"
-            "without_noise_the_plain_transport_waits_for_the_cells",),
-           "the plain transport spends the budget before any cell candidate is fitted"),
+    Mutant("calibrate-cells-not-first", "mass.calibrate.search:calibrate",
+           "cells_first = bool(policy.gate_key_compromised)", "cells_first = False",
+           ("tests/mass/calibrate/test_calibrate.py::test_under_the_key_gate_the_cells_are_"
+            "tried_first_the_certified_ones_before_the_rest",),
+           "the erasers and the plain transport spend the budget before any cell candidate"),
     Mutant("growth-step-from-zero", "mass.metrics.growth:steps",
            "max(float((half[j] == y).mean()), baseline[0])",
            "float((half[j] == y).mean())",
