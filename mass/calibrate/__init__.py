@@ -1,9 +1,10 @@
 """Calibration: `mass train` without an explicit config searches for one that meets the policy.
 
 The search (docs/calibration.md) holds out a validation split (or uses ``--val``; small data
-is validated out of fold), then tries a small fixed space, cheapest first: LEACE and its
-variants (:mod:`mass.methods.leace_iterated`), the quadratic eraser, MaSS adaptive after each
-eraser or none, and a utility-leaning MaSS. For every fitted candidate the release-time noise
+is validated out of fold), then tries a small fixed space, cheapest first (under the key gate
+the cell releases first): LEACE and its variants (:mod:`mass.methods.leace_iterated`), the
+quadratic eraser, OT repair and its cells, MaSS adaptive after each eraser or none, and a
+utility-leaning MaSS. For every fitted candidate the release-time noise
 level is bisected on the already trained modifier (:mod:`.noise`). Each release is judged by
 the publication gate's own rule (:mod:`.judge`: :func:`mass.metrics.attribute_report`, 95 %
 upper bounds on accuracy and balanced accuracy, per-family margins, the leakage floor). The

@@ -1,4 +1,5 @@
-"""Calibration's search: the candidates of :mod:`.space`, cheapest first, each fitted, its
+"""Calibration's search: the candidates of :mod:`.space` in their order
+(:func:`.space.ordered`: cheapest first, the cells first under the key gate), each fitted, its
 release-time noise bisected (:mod:`.noise`), judged by the gate's rule (:mod:`.judge`).
 Among the candidates that pass privacy and the named preserved attributes, the one that
 keeps the most utility nobody named is chosen: the smallest normalised information kept

@@ -1,5 +1,6 @@
-"""Calibration's search space: the candidates, in the order they are tried (cheapest first;
-a ``last_resort`` only when nothing else passed), and how a chosen one is recorded.
+"""Calibration's search space: the candidates, in the order they are tried (cheapest first,
+the cell candidates first under the key gate: :func:`ordered`; a ``last_resort`` only when
+nothing else passed), and how a chosen one is recorded.
 
 ``SEARCH_SPACE`` is a plain tuple of :class:`Candidate`: a new method joins the search by
 appending ``Candidate(name, registered_method, params)`` to it (docs/calibration.md).
