@@ -154,6 +154,11 @@ NOTES = [
     "1-28 15:31-15:55 UTC, 25 min on the 2-core machine with nothing else running (load avera"
     "ge 0.5 at the start, 1.0 during): 130 killed. The run before it that covered every mutan"
     "t was 2026-11-25's (94 mutants then, 38 min at load 10-16).",
+    "- Session 16 (2026-11-28): calibrate-repair-never-deferred (the deferral it broke is gone) "
+    "replaced by calibrate-cells-not-first; growth-step-from-zero and rank-cells-count-rounded "
+    "added. Those 3 alone (`--log`), at 4ef27be, 17:35 UTC beside a benchmark (load about 3): "
+    "3 killed. This report: the full run's 129 remaining results plus those 3 "
+    "(`--report-from` the two logs joined).",
     "- Each mutant runs a small test subset (tests/mutation/mutants.py), chosen so the whole "
     "check takes minutes, not the full suite; the kill tests added for survivors live in "
     "tests/*/test_*_guards.py and run in the default suite.",
