@@ -120,6 +120,8 @@ class _Search:
     measured_rates: list[float] = field(default_factory=list)  # CPU-s per row-epoch so far
     linear_only: str | None = None  # set once a linear eraser leaves S to non-linear judges
     over_budget: bool = False
+    # method -> the seconds of each of its fits so far (one fold's, or a holdout's)
+    fit_seconds: dict[str, list[float]] = field(default_factory=dict)
     trained_val: dict[str, Any] = field(default_factory=dict)
 
 
@@ -164,8 +166,8 @@ def calibrate(
 CELLS_FIRST = (
     "cells first: the policy gates the key-compromised view, so release noise does not count, "
     "and a deterministic continuous release leaked to a retrained non-linear judge on every "
-    "real-data set measured; the certified cells, then the other cells, then the continuous "
-    "candidates"
+    "real-data set measured; the cheapest candidate (a probe), the certified cells, the other "
+    "cells, then the other continuous candidates"
 )
 
 
@@ -203,15 +205,21 @@ def _epochs(s: _Search, c: Candidate, entry: dict, c_fit, c_folds, c_deadline):
     closed-form ones); ``go`` False records why it is skipped."""
     left = c_deadline - s.now()
     if not c.trained:
-        if left > 0:
+        # its fits planned on the fastest fit of its method measured so far (0 before any):
+        # a candidate whose fits cannot end before the deadline is not started, instead of
+        # overrunning the budget by a first fold (docs/calibration.md, "Search order")
+        need = min(s.fit_seconds.get(c.method) or [0.0]) * (len(c_folds) or 1)
+        if left > need:
             return True, None
         s.over_budget = True
-        entry.update(
-            status="skipped",
-            reason="budget exhausted"
-            if c_deadline == s.deadline
-            else "budget exhausted (the last resorts' share is kept aside)",
-        )
+        if left > 0:
+            reason = (f"budget: {left:.0f}s left, its {len(c_folds) or 1} fits would take "
+                      f"~{need:.0f}s (the fastest {c.method} fit so far)")  # fmt: skip
+        elif c_deadline == s.deadline:
+            reason = "budget exhausted"
+        else:
+            reason = "budget exhausted (the last resorts' share is kept aside)"
+        entry.update(status="skipped", reason=reason)
         return False, None
     # cost ~ rows * (G epochs + branch pretraining, ~half an epoch per branch epoch); planned
     # on the slowest measured rate, not the last: on a loaded box torch's threads spin on
@@ -233,18 +241,22 @@ def _epochs(s: _Search, c: Candidate, entry: dict, c_fit, c_folds, c_deadline):
     return False, None
 
 
-def _fit_parts(s: _Search, fit_on, c_fit, c_audit, c_folds, c_deadline: float):
+def _fit_parts(s: _Search, fit_on, c_fit, c_audit, c_folds, c_deadline: float, method: str):
     """(the fit, or None when cross-fitted; (modifier, validation rows) pairs). Out of fold,
     a candidate whose first fold's fit shows the others would run past ``c_deadline`` stops
     there (:class:`_OverBudget` naming the cost), so one fit, not four, is what a budget overruns by."""
+    took = s.fit_seconds.setdefault(method, [])
     if not c_folds:
+        t = s.now()
         fit = fit_on(c_fit)
+        took.append(s.now() - t)
         return fit, [(fit.modifier, np.arange(len(c_audit.x)))]
     parts = []
     for k, rows in enumerate(c_folds):
         t = s.now()
         others = np.sort(np.concatenate([f for j, f in enumerate(c_folds) if j != k]))
         parts.append((fit_on(subset(s.train, others)).modifier, rows))
+        took.append(s.now() - t)
         rest, left = (s.now() - t) * (len(c_folds) - 1 - k), c_deadline - s.now()
         if k == 0 and rest > left:
             raise _OverBudget(f"budget: one fold's fit took {s.now() - t:.0f}s, the other "
@@ -296,7 +308,7 @@ def _try(s: _Search, c: Candidate) -> bool:
 
     tf = s.now()
     try:
-        fit, parts = _fit_parts(s, fit_on, c_fit, c_audit, c_folds, c_deadline)
+        fit, parts = _fit_parts(s, fit_on, c_fit, c_audit, c_folds, c_deadline, c.method)
     except _OverBudget as e:
         s.over_budget = True
         entry.update(status="skipped", reason=str(e), fit_seconds=s.now() - tf)

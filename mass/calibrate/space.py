@@ -137,8 +137,10 @@ def ordered(
     every other candidate, then the last resorts; without a preserved attribute the
     ``given_preserved`` / ``cells_by_preserved`` variants (the plain ones again) and the last
     resorts (nothing to keep) are left out. ``cells_first`` (the policy gates the
-    key-compromised view, so release noise does not count): the cell candidates come before
-    the continuous ones, the certified ones first (docs/calibration.md, "Search order")."""
+    key-compromised view, so release noise does not count): after the cheapest candidate (a
+    probe: where one LEACE passes, S was linearly removable) the cell candidates come before
+    the other continuous ones, the certified ones first (docs/calibration.md, "Search
+    order")."""
     needs_r = ("given_preserved", "cells_by_preserved")
     keep = [c for c in space
             if not ((any(c.params.get(k) for k in needs_r) or c.last_resort) and not preserve)
@@ -147,7 +149,8 @@ def ordered(
     middle = [c for c in keep if not (c.last_resort or c.transductive)]
     if cells_first:
         cells = sorted((c for c in middle if c.cells), key=lambda c: not c.certified_cells)
-        middle = cells + [c for c in middle if not c.cells]
+        rest = [c for c in middle if not c.cells]
+        middle = rest[:1] + cells + rest[1:]
     return first + middle + [c for c in keep if c.last_resort]
 
 

@@ -795,9 +795,9 @@ def test_under_the_key_gate_the_cells_are_tried_first_the_certified_ones_before_
     files, tmp_path, monkeypatch, key_gate
 ):
     """When the policy gates the key-compromised view, release noise does not count and a
-    deterministic continuous release leaked on every real-data set measured: the cell
-    candidates go first (the certified ones first), then the continuous ones in their usual
-    cheapest-first order. On `words` the erasers and the plain transport had spent a
+    deterministic continuous release leaked on every real-data set measured: after the
+    cheapest candidate (a probe: on easy data one LEACE passes) the cell candidates go (the
+    certified ones first), then the other continuous ones in their cheapest-first order. On `words` the erasers and the plain transport had spent a
     4-minute budget before any cell candidate (docs/calibration.md, "Search order").
     Without the key gate the order is the space's own."""
     from mass.calibrate import search as S
@@ -821,10 +821,55 @@ def test_under_the_key_gate_the_cells_are_tried_first_the_certified_ones_before_
     report = json.loads((tmp_path / "calibration.json").read_text())
     order = [c["name"] for c in report["candidates"]]
     if key_gate:
-        assert order == ["ot-repair+certified|R", "ot-repair+cells|R", "leace", "quadratic",
+        assert order == ["leace", "ot-repair+certified|R", "ot-repair+cells|R", "quadratic",
                          "ot-repair", "leace|R+R-span"]  # fmt: skip
         assert report["order"].startswith("cells first")
     else:
         assert order == list(names)
         assert "order" not in report
     assert all(c["status"] == "failed" for c in report["candidates"]), report["candidates"]
+
+
+def test_a_candidate_whose_fits_cannot_end_before_the_deadline_is_not_started(
+    files, monkeypatch, tmp_path
+):
+    """Each fit is timed; a closed-form candidate starts only when its folds, at the fastest
+    fit of its method so far, end before the deadline. On `words` two cell candidates each
+    started a first fold (32 and 30 s) with 50 and 18 s left and overran a 240 s budget by
+    53 s (docs/journal/calibration-runs.md, session 16)."""
+    import mass.methods as M
+    from mass.calibrate import search as S
+
+    clock, fits = [0.0], []
+    monkeypatch.setattr(S, "budget_clock", lambda kind: lambda: clock[0])
+    real = M.get_method
+
+    class Timed:  # every fit takes 30 s on the fake clock
+        def __init__(self, name):
+            self.inner = real(name)
+
+        def fit(self, ds, **kw):
+            clock[0] += 30.0
+            fits.append(len(ds))
+            return self.inner.fit(ds, **kw)
+
+    monkeypatch.setattr(M, "get_method", lambda name: Timed(name))
+
+    def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False):
+        clock[0] += 70.0  # the noise search
+        pt = {**_point(0.0, {"logreg": False}), "privacy_ok": False, "utility_ok": True,
+              "passed": False, "excess": 0.1, "fraction": 1.0, "fidelity": 0.5,
+              "utility": {"u": {"logreg": 0.9}}}  # fmt: skip
+        return {"points": [pt], "chosen": None, "reason": "fails"}
+
+    monkeypatch.setattr(S, "bisect_noise", fake_bisect)
+    ds = load_embeddings(str(files / "ring.parquet"), label_cols=["s", "u"])
+    by_name = {c.name: c for c in C.SEARCH_SPACE}
+    space = (by_name["leace"], by_name["leace x3"])
+    with pytest.raises(CalibrationError):  # 300 s: leace's 4 fits and search end at 190 s
+        C.calibrate(ds, suppress=["s"], preserve=["u"], space=space, policy=AuditPolicy(),
+                    cfg=CalibrationConfig(budget_minutes=5), out_dir=str(tmp_path))  # fmt: skip
+    leace, x3 = json.loads((tmp_path / "calibration.json").read_text())["candidates"]
+    assert leace["status"] == "failed" and x3["status"] == "skipped", x3
+    assert x3["reason"].startswith("budget: 110s left, its 4 fits would take ~120s"), x3
+    assert len(fits) == 4 and clock[0] == pytest.approx(190.0)  # x3 never fitted
