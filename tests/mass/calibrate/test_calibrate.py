@@ -177,13 +177,15 @@ def test_a_candidate_whose_first_fold_shows_the_rest_overruns_stops_after_one_fi
         fits.append(len(part))
         return SimpleNamespace(modifier=len(fits))
 
-    s = SimpleNamespace(now=time.perf_counter, train=ds)
+    s = SimpleNamespace(now=time.perf_counter, train=ds, fit_seconds={})
     with pytest.raises(search._OverBudget, match="the other 3 would take"):
-        search._fit_parts(s, fit_on, ds, None, folds, time.perf_counter() + 0.4)
+        search._fit_parts(s, fit_on, ds, None, folds, time.perf_counter() + 0.4, "m")
     assert fits == [60]  # one fit, on the other three folds' rows
     fits.clear()
-    fit, parts = search._fit_parts(s, fit_on, ds, None, folds, time.perf_counter() + 30)
+    fit, parts = search._fit_parts(s, fit_on, ds, None, folds, time.perf_counter() + 30, "m")
     assert fit is None and [m for m, _ in parts] == [1, 2, 3, 4]
+    # every fit is timed for the method (the next candidate of it is planned on the fastest)
+    assert len(s.fit_seconds["m"]) == 5 and min(s.fit_seconds["m"]) >= 0.2
 
 
 def test_budget_exhausted_reports_budget(files, tmp_path):
