@@ -149,6 +149,15 @@ def _baselines(y: np.ndarray, preserved: Mapping[str, np.ndarray], folds: int,
     )
 
 
+def _projected(scores: Mapping[str, Score], curves, y: np.ndarray, k: float,
+               base: Mapping[str, Any]) -> tuple[dict[str, Score], dict[str, float]]:  # fmt: skip
+    """The retrained judges' bounds projected ``k`` steps along their curves
+    (:func:`mass.metrics.growth.project_curves`), each step counted from the report's
+    baseline up (a re-mapped judge takes its own judge's step)."""
+    baseline = (max(base["majority"], base["floor"]), max(base["chance"], base["balanced_floor"]))
+    return growth.project_curves(scores, curves, y, k, lambda j: j.removesuffix(REMAP), baseline)
+
+
 def _judge_fields(scores: Mapping[str, Score], families) -> dict[str, Any]:
     """The report's per-judge fields, read from the judges' scores on x'."""
     return dict(
@@ -240,10 +249,7 @@ def attribute_report(
     judged.update({j: p[1.0] for j, p in curves.items()})
     scores = _scores(judged, y, z, seed, remap=sup)
     base = _baselines(y, preserved, folds, seed)
-    scores, rise = growth.project_curves(
-        scores, curves, y, k, lambda j: j.removesuffix(REMAP),
-        baseline=(max(base["majority"], base["floor"]),
-                  max(base["chance"], base["balanced_floor"])))  # fmt: skip
+    scores, rise = _projected(scores, curves, y, k, base)
     key_compromised = None
     if key_x is not None:
         key_compromised, keyed = _key_judges(key_x, y, z, kw, gate=sup and gate_key)
@@ -254,8 +260,7 @@ def attribute_report(
     if not sup:  # preserved: only the direct judges are reported
         scores = {j: s for j, s in scores.items() if j == FROZEN or j in families}
     return AttributeReport(
-        name=name, role=role, n=int(y.size),
-        **base,
+        name=name, role=role, n=int(y.size), **base,
         original=max(original.values()), original_by_family=dict(original),
         frozen_x=frozen_x, frozen_by=frozen_by,
         **_judge_fields(scores, families),
