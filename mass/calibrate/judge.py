@@ -30,6 +30,7 @@ from mass.audit.policy import AuditPolicy
 from mass.config import CalibrationConfig
 from mass.io import EmbeddingDataset
 from mass.metrics import AttributeReport, attack_predictions, attribute_report, preserved_ok
+from mass.metrics.rules import baseline_of
 from mass.rows import joint_codes, seeded_rows
 
 STRUCTURE_ROWS = 2000  # k-NN within S classes holds an n x n matrix per class
@@ -82,7 +83,7 @@ class Baselines:
         return max(self.original[a].values())
 
     def baseline(self, s: str) -> float:
-        return max(self.majority[s], self.floor[s])
+        return baseline_of(self.majority[s], self.floor[s])
 
 
 def excess(r: AttributeReport) -> float:

@@ -256,10 +256,11 @@ def _fit_parts(s: _Search, fit_on, c_fit, c_audit, c_folds, c_deadline: float, m
         t = s.now()
         others = np.sort(np.concatenate([f for j, f in enumerate(c_folds) if j != k]))
         parts.append((fit_on(subset(s.train, others)).modifier, rows))
-        took.append(s.now() - t)
-        rest, left = (s.now() - t) * (len(c_folds) - 1 - k), c_deadline - s.now()
+        end = s.now()
+        took.append(end - t)
+        rest, left = (end - t) * (len(c_folds) - 1 - k), c_deadline - end
         if k == 0 and rest > left:
-            raise _OverBudget(f"budget: one fold's fit took {s.now() - t:.0f}s, the other "
+            raise _OverBudget(f"budget: one fold's fit took {end - t:.0f}s, the other "
                               f"{len(c_folds) - 1} would take ~{rest:.0f}s, {left:.0f}s left")  # fmt: skip
     return None, parts
 

@@ -23,6 +23,7 @@ from mass.metrics.rules import (
     KEYED,
     REMAP,
     AttributeReport,
+    baseline_of,
     curve_climbing,
     family_of,
 )
@@ -154,7 +155,8 @@ def _projected(scores: Mapping[str, Score], curves, y: np.ndarray, k: float,
     """The retrained judges' bounds projected ``k`` steps along their curves
     (:func:`mass.metrics.growth.project_curves`), each step counted from the report's
     baseline up (a re-mapped judge takes its own judge's step)."""
-    baseline = (max(base["majority"], base["floor"]), max(base["chance"], base["balanced_floor"]))
+    baseline = (baseline_of(base["majority"], base["floor"]),
+                baseline_of(base["chance"], base["balanced_floor"]))  # fmt: skip
     return growth.project_curves(scores, curves, y, k, lambda j: j.removesuffix(REMAP), baseline)
 
 

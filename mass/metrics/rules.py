@@ -32,6 +32,13 @@ def aum(efficacy: float, fidelity: float) -> float:
     return 0.0 if e + f <= 0 else 2.0 * e * f / (e + f)
 
 
+def baseline_of(rate: float, floor: float) -> float:
+    """A suppression judge's baseline on one scale: the rate with no signal (the majority
+    rate, or chance 1/k on the balanced scale) or the leakage floor from the preserved
+    attributes on that scale, whichever is higher (docs/audit.md)."""
+    return max(rate, floor)
+
+
 def judge_limit(baseline: float, margin: float) -> float:
     """A suppression judge's limit on one scale: its baseline plus the policy's margin."""
     return baseline + margin
@@ -146,11 +153,11 @@ class AttributeReport:
 
     @property
     def baseline(self) -> float:
-        return max(self.majority, self.floor)
+        return baseline_of(self.majority, self.floor)
 
     @property
     def balanced_baseline(self) -> float:
-        return max(self.chance, self.balanced_floor)
+        return baseline_of(self.chance, self.balanced_floor)
 
     @property
     def curve_climbing(self) -> bool:

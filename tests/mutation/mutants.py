@@ -563,8 +563,8 @@ MUTANTS = [
             "projects_no_growth",),
            "a judge's climb from below its majority rate back to it is projected as a leak"),
     Mutant("rank-cells-count-rounded", "mass.methods.ot_repair.cells:rank_cell_shape",
-           "int(math.floor((p.cell_count / groups) ** (1.0 / p.cell_axes) + 1e-9))",
-           "int(round((p.cell_count / groups) ** (1.0 / p.cell_axes)))",
+           "math.floor((p.cell_count / groups) ** (1.0 / p.cell_axes) + 1e-9)",
+           "round((p.cell_count / groups) ** (1.0 / p.cell_axes))",
            ("tests/mass/methods/test_rank_cells.py::test_a_cell_count_is_a_ceiling_the_"
             "partition_never_exceeds",),
            "a certified cell count is rounded up: more cells than the release can certify"),

@@ -84,7 +84,7 @@ def rank_cell_shape(y: torch.Tensor, k: int, groups: int, p) -> dict[str, Any]:
     that the groups hold at most ``cell_count`` cells in all (a ceiling: the count a release
     can certify, which rounding up would exceed, e.g. 72 cells for 70); at least 2."""
     if p.cell_count:
-        levels = int(math.floor((p.cell_count / groups) ** (1.0 / p.cell_axes) + 1e-9))
+        levels = math.floor((p.cell_count / groups) ** (1.0 / p.cell_axes) + 1e-9)
     else:
         per_group = len(y) / (classes_present(y, k) * groups) / p.cell_rows
         levels = int(round(per_group ** (1.0 / p.cell_axes)))
