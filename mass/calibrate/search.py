@@ -41,6 +41,7 @@ from mass.calibrate.space import (
     Candidate,
     certified_cell_count,
     certified_min_cells,
+    certified_rows_needed,
     ordered,
     params_for,
     resolved_config,
@@ -123,6 +124,9 @@ class _Search:
     # method -> the seconds of each of its fits so far (one fold's, or a holdout's)
     fit_seconds: dict[str, list[float]] = field(default_factory=dict)
     trained_val: dict[str, Any] = field(default_factory=dict)
+    # the certified partition skipped for too few audited rows: (its fewest cells, the
+    # audited rows they need), for the refusal
+    certified_short: tuple[int, int] | None = None
 
 
 def calibrate(
@@ -296,9 +300,12 @@ def _try(s: _Search, c: Candidate) -> bool:
             return False
         least = certified_min_cells(s.train.labels, s.preserve, params)
         if params["cell_count"] < least:  # its cells would be more than the rows certify
+            need = certified_rows_needed(s.train.labels, s.suppress, s.policy, least)
+            s.certified_short = (least, need)
             entry.update(status="skipped", reason=(
                 f"{rows} audited rows certify about {params['cell_count']} cells; this "
-                f"partition has at least {least} (2 levels per axis in each class of R)"))  # fmt: skip
+                f"partition has at least {least} (2 levels per axis in each class of R), "
+                f"which need about {need:,} audited rows"))  # fmt: skip
             return False
     entry["params"] = params
     method = get_method(c.method)
@@ -391,6 +398,11 @@ def _finish(s: _Search, infeasible: list[str], out_dir) -> CalibrationResult:
                 f"about {cells} cells at most (cells independent of S; docs/audit.md, "
                 "\"Certificate\")" if cells >= 2 else
                 f"; {rows} audited rows certify no cell release within the margin")  # fmt: skip
+            if s.certified_short:  # what would let the certified partition be tried
+                least, need = s.certified_short
+                report["verdict"] += (f"; the certified partition within R has at least "
+                                      f"{least} cells, which need about {need:,} audited rows "
+                                      "(--release-rows)")  # fmt: skip
         write_report(out_dir, report, s.points, None, policy)
         raise CalibrationError(failure_message(report, base))
     c, fit, pt, params, fit_on = s.chosen

@@ -166,6 +166,18 @@ def certified_cell_count(labels: dict, suppress, policy, rows: int) -> int:
                              min(policy.margins(a).values())) for a in suppress)  # fmt: skip
 
 
+def certified_rows_needed(labels: dict, suppress, policy, cells: int) -> int:
+    """The fewest audited rows with which a release of ``cells`` cells expects every
+    suppressed attribute's certificate within its strictest margin (the inverse of
+    :func:`certified_cell_count`; :func:`mass.metrics.certificate.rows_needed`)."""
+    import numpy as np
+
+    from mass.metrics.certificate import rows_needed
+
+    return max(rows_needed(cells, np.unique(np.asarray(labels[a]), return_counts=True)[1],
+                           min(policy.margins(a).values())) for a in suppress)  # fmt: skip
+
+
 def certified_min_cells(labels: dict, preserve, params: dict) -> int:
     """The fewest cells the candidate's shape can have: 2 levels on each of its axes, within
     each class of the preserved attributes' joint label when its cells are by R."""

@@ -711,7 +711,7 @@ def test_certified_cells_follow_the_rows_the_gate_will_audit(files, monkeypatch,
     more cells; too few rows (the 900 validated ones when no release size is given), the
     candidate is skipped before any fit."""
     from mass.calibrate import search as S
-    from mass.calibrate.space import certified_cell_count
+    from mass.calibrate.space import certified_cell_count, certified_rows_needed
 
     served = []
 
@@ -753,13 +753,24 @@ def test_certified_cells_follow_the_rows_the_gate_will_audit(files, monkeypatch,
     # levels = 12): skipped, not fitted with more cells than the rows certify
     rows = next(r for r in range(1000, 5000, 100)
                 if 2 <= certified_cell_count(ds.labels, ["s"], pol, r) < 12)  # fmt: skip
-    with pytest.raises(CalibrationError):
+    with pytest.raises(CalibrationError) as refused:
         C.calibrate(ds, suppress=["s"], preserve=["u"], policy=pol, space=(cand,),
                     cfg=CalibrationConfig(budget_minutes=5, release_rows=rows),
                     out_dir=str(tmp_path))  # fmt: skip
     assert len(served) == n_fits
     entry = json.loads((tmp_path / "calibration.json").read_text())["candidates"][0]
     assert entry["status"] == "skipped" and "has at least 12" in entry["reason"], entry
+    # the skip and the refusal say how many audited rows those 12 cells need: the fewest
+    # that certify them (the inverse of the count)
+    need = certified_rows_needed(ds.labels, ["s"], pol, 12)
+    assert (
+        certified_cell_count(ds.labels, ["s"], pol, need)
+        >= 12
+        > certified_cell_count(ds.labels, ["s"], pol, need - 1)
+    )
+    assert f"which need about {need:,} audited rows" in entry["reason"], entry
+    assert (f"the certified partition within R has at least 12 cells, which need about "
+            f"{need:,} audited rows") in str(refused.value), str(refused.value)  # fmt: skip
 
 
 def test_under_the_key_gate_a_linear_eraser_failing_without_noise_skips_its_siblings(
