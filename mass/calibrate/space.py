@@ -94,7 +94,7 @@ SEARCH_SPACE: tuple[Candidate, ...] = (
     # "ot-repair+ranks|R" leaked more as the release grew (docs/calibration.md, "one partition")
     Candidate("ot-repair+partition|R", "ot_repair", PARTITION),
     # the same partition after one predict-and-repair pass: on the demo the second pass cost
-    # R (colour kept 0.79 of its accuracy against 0.98 with one pass; docs/demo.md)
+    # R (docs/calibration.md, "One partition")
     Candidate("ot-repair+partition1|R", "ot_repair", {**PARTITION, "passes": 1}),
     Candidate("ot-repair+partition2|R", "ot_repair", {**PARTITION, "cell_axes": 2}),
     # the two-axis partition with 30 % of the fit rows held out, neighbouring cells merged
@@ -113,9 +113,8 @@ SEARCH_SPACE: tuple[Candidate, ...] = (
         certified_cells=True,
     ),
     # --transductive only, where `ordered` puts it first: fitted on the release rows, judged on
-    # their release (no noise when it passes). On the demo it passed the gate's audit without
-    # noise once and missed calibration's stricter validation by a remapped judge (+0.004):
-    # docs/calibration.md, "transductive repair"
+    # their release (no noise when it passes); how it fares on the demo against calibration's
+    # stricter validation: docs/calibration.md, "transductive repair"
     Candidate("ot-repair/transductive", "ot_repair", {"transductive": True}, transductive=True),
     Candidate("mass+quadratic", "mass", adaptive_params("quadratic")),
     Candidate("mass+leace", "mass", adaptive_params("leace")),

@@ -568,6 +568,11 @@ MUTANTS = [
            ("tests/mass/methods/test_rank_cells.py::test_a_cell_count_is_a_ceiling_the_"
             "partition_never_exceeds",),
            "a certified cell count is rounded up: more cells than the release can certify"),
+    Mutant("refusal-rows-needed-unsaid", "mass.calibrate.search:_try",
+           "s.certified_short = (least, need)", "s.certified_short = None",
+           ("tests/mass/calibrate/test_calibrate.py::test_certified_cells_follow_the_rows_the_"
+            "gate_will_audit",),
+           "a refusal no longer says how many audited rows the certified partition needs"),
 ]  # fmt: skip
 
 BY_NAME = {m.name: m for m in MUTANTS}

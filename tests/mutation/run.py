@@ -159,6 +159,11 @@ NOTES = [
     "added. Those 3 alone (`--log`), at 4ef27be, 17:35 UTC beside a benchmark (load about 3): "
     "3 killed. This report: the full run's 129 remaining results plus those 3 "
     "(`--report-from` the two logs joined).",
+    "- Session 17 (2026-11-28): rank-cells-count-rounded's snippet follows its code (no "
+    "int() around math.floor) and ran again; refusal-rows-needed-unsaid added. Those 2 alone "
+    "(`--log`), at 9d27d44 and 66bf8c5, 20:08 and 21:01 UTC: 2 killed. This report: the 132 "
+    "above with those 2 results last (`--report-from` the logs joined; a mutant's latest "
+    "result counts).",
     "- Each mutant runs a small test subset (tests/mutation/mutants.py), chosen so the whole "
     "check takes minutes, not the full suite; the kill tests added for survivors live in "
     "tests/*/test_*_guards.py and run in the default suite.",
