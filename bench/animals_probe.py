@@ -39,7 +39,8 @@ ALLOWED = {
     ("numpy", "ndarray"),
     ("numpy", "dtype"),
 }  # numpy 1.x and 2.x spellings
-DTYPES = {"u1": np.uint8, "i8": np.int64, "f8": np.float64, "f4": np.float32, "i4": np.int32}
+# the element types a plain numeric array may hold (no object dtype: it would need pickles)
+DTYPES = ("u1", "i1", "i2", "i4", "i8", "f4", "f8")
 
 
 def array_from_pickle(raw: bytes, source: str) -> np.ndarray:
@@ -101,6 +102,8 @@ def array_from_pickle(raw: bytes, source: str) -> np.ndarray:
         raise ValueError(f"{source}: unexpected ndarray state")
     order = dt["state"][1] if dt["state"] else "|"
     kind = dt["args"][0]
+    if kind not in DTYPES:
+        raise ValueError(f"{source}: dtype {kind!r}: refused")
     dtype = np.dtype(kind).newbyteorder("<" if order in "|<=" else ">")
     arr = np.frombuffer(data, dtype=dtype)
     if arr.size != int(np.prod(shape)):
@@ -119,7 +122,6 @@ def read_animals():
     base = "animal_mnist/data/Animal_MNIST/"
     x = array_from_pickle(gzip.decompress(z.read(base + "animal_data_version_3.gz")), "data")
     y = array_from_pickle(gzip.decompress(z.read(base + "animal_label_version_3.gz")), "labels")
-    print("shapes", x.shape, x.dtype, y.shape, y.dtype, file=sys.stderr)
     return x.reshape(len(y), 784).astype(np.uint8), y.astype(np.int64)
 
 
