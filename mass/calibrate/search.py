@@ -124,6 +124,7 @@ class _Search:
     # method -> the seconds of each of its fits so far (one fold's, or a holdout's)
     fit_seconds: dict[str, list[float]] = field(default_factory=dict)
     trained_val: dict[str, Any] = field(default_factory=dict)
+    judge_seconds: float = 0.0  # the slowest judging of one release so far (one noise level)
     # the certified partition skipped for too few audited rows: (its fewest cells, the
     # audited rows they need), for the refusal
     certified_short: tuple[int, int] | None = None
@@ -247,25 +248,32 @@ def _epochs(s: _Search, c: Candidate, entry: dict, c_fit, c_folds, c_deadline):
 
 def _fit_parts(s: _Search, fit_on, c_fit, c_audit, c_folds, c_deadline: float, method: str):
     """(the fit, or None when cross-fitted; (modifier, validation rows) pairs). Out of fold,
-    a candidate whose first fold's fit shows the others would run past ``c_deadline`` stops
-    there (:class:`_OverBudget` naming the cost), so one fit, not four, is what a budget overruns by."""
+    a candidate whose fits so far show that the other folds and its judging would run past
+    ``c_deadline`` stops there (:class:`_OverBudget` naming the cost), so one fit, not four,
+    is what a budget overruns by."""
     took = s.fit_seconds.setdefault(method, [])
     if not c_folds:
         t = s.now()
         fit = fit_on(c_fit)
         took.append(s.now() - t)
         return fit, [(fit.modifier, np.arange(len(c_audit.x)))]
-    parts = []
+    parts, slowest = [], 0.0
     for k, rows in enumerate(c_folds):
         t = s.now()
         others = np.sort(np.concatenate([f for j, f in enumerate(c_folds) if j != k]))
         parts.append((fit_on(subset(s.train, others)).modifier, rows))
         end = s.now()
         took.append(end - t)
-        rest, left = (end - t) * (len(c_folds) - 1 - k), c_deadline - end
-        if k == 0 and rest > left:
-            raise _OverBudget(f"budget: one fold's fit took {end - t:.0f}s, the other "
-                              f"{len(c_folds) - 1} would take ~{rest:.0f}s, {left:.0f}s left")  # fmt: skip
+        slowest, todo = max(slowest, end - t), len(c_folds) - 1 - k
+        # after every fold, not the first only: on a loaded box later folds run slower (the
+        # text set's k-means cells ate the last resorts' share); the judging that follows the
+        # fits is planned on the slowest judging so far
+        rest, left = slowest * todo + s.judge_seconds, c_deadline - end
+        if todo and rest > left:
+            raise _OverBudget(
+                f"budget: {k + 1} of {len(c_folds)} folds' fits took {sum(took[-k - 1 :]):.0f}s, "
+                f"the other {todo} and the judging would take ~{rest:.0f}s, {left:.0f}s left"
+            )
     return None, parts
 
 
@@ -334,6 +342,9 @@ def _try(s: _Search, c: Candidate) -> bool:
     found = bisect_noise(parts, c_audit, c_deadline, comfortable=min(0.99, s.room_fraction),
                          now=s.now, key_gate=s.policy.gate_key_compromised)  # fmt: skip
     entry["points"] = [{k: v for k, v in p.items() if k != "reports"} for p in found["points"]]
+    s.judge_seconds = max(
+        [s.judge_seconds, *(float(p.get("seconds", 0.0)) for p in found["points"])]
+    )
     s.points += [{"candidate": c.name, **p} for p in found["points"]]
     entry["status"] = "passed" if found["chosen"] is not None else "failed"
     entry["reason"] = found["reason"]

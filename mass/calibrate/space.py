@@ -153,28 +153,31 @@ def ordered(
     return first + middle + [c for c in keep if c.last_resort]
 
 
-def certified_cell_count(labels: dict, suppress, policy, rows: int) -> int:
-    """The most cells a release of ``rows`` audited rows can have with each suppressed
-    attribute's expected certificate within its strictest margin (the classes' shares from
-    ``labels``; :func:`mass.metrics.certificate.cells_allowed`); 0: none can."""
+def _certified_terms(labels: dict, suppress, policy) -> list[tuple[Any, float]]:
+    """Per suppressed attribute: its classes' row counts (from ``labels``) and its strictest
+    margin, what a certificate's expected bound is planned on."""
     import numpy as np
 
+    return [(np.unique(np.asarray(labels[a]), return_counts=True)[1],
+             min(policy.margins(a).values())) for a in suppress]  # fmt: skip
+
+
+def certified_cell_count(labels: dict, suppress, policy, rows: int) -> int:
+    """The most cells a release of ``rows`` audited rows can have with each suppressed
+    attribute's expected certificate within its strictest margin
+    (:func:`mass.metrics.certificate.cells_allowed`); 0: none can."""
     from mass.metrics.certificate import cells_allowed
 
-    return min(cells_allowed(rows, np.unique(np.asarray(labels[a]), return_counts=True)[1],
-                             min(policy.margins(a).values())) for a in suppress)  # fmt: skip
+    return min(cells_allowed(rows, n, m) for n, m in _certified_terms(labels, suppress, policy))
 
 
 def certified_rows_needed(labels: dict, suppress, policy, cells: int) -> int:
     """The fewest audited rows with which a release of ``cells`` cells expects every
     suppressed attribute's certificate within its strictest margin (the inverse of
     :func:`certified_cell_count`; :func:`mass.metrics.certificate.rows_needed`)."""
-    import numpy as np
-
     from mass.metrics.certificate import rows_needed
 
-    return max(rows_needed(cells, np.unique(np.asarray(labels[a]), return_counts=True)[1],
-                           min(policy.margins(a).values())) for a in suppress)  # fmt: skip
+    return max(rows_needed(cells, n, m) for n, m in _certified_terms(labels, suppress, policy))
 
 
 def certified_min_cells(labels: dict, preserve, params: dict) -> int:

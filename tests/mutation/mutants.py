@@ -573,6 +573,17 @@ MUTANTS = [
            ("tests/mass/calibrate/test_calibrate.py::test_certified_cells_follow_the_rows_the_"
             "gate_will_audit",),
            "a refusal no longer says how many audited rows the certified partition needs"),
+    Mutant("fold-budget-first-only", "mass.calibrate.search:_fit_parts",
+           "if todo and rest > left:", "if todo and k == 0 and rest > left:",
+           ("tests/mass/calibrate/test_calibrate.py::test_folds_that_slow_down_or_a_slow_"
+            "judging_stop_the_candidate_before_the_deadline",),
+           "only the first fold re-plans a candidate's fits: later, slower folds eat the last "
+           "resorts' share of the budget"),
+    Mutant("fold-budget-judging-unplanned", "mass.calibrate.search:_fit_parts",
+           "slowest * todo + s.judge_seconds", "slowest * todo",
+           ("tests/mass/calibrate/test_calibrate.py::test_folds_that_slow_down_or_a_slow_"
+            "judging_stop_the_candidate_before_the_deadline",),
+           "the judging after a candidate's fits is left out of its plan"),
 ]  # fmt: skip
 
 BY_NAME = {m.name: m for m in MUTANTS}

@@ -177,8 +177,8 @@ def test_a_candidate_whose_first_fold_shows_the_rest_overruns_stops_after_one_fi
         fits.append(len(part))
         return SimpleNamespace(modifier=len(fits))
 
-    s = SimpleNamespace(now=time.perf_counter, train=ds, fit_seconds={})
-    with pytest.raises(search._OverBudget, match="the other 3 would take"):
+    s = SimpleNamespace(now=time.perf_counter, train=ds, fit_seconds={}, judge_seconds=0.0)
+    with pytest.raises(search._OverBudget, match="the other 3 and the judging would take"):
         search._fit_parts(s, fit_on, ds, None, folds, time.perf_counter() + 0.4, "m")
     assert fits == [60]  # one fit, on the other three folds' rows
     fits.clear()
@@ -186,6 +186,45 @@ def test_a_candidate_whose_first_fold_shows_the_rest_overruns_stops_after_one_fi
     assert fit is None and [m for m, _ in parts] == [1, 2, 3, 4]
     # every fit is timed for the method (the next candidate of it is planned on the fastest)
     assert len(s.fit_seconds["m"]) == 5 and min(s.fit_seconds["m"]) >= 0.2
+
+
+def test_folds_that_slow_down_or_a_slow_judging_stop_the_candidate_before_the_deadline():
+    """Every fold's fit re-plans the rest, on the slowest fold so far plus the slowest judging
+    measured: on a loaded box the text set's k-means cells' later folds ran slower than the
+    first, and with the judging after them the candidate ate the last resorts' share of the
+    budget (a refusal on budget, with the closed-form last resort never tried)."""
+    import time
+    from types import SimpleNamespace
+
+    from mass.calibrate import search
+
+    ds = make_synthetic(n=80, dim=4, s_classes=2, u_classes=2, seed=0)
+    folds = [np.arange(k, 80, 4) for k in range(4)]
+    naps = iter([0.05, 0.4, 0.4, 0.4])
+    fits = []
+
+    def fit_on(part):
+        time.sleep(next(naps))
+        fits.append(len(part))
+        return SimpleNamespace(modifier=len(fits))
+
+    s = SimpleNamespace(now=time.perf_counter, train=ds, fit_seconds={}, judge_seconds=0.0)
+    # the first fold (0.05 s) plans 0.15 s for the rest; the second (0.4 s) shows 0.8 s more
+    with pytest.raises(search._OverBudget, match="2 of 4 folds' fits took"):
+        search._fit_parts(s, fit_on, ds, None, folds, time.perf_counter() + 0.8, "m")
+    assert fits == [60, 60]
+    # fast folds, but a judging as slow as the slowest so far does not fit after them
+    fits.clear()
+    naps = iter([0.05] * 4)
+    s.judge_seconds = 5.0
+    with pytest.raises(search._OverBudget, match="the other 3 and the judging would take ~5"):
+        search._fit_parts(s, fit_on, ds, None, folds, time.perf_counter() + 2.0, "m")
+    assert fits == [60]
+    # a last fold past the deadline is kept: nothing is left to plan, the fits are done
+    naps = iter([0.05, 0.05, 0.05, 0.5])
+    s.judge_seconds = 0.1
+    fit, parts = search._fit_parts(s, fit_on, ds, None, folds, time.perf_counter() + 0.45, "m")
+    assert fit is None and len(parts) == 4
 
 
 def test_budget_exhausted_reports_budget(files, tmp_path):
