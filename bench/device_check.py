@@ -234,7 +234,7 @@ def check(
             continue
         model = load_modifier(str(src / f"{name}.pt"))
         ref = np.load(src / f"{name}.ref.npy")
-        cells = info["kind"] in ("codebook", "chain") or len(np.unique(ref, axis=0)) < len(ref)
+        cells = info["kind"] in ("cells", "codebook", "chain") or len(np.unique(ref, axis=0)) < len(ref)
         row: dict = {"kind": info["kind"], "method": info["method"], "cells": cells}
         with torch.inference_mode():
             for dev in devices:

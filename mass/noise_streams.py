@@ -10,7 +10,7 @@ import json
 import logging
 
 log = logging.getLogger(__name__)
-DETERMINISTIC = {"affine", "quadratic_erasure", "sliced_repair", "codebook"}
+DETERMINISTIC = {"affine", "quadratic_erasure", "sliced_repair", "codebook", "cells"}
 
 
 def modifier_parts(metadata: dict[str, str]) -> list[tuple[str, dict]] | None:

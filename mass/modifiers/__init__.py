@@ -4,7 +4,9 @@ One module per kind (the kind names are stored in modifier.pt and export.json an
 change): ``mass`` (:mod:`.mass`, MaSS's G), ``affine`` (:mod:`.affine`, LEACE / INLP),
 ``quadratic_erasure`` (:mod:`.quadratic`), ``gaussian_noise`` (:mod:`.gaussian_noise`),
 ``genfilter`` (:mod:`.genfilter`), ``sliced_repair`` (:mod:`.sliced_repair`, OT total
-repair), ``codebook`` (:mod:`.codebook`, nearest of fixed centres) and ``chain`` (:mod:`.chain`). :mod:`.base` holds n() of
+repair), ``cells`` (:mod:`.cells`, a row released as its cell's vector: the one apply path of
+OT repair's cells), ``codebook`` (:mod:`.codebook`, nearest of fixed centres: older k-means
+cells) and ``chain`` (:mod:`.chain`). :mod:`.base` holds n() of
 eq. 1, the MLP builder and the kind registry; :mod:`.store` saves and loads RUN_DIR/modifier.pt.
 
 Importing this package registers every kind. It imports nothing from training
@@ -20,6 +22,7 @@ from mass.modifiers.base import (
     modify,
     register_modifier,
 )
+from mass.modifiers.cells import CellsModifier, CellsSpec
 from mass.modifiers.chain import ChainModifier, ChainSpec
 from mass.modifiers.codebook import CodebookModifier, CodebookSpec
 from mass.modifiers.gaussian_noise import GaussianNoiseModifier, NoiseSpec
@@ -33,6 +36,8 @@ __all__ = [
     "MODIFIER_KINDS",
     "AffineModifier",
     "AffineSpec",
+    "CellsModifier",
+    "CellsSpec",
     "ChainModifier",
     "ChainSpec",
     "CodebookModifier",

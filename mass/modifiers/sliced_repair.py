@@ -13,9 +13,12 @@ the centre of its cell. A stored linear predictor reads the row's group (a class
 preserved label, or one group) from the repaired row; the cell is the row's bin, among
 ``cell_levels`` per axis, along each of the group's ``cell_axes`` axes. With ``cell_shared``
 the bin edges are the group's, the same for every suppressed class: one partition, a row's
-cell never depends on its class (docs/calibration.md, "one partition"). Without it (older
-specs) they are the edges of the row's *predicted suppressed class* (the class the transport
-used; docs/calibration.md, "rank cells"). Nothing finer than a cell is released.
+cell never depends on its class (docs/calibration.md, "one partition"); models fitted since
+the one cell apply path hold such cells in a chained :mod:`mass.modifiers.cells` part
+instead, and these specs are the older models', still loaded and served. Without it they are
+the edges of the row's *predicted suppressed class* (the class the transport used;
+docs/calibration.md, "rank cells"), which only this modifier can serve. Nothing finer than a
+cell is released.
 
 The fit (:mod:`mass.methods.ot_repair`) returns plain values - the predictor's layers, a
 :class:`Transport`, a :class:`CellPartition` and the cells' centres - and the modifier is built
@@ -31,6 +34,7 @@ import torch
 from torch import nn
 
 from mass.modifiers.base import l2_normalize, register_modifier
+from mass.modifiers.cells import grid_cell
 
 
 @dataclass(frozen=True)
@@ -101,11 +105,8 @@ def rank_cell(part: CellPartition, shared: bool, levels: int, z: torch.Tensor,
     axes, numbered sum_a bin_a * levels ** a."""
     if group is None:
         group = (z @ part.group_weight.T + part.group_bias).argmax(dim=1)
-    t = torch.einsum("nd,nmd->nm", z - part.group_mean[group], part.axes[group])
     edges = part.edges[group, 0] if shared else part.edges[group, cls]
-    bins = (edges < t[..., None]).sum(dim=-1)  # [N, axes]
-    powers = levels ** torch.arange(part.axes.shape[1], device=bins.device)
-    return group, (bins * powers).sum(dim=1)
+    return group, grid_cell(part.group_mean, part.axes, edges, levels, z, group)
 
 
 def class_runs(cls: torch.Tensor, classes: int) -> tuple[torch.Tensor, list[int]]:

@@ -584,6 +584,14 @@ MUTANTS = [
            ("tests/mass/calibrate/test_calibrate.py::test_folds_that_slow_down_or_a_slow_"
             "judging_stop_the_candidate_before_the_deadline",),
            "the judging after a candidate's fits is left out of its plan"),
+    Mutant("cells-group-ignored", "mass.modifiers.cells:CellsModifier.cell_of",
+           "None if self.spec.groups == 1 else", "None if True else",
+           ("tests/mass/modifiers/test_cells.py", "tests/mass/methods/test_ot_repair_golden.py"),
+           "k-means cells by R: a row may take a centre of another class of R"),
+    Mutant("cells-grid-edges-of-group-0", "mass.modifiers.cells:CellsModifier.cell_of",
+           "self.edges[group]", "self.edges[torch.zeros_like(group)]",
+           ("tests/mass/modifiers/test_cells.py", "tests/mass/methods/test_ot_repair_golden.py"),
+           "rank cells: every group binned with the first group's edges"),
 ]  # fmt: skip
 
 BY_NAME = {m.name: m for m in MUTANTS}

@@ -28,7 +28,7 @@ anti-learnable (docs/calibration.md, "transductive repair").
 ``cell_rows``: a repair fitted on a finite sample matches the classes at a coarse scale only;
 out of sample, a row's nearest released neighbours still share its class (docs/calibration.md,
 "Cells: what a finite-sample repair leaves"). With ``cell_rows`` the release is the nearest
-of a few k-means centres of the repaired fit rows (:mod:`mass.modifiers.codebook`), so what
+of a few k-means centres of the repaired fit rows (:mod:`mass.modifiers.cells`), so what
 is finer than a cell is not released. ``cells_by_preserved``:
 the centres are fitted within each class of the preserved attributes' joint label and a
 linear predictor on the repaired row picks the class at release time, so coarse cells no

@@ -1,20 +1,23 @@
 """``ot_repair``'s cell fit steps: what finer than a cell is not released
 (docs/calibration.md, "Cells: what a finite-sample repair leaves").
 
-Two kinds, each with its own apply path (a saved model's format fixes which):
+Two kinds of partition, one apply path: both are served by a chained
+:class:`mass.modifiers.cells.CellsModifier` (kind ``cells``) after the transport, which reads
+the row's group and releases its cell's vector:
 
 - k-means cells (``cell_rows`` or ``cell_count``, ``cell_axes`` 0): the nearest of a few
-  k-means centres of the repaired fit rows, served by a chained :class:`mass.modifiers.codebook.CodebookModifier`;
-  with ``cells_by_preserved`` the centres are fitted within each class of the preserved joint
-  label and a linear predictor picks the class (docs/calibration.md, "Cells by R").
+  k-means centres of the repaired fit rows (rule ``nearest``); with ``cells_by_preserved`` the
+  centres are fitted within each class of the preserved joint label and a linear predictor
+  picks the class (docs/calibration.md, "Cells by R").
 - rank cells (``cell_axes`` > 0): a row's cell is its bin along each of ``cell_axes`` axes of
-  its group (a class of the preserved label, or one group), released as the cell's mean,
-  served inside :class:`mass.modifiers.sliced_repair.SlicedRepairModifier`
-  (:func:`mass.modifiers.sliced_repair.rank_cell`). ``cell_edges: common``: one partition per
-  group, the same edges for every suppressed class, so a row's cell never depends on S and a
-  released vector names one cell (docs/calibration.md, "One partition"); ``class`` (older
-  specs): the edges of the row's *predicted* suppressed class, shrunk towards the group's by
-  ``cell_prior_rows`` (docs/calibration.md, "Rank cells"). ``cell_basis``: the group's
+  its group (a class of the preserved label, or one group), released as the cell's mean
+  (rule ``grid``). ``cell_edges: common``: one partition per group, the same edges for every
+  suppressed class, so a row's cell never depends on S and a released vector names one cell
+  (docs/calibration.md, "One partition"). ``class`` (older specs): the edges of the row's
+  *predicted* suppressed class, shrunk towards the group's by ``cell_prior_rows``
+  (docs/calibration.md, "Rank cells"); the cell then depends on the transport's predicted
+  class, so these stay inside :class:`mass.modifiers.sliced_repair.SlicedRepairModifier`,
+  where older saved models of both kinds (and ``codebook`` chains) keep loading. ``cell_basis``: the group's
   principal axes (``pca``) or those of its covariance within the suppressed classes
   (``within_s``). Levels per axis: about ``cell_rows`` fit rows of each (group, suppressed
   class) pair per cell (at least 2), or ``cell_count`` cells in all, which calibration sets
@@ -34,7 +37,7 @@ import torch
 from mass.methods.ot_repair.params import RepairParams
 from mass.methods.ot_repair.predictors import classes_present, linear_class_predictor
 from mass.modifiers import l2_normalize
-from mass.modifiers.codebook import CodebookModifier, CodebookSpec
+from mass.modifiers.cells import CellsFit, CellsModifier, CellsSpec
 from mass.modifiers.sliced_repair import CellPartition, rank_cell
 
 # a class with fewer fit rows in a group than this many per bin takes the group's common edges
@@ -50,8 +53,8 @@ def _kmeans(z: np.ndarray, cells: int, seed: int) -> np.ndarray:
 
 
 def fit_cells(z: torch.Tensor, y: torch.Tensor, k: int, p: RepairParams,
-              r: tuple[torch.Tensor, int] | None = None) -> CodebookModifier:  # fmt: skip
-    """The codebook of ``cell_rows``: k-means (k-means++, 3 starts, seeded) on the repaired
+              r: tuple[torch.Tensor, int] | None = None) -> CellsModifier:  # fmt: skip
+    """The ``nearest`` cells of ``cell_rows``: k-means (k-means++, 3 starts, seeded) on the repaired
     fit rows ``z``, M = n / (cell_rows * classes present) centres, or M = ``cell_count``
     when set (at least 2, at most n); unit-normalised when the output is. ``r`` (the
     preserved joint label and its class count): the same rule within each class of it (with
@@ -70,12 +73,27 @@ def fit_cells(z: torch.Tensor, y: torch.Tensor, k: int, p: RepairParams,
              for g, m in zip(groups, want, strict=True)]  # fmt: skip
     centres = torch.from_numpy(np.vstack(parts)).float()
     centres = l2_normalize(centres) if p.renormalize else centres
+    d = z.shape[1]
     if r is None:
-        spec = CodebookSpec(dim=z.shape[1], cells=len(centres))
-        return CodebookModifier(spec).set(centres).eval()
+        fit = CellsFit(centres, torch.zeros(1, d), torch.zeros(1),
+                       torch.zeros(len(centres), dtype=torch.long))  # fmt: skip
+        return CellsModifier.from_fit(CellsSpec(dim=d, cells=len(centres)), fit)
     owner = torch.from_numpy(np.repeat(classes, [len(c) for c in parts]).astype(np.int64))
-    spec = CodebookSpec(dim=z.shape[1], cells=len(centres), classes=r[1])
-    return CodebookModifier(spec).set(centres, owner, *linear_class_predictor(zz, rr, r[1])).eval()
+    fit = CellsFit(centres, *linear_class_predictor(zz, rr, r[1]), centre_group=owner)
+    return CellsModifier.from_fit(CellsSpec(dim=d, cells=len(centres), groups=r[1]), fit)
+
+
+def grid_cells(part: CellPartition, shape: dict[str, Any], centres: torch.Tensor) -> CellsModifier:
+    """The ``grid`` cells of a one-partition rank cell fit (``cell_shared``): the partition
+    ``part`` and every cell's vector ``centres`` [G, levels ** m, d]."""
+    if not shape["cell_shared"]:
+        raise ValueError("grid cells need one partition (cell_edges: common)")
+    g, m, lv = shape["cell_groups"], shape["cell_axes"], shape["cell_levels"]
+    spec = CellsSpec(dim=centres.shape[-1], cells=g * lv**m, groups=g, rule="grid", axes=m,
+                     levels=lv)  # fmt: skip
+    fit = CellsFit(centres.reshape(g * lv**m, -1), part.group_weight, part.group_bias,
+                   group_mean=part.group_mean, axes=part.axes, edges=part.edges[:, 0])  # fmt: skip
+    return CellsModifier.from_fit(spec, fit)
 
 
 def rank_cell_shape(y: torch.Tensor, k: int, groups: int, p) -> dict[str, Any]:

@@ -4,26 +4,36 @@ the fitted values through its constructor or ``from_fit`` (see the package docst
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from mass.errors import ConfigError
 from mass.fitrows import ids_digest, rows_digest
 from mass.methods import FitResult, Method, register_method
 from mass.methods._common import check_attrs, subset, unit_x
 from mass.methods.ot_repair.balance import balance_cells, balance_split
-from mass.methods.ot_repair.cells import fit_cells, fit_centres, fit_partition, rank_cell_shape
+from mass.methods.ot_repair.cells import (
+    fit_cells,
+    fit_centres,
+    fit_partition,
+    grid_cells,
+    rank_cell_shape,
+)
 from mass.methods.ot_repair.params import RepairParams, check_knobs
 from mass.methods.ot_repair.predictors import fit_predictor, joint_label
 from mass.methods.ot_repair.transport import fit_transport
 from mass.modifiers import AffineModifier, AffineSpec, ChainModifier, l2_normalize
 from mass.modifiers.sliced_repair import (
+    CellPartition,
     SlicedRepairModifier,
     SlicedRepairSpec,
     predictor_logits,
+    rank_cell,
 )
 
 BALANCE_EXTRA = ("clusters", "held_rows", "held_rows_per_cluster")
@@ -41,30 +51,43 @@ def _bound(train, p: RepairParams) -> dict[str, Any]:
             "fit_rows_sha256": rows_digest(train.ids, train.x)}  # fmt: skip
 
 
+def _served(spec: SlicedRepairSpec, shape: dict[str, Any], predictor, transport,
+            part: CellPartition, centres: torch.Tensor) -> list[nn.Module]:  # fmt: skip
+    """The last pass's served modules: with one partition (``cell_shared``) the transport,
+    then its cells (kind ``cells``, the one apply path of every partition independent of S);
+    with per-class edges (older specs) one ``sliced_repair`` holding its cells, whose cell
+    depends on the transport's predicted class."""
+    if shape["cell_shared"]:
+        plain = replace(spec, cell_axes=0, cell_levels=0, cell_groups=0, cell_shared=False)
+        return [SlicedRepairModifier.from_fit(plain, predictor, transport),
+                grid_cells(part, shape, centres)]  # fmt: skip
+    return [SlicedRepairModifier.from_fit(spec, predictor, transport, part, centres)]
+
+
 def _rank_cells(spec: SlicedRepairSpec, fitted: tuple, out: torch.Tensor, y: torch.Tensor,
                 group: torch.Tensor, parts: list, held: tuple | None,
-                p: RepairParams) -> tuple[SlicedRepairModifier, dict]:  # fmt: skip
-    """The last pass's modifier with rank cells fitted on its repaired rows ``out``; with
-    ``held`` (held-out rows, their suppressed classes) the cells merged into S-balanced
-    clusters measured on those rows pushed through the chain as served (``parts``, then this
-    modifier with its group predicted)."""
+                p: RepairParams) -> tuple[list[nn.Module], CellPartition, dict]:  # fmt: skip
+    """The last pass's modules (:func:`_served`) with rank cells fitted on its repaired rows
+    ``out``, and their partition; with ``held`` (held-out rows, their suppressed classes) the
+    cells merged into S-balanced clusters measured on those rows pushed through the chain as
+    served (``parts``, then the transport, their group predicted)."""
     predictor, transport, cls = fitted
     shape = {f: getattr(spec, f) for f in ("cell_axes", "cell_levels", "cell_groups")}
     shape["cell_shared"] = spec.cell_shared
     part = fit_partition(out, cls, y, group, shape, spec.classes, p)
     centres, extra = fit_centres(out, cls, group, part, shape, spec.renormalize)
-    mod = SlicedRepairModifier.from_fit(spec, predictor, transport, part, centres)
+    mods = _served(spec, shape, predictor, transport, part, centres)
     if held is not None:
         h = unit_x(held[0])
         for earlier in parts:
             h = earlier(h)
-        z, h_cls = mod.transport(h)
-        h_group, h_cell = mod.cell_of(z, h_cls)
+        z, h_cls = mods[0].transport(h)
+        h_group, h_cell = rank_cell(part, spec.cell_shared, spec.cell_levels, z, h_cls)
         centres, balance = balance_cells(out, cls, group, (h_group, h_cell, held[1]), part,
                                          shape, spec.classes, spec.renormalize, p)  # fmt: skip
         extra.update(balance)
-        mod = SlicedRepairModifier.from_fit(spec, predictor, transport, part, centres)
-    return mod, extra
+        mods = _served(spec, shape, predictor, transport, part, centres)
+    return mods, part, extra
 
 
 @register_method("ot_repair")
@@ -117,13 +140,15 @@ class OtRepair(Method):
                 transport, out = fit_transport(cur, cls, k, gen, p)
                 out = l2_normalize(out) if p.renormalize else out
                 if last:
-                    mod, extra_cells = _rank_cells(spec, (predictor, transport, cls), out, y,
-                                                   group, parts, held, p)  # fmt: skip
-                    out = mod.centres[mod.cell_of(out, cls)]  # as served: group predicted
+                    mods, part, extra_cells = _rank_cells(spec, (predictor, transport, cls),
+                                                          out, y, group, parts, held, p)  # fmt: skip
+                    # as served: group predicted
+                    out = mods[-1](out) if spec.cell_shared else mods[0].centres[
+                        rank_cell(part, False, spec.cell_levels, out, cls)]  # fmt: skip
                 else:
-                    mod = SlicedRepairModifier.from_fit(spec, predictor, transport)
+                    mods = [SlicedRepairModifier.from_fit(spec, predictor, transport)]
             moved.append(float(torch.linalg.vector_norm(out - cur, dim=1).mean()))
-            parts.append(mod)
+            parts += mods
             cur = l2_normalize(out)  # the next part normalises its input
         extra = {"predictor_accuracy": accuracy, "mean_displacement": moved,
                  "chance": float(np.bincount(y.numpy()).max() / len(y))}  # fmt: skip

@@ -33,11 +33,11 @@ class RepairParams(Params):
     cell_rows: int = knob(0, lo=0, help="0: off (unless cell_count); else release each row "
                           "as the nearest of M = n / (cell_rows * classes) k-means centres of the repaired "
                           "fit rows (about cell_rows rows of each class per cell), so what "
-                          "is finer than a cell is not released (kind codebook)")  # fmt: skip
+                          "is finer than a cell is not released (kind cells)")  # fmt: skip
     cells_by_preserved: bool = knob(False, help="with cells: centres within each class of "
                                     "the preserved attributes' joint label, the class read "
                                     "from the repaired row by a linear predictor")  # fmt: skip
-    cell_axes: int = knob(0, lo=0, help="with cell_rows: 0 = k-means cells (kind codebook); "
+    cell_axes: int = knob(0, lo=0, help="with cell_rows: 0 = k-means cells (kind cells); "
                           "m >= 1 = rank cells: bins along the top m principal axes of the "
                           "repaired rows (within each preserved class with "
                           "cells_by_preserved), edges per predicted suppressed class, "

@@ -19,7 +19,13 @@ from mass.methods.ot_repair.balance import (
     grid_pairs,
     merge_cells,
 )
-from mass.modifiers import load_modifier, save_modifier
+from mass.modifiers import (
+    CellsModifier,
+    ChainModifier,
+    SlicedRepairModifier,
+    load_modifier,
+    save_modifier,
+)
 
 COMMON = {"cell_rows": 10, "cell_axes": 1, "cells_by_preserved": True, "cell_edges": "common"}
 
@@ -30,10 +36,35 @@ def _fit(n: int, params: dict, seed: int = 1):
                                        preserve=["r"], seed=0, progress=False, params=params)  # fmt: skip
 
 
+def served_cells(mod) -> tuple[list, SlicedRepairModifier, CellsModifier | None]:
+    """(the parts before the last transport, the transport, its cells) of a fitted ot_repair
+    modifier with rank cells: one partition's cells are a chained ``cells`` part; the older
+    per-class edges' (None here) are held by the transport itself."""
+    parts = list(mod.parts) if isinstance(mod, ChainModifier) else [mod]
+    if isinstance(parts[-1], CellsModifier):
+        return parts[:-2], parts[-2], parts[-1]
+    return parts[:-1], parts[-1], None
+
+
 @torch.no_grad()
 def _cells(mod, x: np.ndarray, swap: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    z, cls = mod.transport(torch.from_numpy(x))
-    return mod.cell_of(z, (cls + 1) % mod.spec.classes if swap else cls)
+    """(group, cell within the group) of rows ``x`` as served; ``swap``: every row's predicted
+    suppressed class moved to the next one where the cell reads it. One partition's cells
+    take no class at all (kind ``cells`` sees only the repaired row)."""
+    before, repair, cells = served_cells(mod)
+    h = torch.from_numpy(x)
+    for part in before:
+        h = part(h)
+    z, cls = repair.transport(h)
+    if cells is None:
+        return repair.cell_of(z, (cls + 1) % repair.spec.classes if swap else cls)
+    g = cells.group_of(z)
+    return g, cells.cell_of(z, g) - g * cells.spec.levels**cells.spec.axes
+
+
+def _levels(mod) -> int:
+    _, repair, cells = served_cells(mod)
+    return repair.spec.cell_levels if cells is None else cells.spec.levels
 
 
 def test_a_rows_cell_does_not_change_when_its_predicted_class_does():
@@ -42,6 +73,7 @@ def test_a_rows_cell_does_not_change_when_its_predicted_class_does():
     x = scale_case(3000, seed=7).x
     for edges, same in (("common", True), ("class", False)):
         mod = _fit(3000, {**COMMON, "cell_edges": edges}).modifier
+        assert (served_cells(mod)[2] is not None) == same  # one partition: its own part
         (g0, c0), (g1, c1) = _cells(mod, x, False), _cells(mod, x, True)
         assert torch.equal(g0, g1)
         changed = float((c0 != c1).float().mean())
@@ -54,7 +86,7 @@ def test_every_row_of_a_cell_is_released_as_one_vector_and_a_vector_names_one_ce
     fit = _fit(3000, {**COMMON, "cell_basis": "within_s", "cell_axes": 2})
     mod, x = fit.modifier, scale_case(4000, seed=8).x
     g, c = _cells(mod, x, False)
-    key = (g * mod.centres.shape[1] + c).numpy()
+    key = (g * _levels(mod) ** 2 + c).numpy()
     with torch.no_grad():
         rel = mod(torch.from_numpy(x)).numpy()
     _, vec = np.unique(rel, axis=0, return_inverse=True)
@@ -62,14 +94,15 @@ def test_every_row_of_a_cell_is_released_as_one_vector_and_a_vector_names_one_ce
     assert len(pairs) == len(np.unique(key)) == len(np.unique(vec)), len(pairs)
     save_modifier(mod, str(tmp_path / "m.pt"), method="ot_repair")
     loaded = load_modifier(str(tmp_path / "m.pt"))
-    assert loaded.spec.cell_shared and loaded.edges.shape[1] == 1
+    cells = served_cells(loaded)[2]
+    assert cells.spec.rule == "grid" and cells.edges.shape == (2, 2, _levels(mod) - 1)
     with torch.no_grad():
         assert torch.equal(loaded(torch.from_numpy(x)), mod(torch.from_numpy(x)))
 
 
 def test_more_fit_rows_give_more_cells_of_as_many_rows():
     small, large = _fit(1500, COMMON), _fit(6000, COMMON, seed=2)
-    assert large.modifier.spec.cell_levels >= 3 * small.modifier.spec.cell_levels
+    assert _levels(large.modifier) >= 3 * _levels(small.modifier)
     assert large.extra["cells"] >= 3 * small.extra["cells"], (small.extra, large.extra)
     for fit in (small, large):  # the rows per cell stay at about cell_rows per S class (2)
         rows = fit.extra["rows_per_cell"]
@@ -141,9 +174,10 @@ def test_a_merged_cluster_releases_one_vector_of_neighbouring_cells():
     and fresh rows are released as exactly as many vectors as the clusters they fall in."""
     fit = _fit(3000, BALANCED)
     mod, clusters = fit.modifier, 0
-    first, last = mod.parts  # passes: 2
-    for g in range(last.spec.cell_groups):
-        cen = last.centres[g].numpy()
+    first, last, cells = mod.parts  # passes: 2, then the cells
+    centres = cells.centres.view(cells.spec.groups, cells.spec.levels, -1)  # one axis
+    for g in range(cells.spec.groups):
+        cen = centres[g].numpy()
         _, run = np.unique(cen, axis=0, return_inverse=True)
         run = run.ravel()
         starts = np.r_[True, run[1:] != run[:-1]]
@@ -153,10 +187,9 @@ def test_a_merged_cluster_releases_one_vector_of_neighbouring_cells():
     assert fit.extra["held_rows_per_cluster"]["min"] >= 30
     x = torch.from_numpy(scale_case(4000, seed=8).x)
     with torch.no_grad():
-        z, cls = last.transport(first(x))
-        g, c = last.cell_of(z, cls)
+        z, _ = last.transport(first(x))
         rel = mod(x).numpy()
-    hit = np.unique(last.centres[g, c].numpy(), axis=0)
+        hit = np.unique(cells.centres[cells.cell_of(z)].numpy(), axis=0)
     assert len(np.unique(rel, axis=0)) == len(hit) <= clusters
 
 

@@ -110,6 +110,7 @@ def _one_of_each_kind(dim: int = 6) -> dict:
         SlicedRepairModifier,
         SlicedRepairSpec,
     )
+    from mass.modifiers.cells import CellsFit, CellsModifier, CellsSpec
 
     torch.manual_seed(0)
     affine = AffineModifier(AffineSpec(dim)).set(torch.randn(dim, dim), torch.randn(dim))
@@ -128,6 +129,10 @@ def _one_of_each_kind(dim: int = 6) -> dict:
     repair.rotations.copy_(torch.linalg.qr(torch.randn(2, dim, dim)).Q)
     kinds["sliced_repair"] = repair
     kinds["codebook"] = CodebookModifier(CodebookSpec(dim, cells=3)).set(torch.randn(3, dim))
+    grid = CellsSpec(dim, cells=2 * 3**2, groups=2, rule="grid", axes=2, levels=3)
+    kinds["cells"] = CellsModifier.from_fit(grid, CellsFit(
+        torch.randn(18, dim), torch.randn(2, dim), torch.randn(2), group_mean=torch.randn(2, dim),
+        axes=torch.randn(2, 2, dim), edges=torch.randn(2, 2, 2).sort(dim=-1).values))  # fmt: skip
     kinds["chain"] = ChainModifier.of(kinds["affine"], kinds["mass"])
     return kinds
 
