@@ -234,7 +234,8 @@ def check(
             continue
         model = load_modifier(str(src / f"{name}.pt"))
         ref = np.load(src / f"{name}.ref.npy")
-        cells = info["kind"] in ("cells", "codebook", "chain") or len(np.unique(ref, axis=0)) < len(ref)
+        distinct = len(np.unique(ref, axis=0))
+        cells = info["kind"] in ("cells", "codebook", "chain") or distinct < len(ref)
         row: dict = {"kind": info["kind"], "method": info["method"], "cells": cells}
         with torch.inference_mode():
             for dev in devices:

@@ -18,7 +18,6 @@ import time
 
 import numpy as np
 import pyarrow as pa
-import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -53,35 +52,24 @@ def quantise(zt, st, zr, levels, m, basis, by_group=None):
 
 
 def main(argv):
-    from generalize_table import dataset, fitted, strip_noise
-    from realdata import load
-    from realdata_cells import _logreg, _s_retrained
-    from realdata_run import lookup_judge
+    from generalize_table import fitted, strip_noise
+    from realdata_cells import judged, setup
 
-    from mass.audit.policy import load_policy
     from mass.calibrate import apply
-    from mass.metrics.unnamed import watch_report
     from mass.noise import row_seeds
     from mass.rows import normalize_rows
 
-    torch.set_num_threads(1)
-    max_rows = int(argv[argv.index("--max-rows") + 1]) if "--max-rows" in argv else None
-    name, configs = argv[0], json.loads(argv[1])
-    d = load(name, max_rows=max_rows, cache=os.path.join(ROOT, "reports/realdata/cache"))
-    sup, pres = ["S"], list(d.spec.r)
-    train = dataset(d.X_train, {a: d.labels_train[a] for a in sup + pres})
-    xt = normalize_rows(d.X_release).astype(np.float32)
+    p, configs = setup(argv)
+    d = p.d
     xtr = normalize_rows(d.X_train).astype(np.float32)
-    y = d.labels_release
-    rows = np.random.default_rng(0).permutation(len(xt))[:3000]
-    r0 = {r: _logreg(xt, y[r], rows) for r in pres}
-    policy = load_policy(os.path.join(ROOT, "params.yaml"))
     t = time.process_time()
-    mod = strip_noise(fitted("ot_repair", train, sup, pres, {}))
-    zr = apply(mod, xt, row_seeds(pa.array(d.ids_release)))
+    mod = strip_noise(fitted("ot_repair", p.train, p.sup, p.pres, {}))
+    zr = apply(mod, p.xt, p.seeds)
     zt = apply(mod, xtr, row_seeds(pa.array(d.ids_train)))
     print(
-        json.dumps({"set": name, "release": len(xt), "fit_cpu": round(time.process_time() - t)}),
+        json.dumps(
+            {"set": argv[0], "release": len(p.xt), "fit_cpu": round(time.process_time() - t)}
+        ),
         flush=True,
     )
     st = np.asarray(d.labels_train["S"])
@@ -93,32 +81,8 @@ def main(argv):
                 zt, st, zr, cfg["levels"], cfg.get("axes", 0), cfg.get("basis", "within_s")
             )
         xd = xd.astype(np.float32)
-        look = lookup_judge(xd, y["S"], policy, {r: y[r] for r in pres})
-        w = watch_report(
-            xt,
-            xd,
-            {a: y[a] for a in d.spec.watch},
-            {"S": y["S"]},
-            families=("logreg",),
-            folds=3,
-            max_rows=3000,
-        )
-        print(
-            json.dumps(
-                {
-                    "cfg": cfg,
-                    "distinct": int(len(np.unique(xd, axis=0))),
-                    "lookup": {k: v for k, v in look.items() if k != "rows"},
-                    "S_retrained_bal": _s_retrained(xd, y["S"], rows),
-                    "R_kept": {r: round(_logreg(xd, y[r], rows) / r0[r], 3) for r in pres},
-                    "watch": {
-                        a: None if v.get("kept") is None else round(v["kept"], 3)
-                        for a, v in w.items()
-                    },
-                }
-            ),
-            flush=True,
-        )
+        out = {"cfg": cfg, "distinct": int(len(np.unique(xd, axis=0))), **judged(p, xd)}
+        print(json.dumps(out), flush=True)
     return 0
 
 

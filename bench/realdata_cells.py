@@ -28,6 +28,8 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -65,17 +67,30 @@ def _s_retrained(xd: np.ndarray, s: np.ndarray, rows: np.ndarray) -> dict[str, f
     return {f: round(balanced_accuracy(y, p[1.0]), 4) for f, p in pred.items()}
 
 
-def main(argv: list[str]) -> int:
-    from generalize_table import dataset, fitted, strip_noise
+@dataclass
+class Probe:
+    """One realdata set as the cell probes read it: the set, S and R, the training dataset,
+    the unit release rows, their labels and seeds, the 3,000 seeded judging rows, R's
+    logistic accuracy on the original, and params.yaml's policy."""
+
+    d: Any
+    sup: list[str]
+    pres: list[str]
+    train: Any
+    xt: np.ndarray
+    y: dict
+    seeds: Any
+    rows: np.ndarray
+    r0: dict[str, float]
+    policy: Any
+
+
+def setup(argv: list[str]) -> tuple[Probe, list[dict]]:
+    """(the probe of ``argv``'s set, its JSON configs): ``SET 'JSON' [--max-rows N]``."""
+    from generalize_table import dataset
     from realdata import load
-    from realdata_run import lookup_judge
 
     from mass.audit.policy import load_policy
-    from mass.calibrate import apply
-    from mass.calibrate.space import certified_cell_count
-    from mass.metrics.certificate import certify
-    from mass.metrics.scores import leakage_floor
-    from mass.metrics.unnamed import watch_report
     from mass.noise import row_seeds
     from mass.rows import normalize_rows
 
@@ -90,11 +105,44 @@ def main(argv: list[str]) -> int:
     y, seeds = d.labels_release, row_seeds(pa.array(d.ids_release))
     rows = np.random.default_rng(0).permutation(len(xt))[:3000]
     r0 = {r: _logreg(xt, y[r], rows) for r in pres}
-    floor = leakage_floor(y["S"], {r: y[r] for r in pres}, balanced=True, folds=5, seed=0)
     policy = load_policy(os.path.join(os.path.dirname(HERE), "params.yaml"))
-    certified = certified_cell_count(train.labels, sup, policy, len(xt))
-    print(json.dumps({"set": name, "release": len(xt), "train": len(d.X_train),
-                      "R_orig_logreg": r0, "balanced_floor_R": floor,
+    return Probe(d, sup, pres, train, xt, y, seeds, rows, r0, policy), configs
+
+
+def judged(p: Probe, xd: np.ndarray) -> dict[str, Any]:
+    """The quick readings of a release ``xd`` of the release rows: the lookup judge, S by the
+    retrained families, R kept, each watch attribute kept and its Cramér's V with S."""
+    from realdata_run import lookup_judge
+
+    from mass.metrics.unnamed import watch_report
+
+    y = p.y
+    look = lookup_judge(xd, y["S"], p.policy, {r: y[r] for r in p.pres})
+    w = watch_report(p.xt, xd, {a: y[a] for a in p.d.spec.watch}, {"S": y["S"]},
+                     families=("logreg",), folds=3, max_rows=3000)  # fmt: skip
+    return {
+        "lookup": {k: v for k, v in look.items() if k != "rows"},
+        "S_retrained_bal": _s_retrained(xd, y["S"], p.rows),
+        "R_kept": {r: round(_logreg(xd, y[r], p.rows) / p.r0[r], 3) for r in p.pres},
+        "watch": {a: None if v.get("kept") is None else round(v["kept"], 3)
+                  for a, v in w.items()},
+        "watch_v": {a: round(v["dependence"]["S"]["cramers_v"], 3) for a, v in w.items()},
+    }  # fmt: skip
+
+
+def main(argv: list[str]) -> int:
+    from generalize_table import fitted, strip_noise
+
+    from mass.calibrate import apply
+    from mass.calibrate.space import certified_cell_count
+    from mass.metrics.certificate import certify
+    from mass.metrics.scores import leakage_floor
+
+    p, configs = setup(argv)
+    floor = leakage_floor(p.y["S"], {r: p.y[r] for r in p.pres}, balanced=True, folds=5, seed=0)
+    certified = certified_cell_count(p.train.labels, p.sup, p.policy, len(p.xt))
+    print(json.dumps({"set": argv[0], "release": len(p.xt), "train": len(p.d.X_train),
+                      "R_orig_logreg": p.r0, "balanced_floor_R": floor,
                       "certified_cells": certified}), flush=True)  # fmt: skip
     for params in configs:
         params = _cell_count(params, certified)
@@ -102,21 +150,14 @@ def main(argv: list[str]) -> int:
             print(json.dumps({"params": params, "skipped": "certifies no two cells"}))
             continue
         t = time.process_time()
-        xd = apply(strip_noise(fitted("ot_repair", train, sup, pres, params)), xt, seeds)
+        xd = apply(strip_noise(fitted("ot_repair", p.train, p.sup, p.pres, params)), p.xt,
+                   p.seeds)  # fmt: skip
         fit_s = time.process_time() - t
-        c = certify(xd, y["S"])
-        look = lookup_judge(xd, y["S"], policy, {r: y[r] for r in pres})
-        w = watch_report(xt, xd, {a: y[a] for a in d.spec.watch}, {"S": y["S"]},
-                         families=("logreg",), folds=3, max_rows=3000)  # fmt: skip
+        c = certify(xd, p.y["S"])
         print(json.dumps({
             "params": params, "cpu_fit": round(fit_s, 1), "cells": c.cells,
             "cert_bal": c.balanced, "cert_acc": c.accuracy, "plugin_bal": c.plugin_balanced,
-            "reason": c.reason, "lookup": {k: v for k, v in look.items() if k != "rows"},
-            "S_retrained_bal": _s_retrained(xd, y["S"], rows),
-            "R_kept": {r: round(_logreg(xd, y[r], rows) / r0[r], 3) for r in pres},
-            "watch": {a: None if v.get("kept") is None else round(v["kept"], 3)
-                      for a, v in w.items()},
-            "watch_v": {a: round(v["dependence"]["S"]["cramers_v"], 3) for a, v in w.items()},
+            "reason": c.reason, **judged(p, xd),
         }), flush=True)  # fmt: skip
     return 0
 
