@@ -128,6 +128,9 @@ class _Search:
     # the certified partition skipped for too few audited rows: (its fewest cells, the
     # audited rows they need), for the refusal
     certified_short: tuple[int, int] | None = None
+    # under the key gate: the one continuous candidate tried (the cheapest, a probe); the
+    # other continuous ones are skipped (CONTINUOUS_SKIPPED)
+    probe: str | None = None
 
 
 def calibrate(
@@ -159,9 +162,11 @@ def calibrate(
         s.points.append({"candidate": "identity", "noise": 0.0, **ident})
     else:
         cells_first = bool(policy.gate_key_compromised)
+        order = ordered(space, preserve, transductive=cfg.transductive, cells_first=cells_first)
         if cells_first:
             s.report["order"] = CELLS_FIRST
-        for c in ordered(space, preserve, transductive=cfg.transductive, cells_first=cells_first):
+            s.probe = next((c.name for c in order if _continuous(c)), None)
+        for c in order:
             if _try(s, c):
                 break
     return _finish(s, infeasible, out_dir)
@@ -172,8 +177,20 @@ CELLS_FIRST = (
     "cells first: the policy gates the key-compromised view, so release noise does not count, "
     "and a deterministic continuous release leaked to a retrained non-linear judge on every "
     "real-data set measured; the cheapest candidate (a probe), the certified cells, the other "
-    "cells, then the other continuous candidates"
+    "cells, then the last resort (the other continuous candidates are not tried)"
 )
+# why the continuous candidates after the probe are skipped under the key gate
+CONTINUOUS_SKIPPED = (
+    "not tried under the key gate: a deterministic continuous release cannot be certified, "
+    "and its leak can grow with the rows an attacker holds past what validation projects "
+    '(docs/calibration.md, "Search order")'
+)
+
+
+def _continuous(c: Candidate) -> bool:
+    """A candidate released as a continuous map of its row: neither cells, the last resort
+    nor a transductive fit (whose guarantee is on exactly its rows)."""
+    return not (c.cells or c.last_resort or c.transductive)
 
 
 def _start(train, suppress, preserve, policy, cfg, val, watch, space) -> _Search:
@@ -198,6 +215,9 @@ def _skipped(s: _Search, c: Candidate, entry: dict) -> bool:
     """Whether ``c`` is skipped before fitting (a reason is recorded in ``entry``)."""
     if c.last_resort and s.chosen is not None:
         entry.update(status="skipped", reason=f"{s.chosen[0].name} passed and keeps more")
+        return True
+    if s.probe is not None and _continuous(c) and c.name != s.probe:
+        entry.update(status="skipped", reason=CONTINUOUS_SKIPPED)
         return True
     if s.linear_only and c.method == LINEAR_ERASER and int(c.params.get("rounds", 1)) == 1:
         entry.update(status="skipped", reason=s.linear_only)

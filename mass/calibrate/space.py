@@ -138,8 +138,8 @@ def ordered(
     resorts (nothing to keep) are left out. ``cells_first`` (the policy gates the
     key-compromised view, so release noise does not count): after the cheapest candidate (a
     probe: where one LEACE passes, S was linearly removable) the cell candidates come before
-    the other continuous ones, the certified ones first (docs/calibration.md, "Search
-    order")."""
+    the other continuous ones (which the search then skips), the certified ones first
+    (docs/calibration.md, "Search order")."""
     needs_r = ("given_preserved", "cells_by_preserved")
     keep = [c for c in space
             if not ((any(c.params.get(k) for k in needs_r) or c.last_resort) and not preserve)

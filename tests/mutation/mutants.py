@@ -592,6 +592,12 @@ MUTANTS = [
            "self.edges[group]", "self.edges[torch.zeros_like(group)]",
            ("tests/mass/modifiers/test_cells.py", "tests/mass/methods/test_ot_repair_golden.py"),
            "rank cells: every group binned with the first group's edges"),
+    Mutant("continuous-tried-under-key-gate", "mass.calibrate.search:_skipped",
+           "if s.probe is not None and _continuous(c)", "if False and _continuous(c)",
+           ("tests/mass/calibrate/test_calibrate.py::test_under_the_key_gate_only_the_probe_of_"
+            "the_continuous_candidates_is_tried",),
+           "under the key gate every continuous candidate is tried, and one whose leak grows "
+           "past validation's projection can be chosen (unicode's quadratic eraser)"),
 ]  # fmt: skip
 
 BY_NAME = {m.name: m for m in MUTANTS}

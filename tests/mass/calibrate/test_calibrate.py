@@ -509,7 +509,9 @@ def test_trained_candidates_validate_on_one_holdout_fit_and_skip_useless_erasers
     space = (by_name["leace"], by_name["leace|R"], by_name["leace x3"],
              C.Candidate("mass", "mass", {**C.adaptive_params("none"), "epochs": 5,
                                           "branch_epochs": 2}))  # fmt: skip
-    res = C.calibrate(ds, suppress=["s"], preserve=["u"], policy=AuditPolicy(),
+    # without the key gate: under it the continuous candidates after the probe are not tried
+    res = C.calibrate(ds, suppress=["s"], preserve=["u"],
+                      policy=AuditPolicy(gate_key_compromised=False),
                       cfg=CalibrationConfig(budget_minutes=5), space=space,
                       out_dir=str(tmp_path))  # fmt: skip
     rep = res.report
@@ -644,8 +646,9 @@ def test_trained_candidates_are_planned_on_the_slowest_rate_measured(files, monk
     ds = load_embeddings(str(files / "ring.parquet"), label_cols=["s", "u"])
     base = {**C.adaptive_params("none"), "branch_epochs": 2, "epochs": 1000}
     space = tuple(C.Candidate(f"m{i}", "mass", base) for i in range(3))
-    with pytest.raises(CalibrationError):
-        C.calibrate(ds, suppress=["s"], preserve=["u"], policy=AuditPolicy(),
+    with pytest.raises(CalibrationError):  # without the key gate: all three are tried
+        C.calibrate(ds, suppress=["s"], preserve=["u"],
+                    policy=AuditPolicy(gate_key_compromised=False),
                     cfg=CalibrationConfig(budget_minutes=60), space=space)  # fmt: skip
     assert len(planned) == 3
     rows = planned[0][1]
@@ -755,7 +758,7 @@ def test_certified_cells_follow_the_rows_the_gate_will_audit(files, monkeypatch,
     served = []
 
     def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False):
-        served.append(parts[0][0].spec)  # one pass: one repair part, which carries the cells
+        served.append(parts[0][0].parts[-1].spec)  # one pass: the repair, then its cells
         pt = {**_point(0.0, {"logreg": True}), "privacy_ok": True, "utility_ok": False,
               "passed": False, "excess": -0.01, "fraction": 0.5, "fidelity": 0.5,
               "utility": {"u": {"logreg": 0.3}}}  # fmt: skip
@@ -779,9 +782,9 @@ def test_certified_cells_follow_the_rows_the_gate_will_audit(files, monkeypatch,
                 f"about {counts[rows]} cells at most") in msg, msg  # fmt: skip
         # u's 3 classes are the groups; 2 axes: levels = floor(sqrt(count / 3)), at least 2:
         # never more cells than the rows certify
-        assert spec.cell_groups == 3 and spec.cell_shared
-        assert spec.cell_levels == max(2, math.floor((counts[rows] / 3) ** 0.5)), (rows, spec)
-        assert 3 * spec.cell_levels**2 <= counts[rows], (rows, spec)
+        assert spec.groups == 3 and spec.rule == "grid" and spec.axes == 2
+        assert spec.levels == max(2, math.floor((counts[rows] / 3) ** 0.5)), (rows, spec)
+        assert spec.cells == 3 * spec.levels**2 <= counts[rows], (rows, spec)
     assert counts[60_000] > 10 * counts[5000] > 0
     n_fits = len(served)
     with pytest.raises(CalibrationError, match="900 audited rows certify no cell release"):
@@ -812,12 +815,16 @@ def test_certified_cells_follow_the_rows_the_gate_will_audit(files, monkeypatch,
             f"{need:,} audited rows") in str(refused.value), str(refused.value)  # fmt: skip
 
 
-def test_under_the_key_gate_a_linear_eraser_failing_without_noise_skips_its_siblings(
+def test_under_the_key_gate_only_the_probe_of_the_continuous_candidates_is_tried(
     files, tmp_path, monkeypatch
 ):
-    """With the key view gated no noise can help: once a one-round linear eraser fails at
-    noise 0 with only non-linear judges reading s, the other one-round linear erasers are
-    skipped (their budget goes to candidates that can pass without noise)."""
+    """With the key view gated no noise can help, and a deterministic continuous release
+    cannot be certified: its leak can grow with the rows an attacker holds past what
+    validation projects (the realdata `unicode` set's quadratic eraser passed validation
+    projected to 50,000 rows and the gate on 3,001, then read S at 0.867 balanced against a
+    limit of 0.715 on 10,000 fresh rows; docs/calibration.md, "Search order"). The cheapest
+    continuous candidate is tried (a probe: on easy data one LEACE passes); the others, the
+    iterated erasers included, are skipped, naming why."""
     from mass.calibrate import search as S
 
     def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False):
@@ -838,8 +845,8 @@ def test_under_the_key_gate_a_linear_eraser_failing_without_noise_skips_its_sibl
                     cfg=CalibrationConfig(budget_minutes=5))  # fmt: skip
     leace, leace_r, x3 = json.loads((tmp_path / "calibration.json").read_text())["candidates"]
     assert leace["status"] == "failed"
-    assert leace_r["status"] == "skipped" and "non-linear" in leace_r["reason"], leace_r
-    assert x3["status"] == "failed"  # iterated: still tried
+    for c in (leace_r, x3):
+        assert c["status"] == "skipped" and c["reason"] == S.CONTINUOUS_SKIPPED, c
 
 
 @pytest.mark.parametrize("key_gate", [True, False])
@@ -849,9 +856,10 @@ def test_under_the_key_gate_the_cells_are_tried_first_the_certified_ones_before_
     """When the policy gates the key-compromised view, release noise does not count and a
     deterministic continuous release leaked on every real-data set measured: after the
     cheapest candidate (a probe: on easy data one LEACE passes) the cell candidates go (the
-    certified ones first), then the other continuous ones in their cheapest-first order. On `words` the erasers and the plain transport had spent a
-    4-minute budget before any cell candidate (docs/calibration.md, "Search order").
-    Without the key gate the order is the space's own."""
+    certified ones first); the other continuous ones are recorded in their cheapest-first
+    order, skipped, then the last resort. On `words` the erasers and the plain transport had
+    spent a 4-minute budget before any cell candidate (docs/calibration.md, "Search order").
+    Without the key gate the order is the space's own, every candidate tried."""
     from mass.calibrate import search as S
 
     def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False):
@@ -879,7 +887,9 @@ def test_under_the_key_gate_the_cells_are_tried_first_the_certified_ones_before_
     else:
         assert order == list(names)
         assert "order" not in report
-    assert all(c["status"] == "failed" for c in report["candidates"]), report["candidates"]
+    skipped = {"quadratic", "ot-repair"} if key_gate else set()
+    for c in report["candidates"]:
+        assert c["status"] == ("skipped" if c["name"] in skipped else "failed"), c
 
 
 def test_a_candidate_whose_fits_cannot_end_before_the_deadline_is_not_started(
@@ -919,7 +929,8 @@ def test_a_candidate_whose_fits_cannot_end_before_the_deadline_is_not_started(
     by_name = {c.name: c for c in C.SEARCH_SPACE}
     space = (by_name["leace"], by_name["leace x3"])
     with pytest.raises(CalibrationError):  # 300 s: leace's 4 fits and search end at 190 s
-        C.calibrate(ds, suppress=["s"], preserve=["u"], space=space, policy=AuditPolicy(),
+        C.calibrate(ds, suppress=["s"], preserve=["u"], space=space,
+                    policy=AuditPolicy(gate_key_compromised=False),
                     cfg=CalibrationConfig(budget_minutes=5), out_dir=str(tmp_path))  # fmt: skip
     leace, x3 = json.loads((tmp_path / "calibration.json").read_text())["candidates"]
     assert leace["status"] == "failed" and x3["status"] == "skipped", x3

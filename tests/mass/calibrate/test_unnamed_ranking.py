@@ -15,6 +15,7 @@ from mass.errors import CalibrationError
 from mass.methods._common import toy_dataset
 
 R_SPAN = C.Candidate("R-span", "leace_project")  # the last resort's method, tried first here
+# (both continuous: without the key gate, under which only the first would be tried, a probe)
 LEACE = C.Candidate("leace", "leace_iterated", {"given_preserved": False, "rounds": 1})
 
 
@@ -35,7 +36,7 @@ def equal_privacy(monkeypatch):
 @pytest.mark.parametrize("watch", [["w"], []])
 def test_the_candidate_keeping_unnamed_utility_wins_at_equal_privacy(equal_privacy, watch):
     res = C.calibrate(equal_privacy, suppress=["s"], preserve=["u"], watch=watch,
-                      policy=AuditPolicy(families=("logreg", "knn")),
+                      policy=AuditPolicy(families=("logreg", "knn"), gate_key_compromised=False),
                       cfg=CalibrationConfig(budget_minutes=5), space=(R_SPAN, LEACE))  # fmt: skip
     r_span, leace = res.report["candidates"]
     assert res.candidate.name == "leace"
@@ -46,7 +47,7 @@ def test_the_candidate_keeping_unnamed_utility_wins_at_equal_privacy(equal_priva
 
 
 def test_watch_min_kept_fails_a_candidate_that_loses_the_watch_attribute(equal_privacy):
-    policy = AuditPolicy(families=("logreg", "knn"), watch_min_kept=0.8)
+    policy = AuditPolicy(families=("logreg", "knn"), watch_min_kept=0.8, gate_key_compromised=False)
     with pytest.raises(CalibrationError):
         C.calibrate(equal_privacy, suppress=["s"], preserve=["u"], watch=["w"], policy=policy,
                     cfg=CalibrationConfig(budget_minutes=5), space=(R_SPAN,))  # fmt: skip
