@@ -6,11 +6,14 @@ Torch-only; nothing here knows how a modifier is fitted (that is :mod:`mass.meth
 
 from __future__ import annotations
 
+from dataclasses import fields
+from typing import Any
+
 import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["MODIFIER_KINDS", "build", "l2_normalize", "mlp", "modify",
+__all__ = ["MODIFIER_KINDS", "build", "fitted_state", "l2_normalize", "mlp", "modify",
            "register_modifier"]  # fmt: skip
 
 
@@ -19,6 +22,13 @@ def l2_normalize(v: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
     norm = torch.linalg.vector_norm(v, dim=-1, keepdim=True)
     safe = torch.where(norm > eps, norm, torch.ones_like(norm))
     return torch.where(norm > eps, v / safe, torch.zeros_like(v))
+
+
+def fitted_state(values: Any) -> dict[str, torch.Tensor]:
+    """A fitted-values dataclass's tensors by buffer name, the unset (``None``) ones left out;
+    not copied (``dataclasses.asdict`` would deep-copy every tensor)."""
+    named = ((f.name, getattr(values, f.name)) for f in fields(values))
+    return {name: v for name, v in named if v is not None}
 
 
 def mlp(sizes: list[int], *, batchnorm: bool = False) -> nn.Sequential:

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from mass.modifiers.base import register_modifier
+from mass.modifiers.base import fitted_state, register_modifier
 from mass.modifiers.codebook import nearest
 
 RULES = ("nearest", "grid")
@@ -116,9 +116,8 @@ class CellsModifier(nn.Module):
         """The modifier of fitted values, every buffer loaded whole (strict: a value the rule
         needs that is missing or misshapen, or one it does not use, is an error), in eval
         mode."""
-        state = {k: v for k, v in asdict(fit).items() if v is not None}
         mod = cls(spec)
-        mod.load_state_dict(state)
+        mod.load_state_dict(fitted_state(fit))
         return mod.eval()
 
     def group_of(self, z: torch.Tensor) -> torch.Tensor:

@@ -28,12 +28,12 @@ with the same function, :func:`rank_cell`.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 import torch
 from torch import nn
 
-from mass.modifiers.base import l2_normalize, register_modifier
+from mass.modifiers.base import fitted_state, l2_normalize, register_modifier
 from mass.modifiers.cells import grid_cell
 
 
@@ -117,11 +117,6 @@ def class_runs(cls: torch.Tensor, classes: int) -> tuple[torch.Tensor, list[int]
     return order, torch.bincount(cls, minlength=classes).cumsum(0).tolist()
 
 
-def _state(values: Transport | CellPartition) -> dict[str, torch.Tensor]:
-    """A fitted-values dataclass's tensors by buffer name (not copied)."""
-    return {f.name: getattr(values, f.name) for f in fields(values)}
-
-
 def quantile_map(v: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
     """Map ``v`` [d, n] coordinate-wise from the knots ``src`` [d, Q] (increasing) to ``dst``
     [d, Q], linearly between knots; beyond the outer knots shifted by the end offset."""
@@ -185,11 +180,11 @@ class SlicedRepairModifier(nn.Module):
         state = {f"pred_in.{k}": v for k, v in pred_in.state_dict().items()}
         if pred_out is not None:
             state.update({f"pred_out.{k}": v for k, v in pred_out.state_dict().items()})
-        state.update(_state(transport))
+        state.update(fitted_state(transport))
         if spec.cell_axes:
             if cells is None or centres is None:
                 raise ValueError("sliced_repair: rank cells need their partition and centres")
-            state.update(_state(cells), centres=centres)
+            state.update(fitted_state(cells), centres=centres)
         mod.load_state_dict(state)
         return mod.eval()
 

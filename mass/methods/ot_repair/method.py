@@ -66,9 +66,9 @@ def _served(spec: SlicedRepairSpec, shape: dict[str, Any], predictor, transport,
 
 def _rank_cells(spec: SlicedRepairSpec, fitted: tuple, out: torch.Tensor, y: torch.Tensor,
                 group: torch.Tensor, parts: list, held: tuple | None,
-                p: RepairParams) -> tuple[list[nn.Module], CellPartition, dict]:  # fmt: skip
+                p: RepairParams) -> tuple[list[nn.Module], dict]:  # fmt: skip
     """The last pass's modules (:func:`_served`) with rank cells fitted on its repaired rows
-    ``out``, and their partition; with ``held`` (held-out rows, their suppressed classes) the
+    ``out``, and what the fit recorded; with ``held`` (held-out rows, their suppressed classes) the
     cells merged into S-balanced clusters measured on those rows pushed through the chain as
     served (``parts``, then the transport, their group predicted)."""
     predictor, transport, cls = fitted
@@ -87,7 +87,7 @@ def _rank_cells(spec: SlicedRepairSpec, fitted: tuple, out: torch.Tensor, y: tor
                                          shape, spec.classes, spec.renormalize, p)  # fmt: skip
         extra.update(balance)
         mods = _served(spec, shape, predictor, transport, part, centres)
-    return mods, part, extra
+    return mods, extra
 
 
 @register_method("ot_repair")
@@ -140,11 +140,11 @@ class OtRepair(Method):
                 transport, out = fit_transport(cur, cls, k, gen, p)
                 out = l2_normalize(out) if p.renormalize else out
                 if last:
-                    mods, part, extra_cells = _rank_cells(spec, (predictor, transport, cls),
-                                                          out, y, group, parts, held, p)  # fmt: skip
+                    mods, extra_cells = _rank_cells(spec, (predictor, transport, cls), out, y,
+                                                    group, parts, held, p)  # fmt: skip
                     # as served: group predicted
-                    out = mods[-1](out) if spec.cell_shared else mods[0].centres[
-                        rank_cell(part, False, spec.cell_levels, out, cls)]  # fmt: skip
+                    out = (mods[-1](out) if spec.cell_shared
+                           else mods[0].centres[mods[0].cell_of(out, cls)])  # fmt: skip
                 else:
                     mods = [SlicedRepairModifier.from_fit(spec, predictor, transport)]
             moved.append(float(torch.linalg.vector_norm(out - cur, dim=1).mean()))
