@@ -57,10 +57,16 @@ def _configure_logging(argv: list[str]) -> None:
         handler.addFilter(_IMPORT_NOISE)
 
 
-def _quiet_network_tools() -> None:
+def _process_defaults() -> None:
+    """Environment defaults of a `mass` process, set before any command module (and so torch)
+    is imported; a value the environment already has is kept."""
     # Both tools phone home by default; this product runs offline and in CI.
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
     os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+    # libgomp's idle threads (torch's intra-op pool) otherwise spin while they wait for work:
+    # on a busy machine that doubled an ot_repair fit's CPU seconds, which calibration's
+    # budget counts (docs/calibration.md, "The budget's clock"). Read when torch loads libgomp.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
@@ -124,7 +130,7 @@ def run_command(args: argparse.Namespace, beam_args: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    _quiet_network_tools()
+    _process_defaults()
     argv = list(sys.argv[1:] if argv is None else argv)
     _configure_logging(argv)
     command = next((a for a in argv if a in COMMANDS), "")

@@ -1,0 +1,42 @@
+"""The `mass` process's environment defaults (mass.cli._process_defaults): set before torch
+loads, and never over a value the user gave."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from mass.cli import _process_defaults
+
+
+def test_idle_openmp_threads_sleep_unless_the_environment_says_otherwise(monkeypatch):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    _process_defaults()
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    _process_defaults()
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+
+
+def test_the_entry_point_sets_its_defaults_before_torch_is_imported():
+    # libgomp reads OMP_WAIT_POLICY once, when torch loads it: a default set after `import
+    # torch` would do nothing.
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    code = (
+        "import sys, os, mass.cli\n"
+        "assert 'torch' not in sys.modules, 'mass.cli imports torch'\n"
+        "real = mass.cli._process_defaults\n"
+        "def check():\n"
+        "    assert 'torch' not in sys.modules, 'torch imported before the defaults'\n"
+        "    real()\n"
+        "mass.cli._process_defaults = check\n"
+        "try:\n"
+        "    mass.cli.main(['train', '--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(os.environ['OMP_WAIT_POLICY'])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True).stdout.split()  # fmt: skip
+    assert out[-1] == "PASSIVE"
