@@ -598,6 +598,11 @@ MUTANTS = [
             "the_continuous_candidates_is_tried",),
            "under the key gate every continuous candidate is tried, and one whose leak grows "
            "past validation's projection can be chosen (unicode's quadratic eraser)"),
+    Mutant("omp-threads-spin", "mass.cli:_process_defaults",
+           'os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")', "pass",
+           ("tests/mass/commands/test_cli_env.py",),
+           "torch's idle threads spin on calibration's CPU clock: a busy machine shrinks the "
+           "budget (names' certified partition stopped after one fold)"),
 ]  # fmt: skip
 
 BY_NAME = {m.name: m for m in MUTANTS}
