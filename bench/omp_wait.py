@@ -1,8 +1,9 @@
 """What torch's OpenMP threads cost on a busy machine: one ``ot_repair`` fit (calibration's
-certified-cells candidate on synthetic 384-d rows) timed in a child process under each
-``OMP_WAIT_POLICY`` (unset: libgomp's default, whose idle threads spin; ``PASSIVE``: they
-sleep, what the `mass` command sets unless the environment says otherwise), beside ``--hogs``
-busy-looping processes (0: an idle machine; 1 on a 2-core box: another job beside it).
+certified-cells candidate on :func:`mass.synthetic.make_synthetic` rows, 384-d) timed in a
+child process under each ``OMP_WAIT_POLICY`` (unset: libgomp's default, whose idle threads
+spin; ``PASSIVE``: they sleep, what the `mass` command sets unless the environment says
+otherwise), beside ``--hogs`` busy-looping processes (0: an idle machine; 1 on a 2-core box:
+another job beside it).
 
     python bench/omp_wait.py --hogs 0,1 --repeat 2 --out reports/omp_wait.json
 
@@ -31,19 +32,10 @@ PARAMS = {"cell_rows": 10, "cell_count": 40, "cell_axes": 2, "cells_by_preserved
 
 def child(rows: int, dim: int) -> dict:
     """Fit once (torch at its default threads) and report CPU and wall seconds of the fit."""
-    import numpy as np
-    import pyarrow as pa
-
-    from mass.io import EmbeddingDataset
     from mass.methods import get_method
+    from mass.synthetic import make_synthetic
 
-    rng = np.random.default_rng(0)
-    s, r = rng.integers(0, 2, rows), rng.integers(0, 5, rows)
-    x = rng.normal(size=(rows, dim)).astype(np.float32)
-    x[:, :8] += 0.8 * s[:, None]
-    x[:, 8:16] += 0.5 * r[:, None]
-    data = EmbeddingDataset(ids=pa.array(np.arange(rows, dtype=np.int64)), x=x,
-                            labels={"S": s, "R": r})  # fmt: skip
+    data = make_synthetic(rows, dim, u_classes=5, s_name="S", u_name="R")
     t, w = time.process_time(), time.perf_counter()
     get_method("ot_repair").fit(data, suppress=["S"], preserve=["R"], params=dict(PARAMS),
                                 progress=False)  # fmt: skip
