@@ -222,9 +222,11 @@ def plan_anonymize(args: argparse.Namespace, beam_args: Sequence[str] = ()) -> A
                           or args.watch):  # fmt: skip
         raise ConfigError("--no-audit: drop --labels/--policy/--report/--run-dir/--watch, or drop "
                           "--no-audit to audit before publishing")  # fmt: skip
-    from mass.audit.policy import resolve_policy
+    policy, source = None, ""
+    if not args.no_audit:  # the audit's modules (GX, the attackers) load only for an audited job
+        from mass.audit.policy import resolve_policy
 
-    policy, source = (None, "") if args.no_audit else resolve_policy(args.policy)
+        policy, source = resolve_policy(args.policy)
     noise_key = resolve_key(args.noise_key_file, NOISE_KEY_ENV)
     if args.pseudonymize_ids and noise_key is None:
         raise ConfigError(
