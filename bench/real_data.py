@@ -120,9 +120,10 @@ REGIONS = {  # gender_guesser.detector.Detector.COUNTRIES index ranges -> region
 }  # fmt: skip
 
 
-def names(seed: int = 0) -> Loaded:
-    """First names with one strict gender (M or F), region = the region group where the name is
-    most frequent (the dictionary's per-country frequency digits)."""
+def gendered_names() -> tuple[list[str], list[int], list[int]]:
+    """(name, 1 if female else 0, region group) for every single-word name of the
+    ``gender_guesser`` dictionary with one strict gender and some frequency in a
+    :data:`REGIONS` group; the group is the one where the name is most frequent."""
     from gender_guesser.detector import Detector
 
     det = Detector()
@@ -139,6 +140,13 @@ def names(seed: int = 0) -> Loaded:
         rows.append(name)
         gender.append(int("female" in by_gender))
         region.append(int(np.argmax(score)))
+    return rows, gender, region
+
+
+def names(seed: int = 0) -> Loaded:
+    """First names with one strict gender (M or F), region = the region group where the name is
+    most frequent (the dictionary's per-country frequency digits)."""
+    rows, gender, region = gendered_names()
     rows_a = np.array(rows, dtype=object)
     labels = {"gender": np.array(gender, np.int64), "region": np.array(region, np.int64)}
     n_all = len(rows_a)

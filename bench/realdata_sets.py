@@ -144,23 +144,9 @@ def twoyear() -> Raw:
 
 
 def names() -> Raw:
-    from gender_guesser.detector import Detector
-    from real_data import REGIONS  # the region groups bench/generalize.py's names set uses
+    from real_data import gendered_names  # the rows bench/generalize.py's names set uses
 
-    det = Detector()
-    texts, gender, region = [], [], []
-    groups = list(REGIONS.values())
-    for name, by_gender in det.names.items():
-        if set(by_gender) not in ({"male"}, {"female"}) or " " in name or "-" in name:
-            continue
-        values = next(iter(by_gender.values()))
-        freq = [int(c, 16) if c.strip() and c in "0123456789ABCDEF" else 0 for c in values[:55]]
-        score = [max((freq[i] for i in g if i < len(freq)), default=0) for g in groups]
-        if max(score) == 0:
-            continue
-        texts.append(name)
-        gender.append(int("female" in by_gender))
-        region.append(int(np.argmax(score)))
+    texts, gender, region = gendered_names()
     lower = [t.lower() for t in texts]
     labels = {"S": np.array(gender, np.int64), "region": np.array(region, np.int64),
               "vowel_end": np.array([t[-1] in "aeiouy" for t in lower], np.int64),
