@@ -222,7 +222,33 @@ def _skipped(s: _Search, c: Candidate, entry: dict) -> bool:
     if s.linear_only and c.method == LINEAR_ERASER and int(c.params.get("rounds", 1)) == 1:
         entry.update(status="skipped", reason=s.linear_only)
         return True
+    if c.certified_rows == "validated" and (reason := _fallback_needless(s)):
+        entry.update(status="skipped", reason=reason)
+        return True
     return False
+
+
+def _certifying_rows(s: _Search, c: Candidate) -> int:
+    """The audited rows that set a certified candidate's cell count."""
+    if c.certified_rows == "validated":
+        return len(s.val_ds)
+    return s.cfg.release_rows or len(s.val_ds)
+
+
+def _fallback_needless(s: _Search) -> str | None:
+    """Why the certified partition at the validated rows' count is not tried: without
+    ``--release-rows`` above them it is the release-count candidate after it; None: try it."""
+    rows, val = s.cfg.release_rows, len(s.val_ds)
+
+    def count(n: int) -> int:
+        return certified_cell_count(s.train.labels, s.suppress, s.policy, n)
+
+    if not rows or count(rows) <= count(val):
+        return (
+            f"the rows the gate audits ({rows or val}) certify no more cells than the "
+            f"{val} validated rows: ot-repair+certified|R is this candidate"
+        )
+    return None
 
 
 def _epochs(s: _Search, c: Candidate, entry: dict, c_fit, c_folds, c_deadline):
@@ -321,7 +347,7 @@ def _try(s: _Search, c: Candidate) -> bool:
         return False
     params = params_for(c, s.cfg.seed, epochs)
     if c.certified_cells:  # as many cells as the rows the gate audits can certify
-        rows = s.cfg.release_rows or len(s.val_ds)
+        rows = _certifying_rows(s, c)
         params["cell_count"] = certified_cell_count(s.train.labels, s.suppress, s.policy, rows)
         if params["cell_count"] < 2:
             entry.update(status="skipped", reason=f"{rows} audited rows certify no two cells")

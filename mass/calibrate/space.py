@@ -44,6 +44,9 @@ class Candidate:
     # rank cells as many as the release's rows can certify: calibration sets ``cell_count``
     # from the rows the gate will audit (:func:`certified_cell_count`)
     certified_cells: bool = False
+    # which rows set that count: "release" (--release-rows, else the validated rows) or
+    # "validated" (the validated rows, whatever --release-rows says)
+    certified_rows: str = "release"
 
     @property
     def cells(self) -> bool:
@@ -103,6 +106,18 @@ SEARCH_SPACE: tuple[Candidate, ...] = (
     Candidate(
         "ot-repair+balanced2|R", "ot_repair", {**PARTITION, "cell_axes": 2, "cell_balance": 0.3}
     ),  # fmt: skip
+    # the same partition at the count the validated rows certify, first: tried only when
+    # --release-rows certifies more cells than they do. The fit's own rows bound the
+    # resolution too: a finer partition can leak on validation and spend the budget, and a
+    # release size must never leave calibration worse off than none (measured on `words`:
+    # docs/calibration.md, "Certified cells")
+    Candidate(
+        "ot-repair+certified-val|R",
+        "ot_repair",
+        {**PARTITION, "passes": 1, "cell_axes": 2},
+        certified_cells=True,
+        certified_rows="validated",
+    ),
     # the two-axis partition, one pass, with as many cells as the release's rows can certify
     # within the policy's margin (ideal cells: mass.metrics.certificate.cells_allowed), so
     # the resolution grows with the release and its certificate stays near the floor
@@ -138,8 +153,8 @@ def ordered(
     resorts (nothing to keep) are left out. ``cells_first`` (the policy gates the
     key-compromised view, so release noise does not count): after the cheapest candidate (a
     probe: where one LEACE passes, S was linearly removable) the cell candidates come before
-    the other continuous ones (which the search then skips), the certified ones first
-    (docs/calibration.md, "Search order")."""
+    the other continuous ones (which the search then skips), the certified ones first, the
+    validated rows' count before the release's (docs/calibration.md, "Search order")."""
     needs_r = ("given_preserved", "cells_by_preserved")
     keep = [c for c in space
             if not ((any(c.params.get(k) for k in needs_r) or c.last_resort) and not preserve)
@@ -147,7 +162,8 @@ def ordered(
     first = [c for c in keep if c.transductive]
     middle = [c for c in keep if not (c.last_resort or c.transductive)]
     if cells_first:
-        cells = sorted((c for c in middle if c.cells), key=lambda c: not c.certified_cells)
+        cells = sorted((c for c in middle if c.cells),
+                       key=lambda c: (not c.certified_cells, c.certified_rows != "validated"))  # fmt: skip
         rest = [c for c in middle if not c.cells]
         middle = rest[:1] + cells + rest[1:]
     return first + middle + [c for c in keep if c.last_resort]

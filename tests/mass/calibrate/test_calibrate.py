@@ -892,6 +892,53 @@ def test_under_the_key_gate_the_cells_are_tried_first_the_certified_ones_before_
         assert c["status"] == ("skipped" if c["name"] in skipped else "failed"), c
 
 
+def test_the_certified_partition_at_the_validated_rows_count_comes_first(
+    files, monkeypatch, tmp_path
+):  # fmt: skip
+    """``--release-rows`` can certify more cells than the fit's rows resolve (on `words` the
+    finer partition leaked on validation and spent the budget): ``ot-repair+certified-val|R``
+    fits the count the validated rows certify first, so a release size never leaves
+    calibration worse off than none; the finer one follows and wins only by ranking. Without
+    ``--release-rows`` the two counts agree and only ``ot-repair+certified|R`` is fitted."""
+    from mass.calibrate import search as S
+
+    # 900 validated rows on the ring: 18 cells; 60,000 release rows: 1,200 (levels rounded)
+    monkeypatch.setattr(S, "certified_cell_count", lambda labels, sup, pol, rows: rows // 50)
+    served = []
+
+    def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False):
+        cells = parts[0][0].parts[-1].spec.cells
+        served.append(cells)
+        passes = cells <= 100  # the 1,200-cell partition leaks, the 18-cell one passes
+        pt = {**_point(0.0, {"logreg": passes}), "privacy_ok": passes, "utility_ok": True,
+              "passed": passes, "excess": -0.01 if passes else 0.02, "fraction": 0.95,
+              "fidelity": 0.5, "utility": {"u": {"logreg": 0.9}}}  # fmt: skip
+        return {"points": [pt], "chosen": pt if passes else None, "reason": "judged"}
+
+    monkeypatch.setattr(S, "bisect_noise", fake_bisect)
+    ds = load_embeddings(str(files / "ring.parquet"), label_cols=["s", "u"])
+    by_name = {c.name: c for c in C.SEARCH_SPACE}
+    space = (by_name["ot-repair+certified|R"], by_name["ot-repair+certified-val|R"])
+
+    def run(release_rows, out):
+        served.clear()
+        cfg = CalibrationConfig(budget_minutes=5, release_rows=release_rows)
+        res = C.calibrate(ds, suppress=["s"], preserve=["u"], policy=AuditPolicy(), cfg=cfg,
+                          space=space, out_dir=str(out))  # fmt: skip
+        report = json.loads((out / "calibration.json").read_text())
+        return res, list(served), report["candidates"]
+
+    res, cells, entries = run(60_000, tmp_path / "a")
+    assert [e["name"] for e in entries] == ["ot-repair+certified-val|R", "ot-repair+certified|R"]
+    assert len(cells) == 2 and 0 < cells[0] <= 18 < 100 < cells[1], cells
+    assert res.candidate.name == "ot-repair+certified-val|R"
+    assert entries[1]["status"] == "failed"
+    res, cells, entries = run(None, tmp_path / "b")  # no release size: the same count twice
+    assert len(cells) == 1 and cells[0] <= 18 and res.candidate.name == "ot-repair+certified|R"
+    assert entries[0]["status"] == "skipped", entries[0]
+    assert "certify no more cells than the 900 validated rows" in entries[0]["reason"]
+
+
 def test_a_candidate_whose_fits_cannot_end_before_the_deadline_is_not_started(
     files, monkeypatch, tmp_path
 ):
