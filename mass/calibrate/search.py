@@ -222,7 +222,7 @@ def _skipped(s: _Search, c: Candidate, entry: dict) -> bool:
     if s.linear_only and c.method == LINEAR_ERASER and int(c.params.get("rounds", 1)) == 1:
         entry.update(status="skipped", reason=s.linear_only)
         return True
-    if c.certified_rows == "validated" and (reason := _fallback_needless(s)):
+    if c.certified_rows == "validated" and (reason := _validated_count_redundant(s)):
         entry.update(status="skipped", reason=reason)
         return True
     return False
@@ -235,7 +235,7 @@ def _certifying_rows(s: _Search, c: Candidate) -> int:
     return s.cfg.release_rows or len(s.val_ds)
 
 
-def _fallback_needless(s: _Search) -> str | None:
+def _validated_count_redundant(s: _Search) -> str | None:
     """Why the certified partition at the validated rows' count is not tried: without
     ``--release-rows`` above them it is the release-count candidate after it; None: try it."""
     rows, val = s.cfg.release_rows, len(s.val_ds)

@@ -4,6 +4,7 @@ attackers cost seconds of import per job (docs/performance.md)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -27,13 +28,10 @@ print(json.dumps({"policy": job.policy is not None,
 
 
 def _plan(tmp_path, *flags: str) -> dict:
-    import json
-
     src = tmp_path / "in.parquet"
-    if not src.exists():
-        emb = pa.array(list(np.zeros((8, 4), dtype=np.float32)), type=pa.list_(pa.float32(), 4))
-        pq.write_table(pa.table({"id": pa.array(range(8)), "embedding": emb}), src)
-        (tmp_path / "repo" / "m").mkdir(parents=True)
+    emb = pa.array(list(np.zeros((8, 4), dtype=np.float32)), type=pa.list_(pa.float32(), 4))
+    pq.write_table(pa.table({"id": pa.array(range(8)), "embedding": emb}), src)
+    (tmp_path / "repo" / "m").mkdir(parents=True)
     argv = ["--input", str(src), "--output", str(tmp_path / "out"), "--model", "m",
             "--repository", str(tmp_path / "repo"), *flags]  # fmt: skip
     done = subprocess.run([sys.executable, "-c", _PLAN, json.dumps(argv)], capture_output=True,
