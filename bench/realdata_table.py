@@ -18,8 +18,10 @@ def _s(v: dict) -> str:
     """A suppressed attribute's worst judge: upper bound vs limit, and the balanced one."""
     mark = "ok" if v["ok"] else "**leaks**"
     bal = ""
-    if "balanced_judges" in v:
-        bal = f"; bal. {max(v['balanced_judges'].values()):.3f}/{v['balanced_limit']:.3f}"
+    if "balanced_judges" in v:  # the worst balanced judge, named when it is not the same one
+        judge = max(v["balanced_judges"], key=v["balanced_judges"].get)
+        named = "" if judge == v["worst_judge"] else f" {judge}"
+        bal = f"; bal. {v['balanced_judges'][judge]:.3f}/{v['balanced_limit']:.3f}{named}"
     return f"{v['ci_high']:.3f}/{v['limit']:.3f} {v['worst_judge']} {mark}{bal}"
 
 

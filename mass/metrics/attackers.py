@@ -16,9 +16,13 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import Normalizer, StandardScaler
 from threadpoolctl import threadpool_limits
 
-from mass.metrics.scores import ATTACKER_FAMILIES
+from mass.metrics.scores import ATTACKER_FAMILIES, table_predict
 from mass.metrics.strata import cv_folds, early_stopping_ok
 from mass.rows import seeded_rows
+
+# the lookup attackers on released values (:func:`lookup_predictions`): judge names
+LOOKUP = "lookup"
+LOOKUP_BALANCED = "lookup_balanced"
 
 
 def _attacker(family: str, seed: int, n_train: int, stop: bool = False) -> ClassifierMixin:
@@ -72,6 +76,20 @@ def grouped_folds(
     return out
 
 
+def _splits(y: np.ndarray, folds: int, seed: int, groups) -> list[tuple[np.ndarray, np.ndarray]]:
+    return (
+        list(cv_folds(y, folds, seed)) if groups is None else grouped_folds(y, groups, folds, seed)
+    )
+
+
+def _parts(tr: np.ndarray, fractions: tuple[float, ...], seed: int):
+    """(fraction, the training rows it trains on): the first f of a seeded permutation of
+    ``tr`` (nested: 25 % within 50 % within 100 %)."""
+    order = np.random.default_rng(seed).permutation(tr)
+    for f in fractions:
+        yield f, tr if f >= 1.0 else order[: max(2, int(round(f * len(tr))))]
+
+
 def attack_predictions(
     x,
     y,
@@ -103,21 +121,50 @@ def attack_predictions(
         _attacker(fam, seed, 1)  # fail fast on a typo before any fitting
     x = np.asarray(x, dtype=np.float32)
     y = np.asarray(y)
-    splits = (
-        list(cv_folds(y, folds, seed)) if groups is None else grouped_folds(y, groups, folds, seed)
-    )
     out = {fam: {f: np.empty_like(y) for f in fractions} for fam in families}
     use_stats = stats is not None and not stats.empty
-    for i, (tr, te) in enumerate(splits):
-        order = np.random.default_rng(seed + 1 + i).permutation(tr)
-        for f in fractions:
-            part = tr if f >= 1.0 else order[: max(2, int(round(f * len(tr))))]
+    for i, (tr, te) in enumerate(_splits(y, folds, seed, groups)):
+        for f, part in _parts(tr, fractions, seed + 1 + i):
             x_tr, x_te = x[part], x[te]
             if use_stats:
                 s_tr, s_te = stats.split(y, part, te, folds=folds, seed=seed + i)
                 x_tr, x_te = np.hstack([x_tr, s_tr]), np.hstack([x_te, s_te])
             for fam in families:
                 out[fam][f][te] = _fit_predict(fam, seed, x_tr, y[part], x_te)
+    return out
+
+
+def lookup_predictions(
+    cells: np.ndarray,
+    y: np.ndarray,
+    *,
+    folds: int = 10,
+    seed: int = 0,
+    fractions: tuple[float, ...] = (1.0,),
+    groups=None,
+) -> dict[str, dict[float, np.ndarray]]:
+    """Out-of-fold predictions of the lookup attackers on released values: per split, a table
+    from each released value's code (``cells``, one per row: the exact released vector,
+    :func:`mass.metrics.certificate.cells_of`) to the label, learned on the training rows
+    and applied to the held-out ones, on the same splits and fractions as
+    :func:`attack_predictions` (the same ``seed``, ``folds`` and ``groups`` give the same
+    rows). Two tables: ``LOOKUP`` (the majority label per value, the accuracy-optimal rule)
+    and ``LOOKUP_BALANCED`` (the label with the highest share of its own class's rows, the
+    balanced-optimal rule). A value the training rows never saw gets their majority label.
+    Returns judge -> fraction -> one prediction per row (labels as in ``y``).
+    """
+    y = np.asarray(y)
+    classes, y_idx = np.unique(y, return_inverse=True)
+    cells = np.asarray(cells, dtype=np.int64)
+    n_cells = int(cells.max()) + 1 if cells.size else 0
+    rules = {LOOKUP: False, LOOKUP_BALANCED: True}
+    out = {j: {f: np.empty_like(y) for f in fractions} for j in rules}
+    for i, (tr, te) in enumerate(_splits(y, folds, seed, groups)):
+        for f, part in _parts(tr, fractions, seed + 1 + i):
+            for judge, balanced in rules.items():
+                idx = table_predict(cells[part], y_idx[part], cells[te], n_cells, classes.size,
+                                    balanced=balanced)  # fmt: skip
+                out[judge][f][te] = classes[idx]
     return out
 
 

@@ -12,11 +12,15 @@ import numpy as np
 
 from mass.metrics import growth
 from mass.metrics.attackers import (
+    LOOKUP,
+    LOOKUP_BALANCED,
     attack_predictions,
     frozen_accuracy,
     frozen_predict,
     frozen_reader,
+    lookup_predictions,
 )
+from mass.metrics.certificate import cells_of
 from mass.metrics.rules import (
     COLUMN,
     CURVE_FRACTIONS,
@@ -41,6 +45,8 @@ from mass.metrics.scores import (
 )
 from mass.metrics.strata import rare_named
 
+LOOKUPS = (LOOKUP, LOOKUP_BALANCED)
+
 
 def _take(a, rows):
     return None if a is None else np.asarray(a)[rows]
@@ -64,21 +70,37 @@ def _column_judges(columns: Mapping[str, tuple], y: np.ndarray, kw: dict[str, An
     return judged
 
 
-def _retrained(feats, y, columns, stats, kw: dict[str, Any], *, sup: bool, curve: bool,
-               project_rows: float | None):  # fmt: skip
-    """The retrained judges: (each family's predictions per fraction of its training rows,
-    the same with each released column judged alone added (suppressed), the fractions, the
-    projection factor to ``project_rows`` (:func:`mass.metrics.growth.factor`, 0: none))."""
+def _retrained(x_prime: np.ndarray, extra, y, columns, stats, kw: dict[str, Any], *, sup: bool,
+               curve: bool, project_rows: float | None):  # fmt: skip
+    """The retrained judges of ``x_prime`` beside the ``extra`` released columns: (each
+    family's predictions per fraction of its training rows, the same with each released
+    column judged alone and the lookups on the released vectors (``x_prime`` alone) added
+    (suppressed), the fractions, the projection factor to ``project_rows``
+    (:func:`mass.metrics.growth.factor`, 0: none))."""
     fractions = CURVE_FRACTIONS if sup and curve else (1.0,)
     k = growth.factor(growth.trained_rows(y.size, kw["folds"], kw.get("groups")),
                       project_rows or 0.0) if sup else 0.0  # fmt: skip
     if k > 0 and growth.HALF not in fractions:
         fractions = (growth.HALF, 1.0)
+    feats = x_prime if extra is None or extra.shape[1] == 0 else np.hstack([x_prime, extra])
     preds = attack_predictions(feats, y, fractions=fractions, stats=stats, **kw)
     curves = dict(preds)
     if sup:
         curves.update(_column_judges(columns, y, kw, fractions if k > 0 else (1.0,)))
+        curves.update(_lookup_judges(x_prime, y, kw, fractions))
     return preds, curves, fractions, k
+
+
+def _lookup_judges(x_prime: np.ndarray, y: np.ndarray, kw: dict[str, Any],
+                   fractions: tuple[float, ...]) -> dict[str, dict[float, np.ndarray]]:  # fmt: skip
+    """The lookup attackers on the released vectors (:func:`lookup_predictions`), when some
+    vector is released for more than one row (cells, or duplicate rows): a table from the
+    exact vector to S is what an attacker holding the release tabulates first."""
+    cells = cells_of(np.asarray(x_prime, dtype=np.float32))
+    if cells.size == 0 or int(cells.max()) + 1 >= cells.size:
+        return {}
+    return lookup_predictions(cells, y, folds=kw["folds"], seed=kw["seed"], fractions=fractions,
+                              groups=kw.get("groups"))  # fmt: skip
 
 
 def _scores(judged: Mapping[str, np.ndarray], y: np.ndarray, z: float, seed: int, *,
@@ -87,6 +109,8 @@ def _scores(judged: Mapping[str, np.ndarray], y: np.ndarray, z: float, seed: int
     scores = {j: score(y, p, z) for j, p in judged.items()}
     if remap:
         for j, p in judged.items():
+            if j in LOOKUPS:  # already the best rule per released value: nothing to re-map
+                continue
             acc = score(y, remap_predictions(y, p, seed=seed), z)
             bal = score(y, remap_predictions(y, p, seed=seed, balanced=True), z)
             scores[j + REMAP] = Score(acc.accuracy, bal.balanced, acc.ci_high,
@@ -101,7 +125,8 @@ def _margin_map(margins: Mapping[str, float] | float, judges: list[str], familie
         base = {j: float(margins[j]) for j in ((FROZEN,) if frozen else ()) + tuple(families)}
     else:
         base = dict.fromkeys((FROZEN, *families), float(margins))
-    return {j: base[family_of(j)] for j in judges}
+    strictest = min(base.values())  # the lookups on released values: no margin of their own
+    return {j: strictest if family_of(j) in LOOKUPS else base[family_of(j)] for j in judges}
 
 
 def _original(x: np.ndarray, y: np.ndarray, kw: dict[str, Any]) -> tuple[dict[str, float], float]:
@@ -118,10 +143,13 @@ def _learning_curve(preds, fractions: tuple[float, ...], y: np.ndarray):
     return {f: [[fr, float((p[fr] == y).mean())] for fr in fractions] for f, p in preds.items()}
 
 
-def _key_judges(key_x: np.ndarray, y: np.ndarray, z: float, kw: dict[str, Any], *, gate: bool):
-    """Each family retrained on the release with the noise removed: its accuracy and, when
-    the policy gates on it, its score as the judge ``<family>_key``."""
+def _key_judges(key_x: np.ndarray, y: np.ndarray, z: float, kw: dict[str, Any], *, gate: bool,
+                dim: int):  # fmt: skip
+    """Each family retrained on the release with the noise removed (and the lookups on its
+    first ``dim`` columns, the stripped embedding, when a vector repeats): its accuracy and,
+    when the policy gates on it, its score as the judge ``<family>_key``."""
     kp = attack_predictions(key_x, y, **kw)
+    kp.update(_lookup_judges(key_x[:, :dim], y, kw, (1.0,)))
     accuracy = {f: float((p[1.0] == y).mean()) for f, p in kp.items()}
     return accuracy, ({f + KEYED: score(y, p[1.0], z) for f, p in kp.items()} if gate else {})
 
@@ -242,8 +270,7 @@ def attribute_report(
     if original is None:
         original, original_balanced = _original(x, y, kw)
     kw.update({} if groups is None else {"groups": np.asarray(groups)[rows]})
-    feats = x_prime if extra is None or extra.shape[1] == 0 else np.hstack([x_prime, extra])
-    preds, curves, fractions, k = _retrained(feats, y, columns, stats, kw, sup=sup,
+    preds, curves, fractions, k = _retrained(x_prime, extra, y, columns, stats, kw, sup=sup,
                                              curve=curve, project_rows=project_rows)  # fmt: skip
     on_xp, frozen_x, frozen_by = _frozen_judge(frozen, frozen_family, x, x_prime, y, role=role,
                                                folds=folds, seed=seed)  # fmt: skip
@@ -254,7 +281,8 @@ def attribute_report(
     scores, rise = _projected(scores, curves, y, k, base)
     key_compromised = None
     if key_x is not None:
-        key_compromised, keyed = _key_judges(key_x, y, z, kw, gate=sup and gate_key)
+        key_compromised, keyed = _key_judges(key_x, y, z, kw, gate=sup and gate_key,
+                                               dim=x_prime.shape[1])  # fmt: skip
         scores.update(keyed)
     learning_curve = _learning_curve(preds, fractions, y)
     climbing = tuple(f for f, c in learning_curve.items() if curve_climbing(c, y.size, curve_tol))

@@ -126,6 +126,20 @@ def remap_predictions(y, pred, *, seed: int = 0, balanced: bool = False) -> np.n
     return out
 
 
+def table_predict(cell_train: np.ndarray, y_train: np.ndarray, cell_test: np.ndarray,
+                  n_cells: int, n_classes: int, *, balanced: bool = False) -> np.ndarray:  # fmt: skip
+    """A lookup table learned on ``(cell_train, y_train)`` (class indices), applied to
+    ``cell_test``: per cell the majority class or, with ``balanced``, the class with the
+    highest share of its own class's rows (the balanced-accuracy-optimal rule); a cell the
+    training rows never saw gets their majority class."""
+    counts = np.zeros((n_cells, n_classes), dtype=np.int64)
+    np.add.at(counts, (cell_train, y_train), 1)
+    totals = np.bincount(y_train, minlength=n_classes)
+    weights = counts / np.maximum(totals, 1) if balanced else counts
+    fallback = totals.argmax()
+    return np.where(counts.sum(1) > 0, weights.argmax(1), fallback)[cell_test]
+
+
 def leakage_floor(
     y_s, preserved: Mapping[str, np.ndarray], *, folds: int = 5, seed: int = 0,
     balanced: bool = False,
@@ -147,12 +161,8 @@ def leakage_floor(
     n_cells, n_classes = int(cell.max()) + 1, int(y_idx.max()) + 1
     pred = np.empty_like(y_idx)
     for train, test in cv_folds(y_idx, folds, seed):
-        counts = np.zeros((n_cells, n_classes), dtype=np.int64)
-        np.add.at(counts, (cell[train], y_idx[train]), 1)
-        totals = np.bincount(y_idx[train], minlength=n_classes)
-        weights = counts / np.maximum(totals, 1) if balanced else counts
-        fallback = totals.argmax()
-        pred[test] = np.where(counts.sum(1) > 0, weights.argmax(1), fallback)[cell[test]]
+        pred[test] = table_predict(cell[train], y_idx[train], cell[test], n_cells, n_classes,
+                                   balanced=balanced)  # fmt: skip
     if balanced:
         return balanced_accuracy(y_idx, pred)
     return float((pred == y_idx).sum() / y.size)

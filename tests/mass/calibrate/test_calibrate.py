@@ -69,7 +69,8 @@ def test_calibration_picks_a_passing_configuration_on_easy_data(files, tmp_path,
     judges = chosen["privacy"]["s"]  # every family and its re-mapped predictions, bounded
     assert {"logreg", "mlp", "gboost", "knn", "logreg_remap"} <= set(judges)
     limit = rep["baselines"]["s"]["limit"]
-    assert all(j["ok"] and j["ci_high"] <= limit[f.removesuffix("_remap")] + 1e-9
+    strictest = min(limit.values())  # the lookups on released values (cells) take it
+    assert all(j["ok"] and j["ci_high"] <= limit.get(f.removesuffix("_remap"), strictest) + 1e-9
                for f, j in judges.items())  # fmt: skip
     assert chosen["fraction"] >= rep["baselines"]["u"]["required_fraction"]
     assert (out / "calibration.png").stat().st_size > 1000
@@ -365,11 +366,13 @@ def test_stream_sample_is_stratified_seeded_and_bounded(tmp_path):
 
 def test_above_max_rows_trains_on_a_sample_and_says_so(files, tmp_path):
     out = tmp_path / "run"
-    assert _train(files / "easy.parquet", out, "--max-rows", "1800") == 0
+    # 2,300 of 2,400: on 1,800 sampled rows every candidate's validation bound sits over the
+    # limit since the lookups on released values judge the cell releases (docs/audit.md)
+    assert _train(files / "easy.parquet", out, "--max-rows", "2300") == 0
     rep = json.loads((out / "calibration.json").read_text())
-    assert rep["sample"]["input_rows"] == 2400 and rep["sample"]["sampled_rows"] < 2200
+    assert rep["sample"]["input_rows"] == 2400 and rep["sample"]["sampled_rows"] < 2400
     assert rep["validation"]["train_rows"] == rep["sample"]["sampled_rows"]  # out-of-fold
-    assert json.loads((out / "metrics.json").read_text())["sample"]["max_rows"] == 1800
+    assert json.loads((out / "metrics.json").read_text())["sample"]["max_rows"] == 2300
 
 
 def test_sample_table_is_a_bounded_stratified_reader_for_any_parquet(tmp_path):

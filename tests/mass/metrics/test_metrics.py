@@ -335,3 +335,46 @@ def test_attackers_judge_a_singleton_class_without_sklearn_errors():
     preds = attack_predictions(x, y, families=("mlp", "gboost"), folds=5,
                                fractions=(0.25, 1.0))  # fmt: skip
     assert all(p[1.0].shape == y.shape for p in preds.values())
+
+
+def _small_cells(n_cells: int = 600, per: int = 4, seed: int = 0):
+    """A cell release (``per`` rows per random vector) whose cells carry S 3 to 1: the cells
+    are too small and too scattered for kNN's 15 neighbours or a smooth model to read."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(n_cells, 16)).astype(np.float32)
+    cell = np.repeat(np.arange(n_cells), per)
+    s = np.repeat(np.arange(n_cells) % 2, per)
+    s = np.where(np.tile([0, 0, 0, 1], n_cells).astype(bool), 1 - s, s)
+    xp = centres[cell]
+    return s, xp + rng.normal(size=xp.shape).astype(np.float32), xp
+
+
+def test_attribute_report_looks_up_released_values():
+    """The guide's attackers include a lookup on released values: the majority S per exact
+    released vector, learned out of fold. On a cell release the retrained families read at
+    chance, the lookups read the cells' 3-to-1 skew, and the attribute fails on them, held to
+    the strictest family's margin."""
+    s, x, xp = _small_cells()
+    r = attribute_report("S", s, x, xp, role="suppressed", families=("logreg", "knn", "gboost"),
+                         folds=5, margins={"logreg": 0.05, "knn": 0.04, "gboost": 0.06})  # fmt: skip
+    for fam in ("logreg", "knn", "gboost"):
+        assert r.judge_ok(fam), fam
+    for judge in ("lookup", "lookup_balanced"):
+        assert r.accuracies[judge] > 0.6 and not r.judge_ok(judge)
+        assert r.margins[judge] == 0.04
+        assert judge + "_remap" not in r.accuracies  # the rule per value is already the best
+    assert not r.passed
+    # released with noise over the same cells: the attacker holding the key strips it and
+    # looks the cells up (the key judges' lookups, on the stripped embedding)
+    noisy = xp + np.random.default_rng(1).normal(size=xp.shape).astype(np.float32)
+    k = attribute_report("S", s, x, noisy, role="suppressed", families=("logreg",), folds=5,
+                         key_x=np.hstack([xp, np.zeros((len(xp), 2), np.float32)]),
+                         gate_key=True)  # fmt: skip
+    assert "lookup" not in k.accuracies and not k.judge_ok("lookup_key") and not k.passed
+    assert k.margins["lookup_balanced_key"] == 0.05
+    # the same rows released as distinct vectors: no value repeats, no lookup judge
+    cont = attribute_report("S", s, x, x + 1.0, role="suppressed", families=("logreg",), folds=5)
+    assert "lookup" not in cont.accuracies
+    # a preserved attribute is not judged by lookups
+    kept = attribute_report("S", s, x, xp, role="preserved", families=("logreg",), folds=5)
+    assert "lookup" not in kept.accuracies
