@@ -116,13 +116,9 @@ def remap_predictions(y, pred, *, seed: int = 0, balanced: bool = False) -> np.n
     half[np.random.default_rng(seed).permutation(y.size)[: y.size // 2]] = True
     for test in (half, ~half):
         learn = ~test
-        counts = np.zeros((p_vals.size, classes.size), dtype=np.float64)
-        np.add.at(counts, (p_idx[learn], y_idx[learn]), 1.0)
-        totals = np.bincount(y_idx[learn], minlength=classes.size).astype(np.float64)
-        weights = counts / np.maximum(totals, 1.0) if balanced else counts
-        fallback = int(totals.argmax())
-        mapping = np.where(counts.sum(1) > 0, weights.argmax(1), fallback)
-        out[test] = classes[mapping[p_idx[test]]]
+        mapped = table_predict(p_idx[learn], y_idx[learn], p_idx[test], p_vals.size,
+                               classes.size, balanced=balanced)  # fmt: skip
+        out[test] = classes[mapped]
     return out
 
 

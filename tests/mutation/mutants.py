@@ -303,7 +303,7 @@ MUTANTS = [
            "feats = x_prime if True else", AUDIT,
            "attackers never see the other released columns: a proxy column leaks unseen"),
     Mutant("audit-remap-reads-nothing", "mass.metrics.scores:remap_predictions",
-           "out[test] = classes[mapping[p_idx[test]]]", "out[test] = pred[test]", AUDIT,
+           "out[test] = classes[mapped]", "out[test] = pred[test]", AUDIT,
            "a judge far below chance (labels flipped, not removed) passes"),
     Mutant("audit-remap-judges-not-required", "mass.metrics.judges:_margin_map",
            "return {j: strictest if family_of(j) in LOOKUPS else base[family_of(j)] for j in judges}",
