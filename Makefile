@@ -57,8 +57,10 @@ demo: venv demo-keys
 chromium:
 	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
 
+# --durations: the slowest tests at the end of every run (the suite's length is watched in
+# docs/journal/timings.md)
 test: lint chromium
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=25 tests
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "not slow" tests

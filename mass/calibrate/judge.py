@@ -220,6 +220,29 @@ class ValidationAudit:
             project_rows=self.release_training_rows if role == "suppressed" else None,
         )  # fmt: skip
 
+    def lookups(self, xp: np.ndarray, groups: np.ndarray, covered: np.ndarray,
+                project_rows: float | None = None) -> dict[str, AttributeReport]:  # fmt: skip
+        """The gate's lookups on released values alone (no family), per suppressed attribute,
+        on the validation rows in ``covered`` (a mask) of the release ``xp``, learned within
+        each ``groups`` code (one fitted model's release) and held to the strictest family's
+        margin, as the gate holds them, their bounds projected to ``project_rows`` training
+        rows when given (:mod:`mass.metrics.growth`); {} when no released vector repeats."""
+        keep = self.rows[covered[self.rows]]
+        out = {}
+        for s in self.suppress:
+            margins = self.policy.margins(s)
+            y = self.labels[s][covered[self.rows]]
+            r = attribute_report(
+                s, y, self.x[keep], xp[keep], role="suppressed",
+                preserved={p: self.labels[p][covered[self.rows]] for p in self.preserve},
+                margins=min(margins[f] for f in self.families), families=(),
+                folds=self.folds, seed=self.cfg.seed, confidence=self.confidence,
+                curve=False, original=self.base.original[s], groups=groups[keep],
+                project_rows=project_rows)  # fmt: skip
+            if r.ci_high:
+                out[s] = r
+        return out
+
     def measure(self, xp: np.ndarray, *, full: bool = False, known: dict | None = None
                 ) -> dict[str, Any]:  # fmt: skip
         """Privacy (every family: the gate's verdict, and the frontier's exact privacy axis)

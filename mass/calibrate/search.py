@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from mass.audit.policy import AuditPolicy
-from mass.calibrate.judge import ValidationAudit
+from mass.calibrate.judge import ValidationAudit, summary
 from mass.calibrate.noise import NOISE_LEVELS, bisect_noise, release_of, with_output_noise
 from mass.calibrate.rank import (  # noqa: F401  (infeasible_attributes, nonlinear_leak: public)
     LINEAR_ERASER,
@@ -46,11 +46,16 @@ from mass.calibrate.space import (
     params_for,
     resolved_config,
 )
-from mass.calibrate.validation import trained_validation, validation_plan
+from mass.calibrate.validation import (
+    release_shaped_folds,
+    trained_validation,
+    validation_plan,
+)
 from mass.config import CalibrationConfig
 from mass.errors import CalibrationError, ConfigError, InputError
 from mass.io import EmbeddingDataset
 from mass.methods._common import subset
+from mass.metrics.certificate import cells_of
 from mass.rows import joint_codes
 
 log = logging.getLogger(__name__)
@@ -401,7 +406,49 @@ def _try(s: _Search, c: Candidate) -> bool:
             s.linear_only = s.linear_only or nonlinear_leak(found["points"], c.name)
         s.over_budget = s.over_budget or s.now() > c_deadline
         return False
+    if c.cells and c_folds and not _lookups_at_release_shape(s, entry, fit_on, found["chosen"]):
+        return False
     return _rank(s, c, entry, found["chosen"], (fit, params, fit_on, parts, c_audit))
+
+
+def _lookups_at_release_shape(s: _Search, entry: dict, fit_on, pt: dict) -> bool:
+    """A cell candidate that passed out of fold, judged once more by the lookups on released
+    values alone, on releases with as many rows per cell as the release's
+    (:func:`.validation.release_shaped_folds`): the four fold models' releases hold about a
+    third of that, and their lookups under-read it (docs/calibration.md, "The lookup at the
+    release's shape"). False (the entry failed) when a lookup's bound is over its limit."""
+    pairs, how, project = release_shaped_folds(s)
+    t = s.now()
+    n = len(s.audit.x)
+    groups, covered = np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=bool)
+    parts = []
+    try:
+        for k, (fit_rows, rows) in enumerate(pairs):
+            parts.append((fit_on(subset(s.train, fit_rows)).modifier, rows))
+            groups[rows], covered[rows] = k, True
+    except (ConfigError, InputError, ValueError, RuntimeError) as e:  # fail closed
+        entry.update(status="failed", release_shape={"how": how, "passed": False},
+                     reason=f"the lookup at the release's shape ({how}) could not be "
+                            f"judged: its fit failed: {e}")  # fmt: skip
+        return False
+    # under the key gate the gate also looks up the release with its noise removed
+    level = 0.0 if s.policy.gate_key_compromised else float(pt["noise"])
+    plain = release_of(parts, s.audit, 0.0)
+    xp = plain if level == 0.0 else release_of(parts, s.audit, level)
+    reports = s.audit.lookups(xp, groups, covered, project)
+    over = [f"{a}: {j} bound {r.ci_high[j]:.3f} (balanced {r.balanced_ci_high[j]:.3f}), limits "
+            f"{r.baseline + r.margins[j]:.3f} ({r.balanced_baseline + r.margins[j]:.3f})"
+            for a, r in reports.items() for j in r.ci_high if not r.judge_ok(j)]  # fmt: skip
+    cells = int(cells_of(plain[pairs[0][1]]).max()) + 1  # distinct vectors of one release
+    entry["release_shape"] = {
+        "how": how, "noise": level, "seconds": s.now() - t,
+        "rows_per_cell": round(len(pairs[0][1]) / max(cells, 1), 2),
+        "lookups": {a: summary(r) for a, r in reports.items()}, "passed": not over}  # fmt: skip
+    if over:
+        entry.update(status="failed", reason=(
+            "the lookup on released values fails on releases shaped like the release's "
+            f"({how}): " + "; ".join(over)))  # fmt: skip
+    return not over
 
 
 def _rank(s: _Search, c: Candidate, entry: dict, pt: dict, made) -> bool:

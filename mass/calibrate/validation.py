@@ -5,6 +5,8 @@ data or for a trained candidate, ``--val``, or the release rows themselves with
 
 from __future__ import annotations
 
+import numpy as np
+
 from mass.calibrate.judge import ValidationAudit
 from mass.calibrate.report import baseline_report
 from mass.calibrate.sampling import fold_indices, holdout_codes, stratified_split
@@ -72,3 +74,30 @@ def trained_validation(s):
             "attacker_train_rows": ha.base.n_eval * (ha.folds - 1) // ha.folds,
             "folds": ha.folds, "baselines": baseline_report(ha.base, s.policy)}  # fmt: skip
     return s.trained_val["fit_ds"], s.trained_val["audit"]
+
+
+def release_shaped_folds(s) -> tuple[list[tuple[np.ndarray, np.ndarray]], str, float]:
+    """(fit rows, released rows) pairs whose releases hold about as many rows per cell as the
+    release will, how, and the training rows to project the lookups' bounds to.
+
+    A cell release's lookup (a table from released vector to S) reads more the more rows
+    each cell holds. The release model is fitted on all n training rows and releases m
+    (``--release-rows``, else n) rows: about m/n of a fit row per cell per released row.
+    Out of fold with k folds, each model is fitted on (k-1)/k of the rows and releases 1/k:
+    1/(k-1) of that, a third with the search's four folds. So the cells' lookups are judged
+    once more on k = 1 + n/m folds (two when m = n). A release larger than the training rows
+    (m > n) cannot be shaped from them (a model fitted on n/(n+m) of them would be fitted on
+    next to nothing): it is judged on halves. In every case the lookups' bounds are projected
+    along their learning curves (:mod:`mass.metrics.growth`) to the training rows that hold as
+    many rows per cell as the gate's attackers of the release (a (1 - 1/folds) share of m
+    rows) do: (1 - 1/folds) m (k-1)/k, which also covers validation's cap on the rows judged
+    (docs/calibration.md, "The lookup at the release's shape")."""
+    n = len(s.train)
+    m = int(s.cfg.release_rows or n)
+    folds = max(2, int(round(1.0 + n / max(m, 1))))
+    parts = fold_indices(stratification_codes(s.strata, folds), folds, s.cfg.seed + 1)
+    pairs = [(np.sort(np.concatenate([f for j, f in enumerate(parts) if j != i])), f)
+             for i, f in enumerate(parts)]  # fmt: skip
+    how = (f"{folds} models, each fitted on {folds - 1} of {folds} stratified folds of the "
+           f"{n} training rows and releasing the other")  # fmt: skip
+    return pairs, how, (1.0 - 1.0 / s.policy.folds) * m * (folds - 1) / folds

@@ -919,6 +919,9 @@ def test_the_certified_partition_at_the_validated_rows_count_comes_first(
         return {"points": [pt], "chosen": pt if passes else None, "reason": "judged"}
 
     monkeypatch.setattr(S, "bisect_noise", fake_bisect)
+    # the lookups at the release's shape (tests/mass/calibrate/test_release_shape.py) would
+    # judge the passing one on 900 rows, too few for the margin: this test is about the order
+    monkeypatch.setattr(S, "_lookups_at_release_shape", lambda *a: True)
     ds = load_embeddings(str(files / "ring.parquet"), label_cols=["s", "u"])
     by_name = {c.name: c for c in C.SEARCH_SPACE}
     space = (by_name["ot-repair+certified|R"], by_name["ot-repair+certified-val|R"])
