@@ -220,24 +220,23 @@ class ValidationAudit:
             project_rows=self.release_training_rows if role == "suppressed" else None,
         )  # fmt: skip
 
-    def lookups(self, xp: np.ndarray, groups: np.ndarray, covered: np.ndarray,
+    def lookups(self, x: np.ndarray, xp: np.ndarray, labels, groups: np.ndarray,
                 project_rows: float | None = None) -> dict[str, AttributeReport]:  # fmt: skip
         """The gate's lookups on released values alone (no family), per suppressed attribute,
-        on the validation rows in ``covered`` (a mask) of the release ``xp``, learned within
-        each ``groups`` code (one fitted model's release) and held to the strictest family's
-        margin, as the gate holds them, their bounds projected to ``project_rows`` training
-        rows when given (:mod:`mass.metrics.growth`); {} when no released vector repeats."""
-        keep = self.rows[covered[self.rows]]
+        on the rows ``x`` (normalised) released as ``xp`` with their ``labels``: learned
+        within each ``groups`` code (one fitted model's release), held to the strictest
+        family's margin as the gate holds them, at this audit's confidence, their bounds
+        projected to ``project_rows`` training rows when given (:mod:`mass.metrics.growth`);
+        an attribute is left out when no released vector repeats."""
         out = {}
         for s in self.suppress:
             margins = self.policy.margins(s)
-            y = self.labels[s][covered[self.rows]]
             r = attribute_report(
-                s, y, self.x[keep], xp[keep], role="suppressed",
-                preserved={p: self.labels[p][covered[self.rows]] for p in self.preserve},
+                s, labels[s], x, xp, role="suppressed",
+                preserved={p: labels[p] for p in self.preserve},
                 margins=min(margins[f] for f in self.families), families=(),
                 folds=self.folds, seed=self.cfg.seed, confidence=self.confidence,
-                curve=False, original=self.base.original[s], groups=groups[keep],
+                curve=False, original=self.base.original[s], groups=groups,
                 project_rows=project_rows)  # fmt: skip
             if r.ci_high:
                 out[s] = r

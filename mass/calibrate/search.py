@@ -406,36 +406,45 @@ def _try(s: _Search, c: Candidate) -> bool:
             s.linear_only = s.linear_only or nonlinear_leak(found["points"], c.name)
         s.over_budget = s.over_budget or s.now() > c_deadline
         return False
-    if c.cells and c_folds and not _lookups_at_release_shape(s, entry, fit_on, found["chosen"]):
+    if (c.cells and not c.trained and not s.cfg.transductive
+            and not _lookups_at_release_shape(s, entry, fit_on, found["chosen"], c_audit,
+                                              len(s.train) if c_folds else len(c_fit))):  # fmt: skip
         return False
     return _rank(s, c, entry, found["chosen"], (fit, params, fit_on, parts, c_audit))
 
 
-def _lookups_at_release_shape(s: _Search, entry: dict, fit_on, pt: dict) -> bool:
-    """A cell candidate that passed out of fold, judged once more by the lookups on released
-    values alone, on releases with as many rows per cell as the release's
-    (:func:`.validation.release_shaped_folds`): the four fold models' releases hold about a
-    third of that, and their lookups under-read it (docs/calibration.md, "The lookup at the
-    release's shape"). False (the entry failed) when a lookup's bound is over its limit."""
-    pairs, how, project = release_shaped_folds(s)
+def _lookups_at_release_shape(s: _Search, entry: dict, fit_on, pt: dict, audit,
+                              n_fit: int) -> bool:  # fmt: skip
+    """A cell candidate that passed validation, judged once more by the lookups on released
+    values alone, on releases of the training rows with as many rows per cell as the release
+    model (fitted on ``n_fit`` rows) gives the gate (:func:`.validation.release_shaped_folds`):
+    the four fold models' releases hold about a third of that, a holdout's a quarter, and
+    their lookups under-read it (docs/calibration.md, "The lookup at the release's shape").
+    ``audit`` supplies the bounds and margins. False (the entry failed) when a lookup's bound
+    is over its limit."""
+    from mass.calibrate.noise import apply
+    from mass.noise import row_seeds
+    from mass.rows import normalize_rows
+
+    pairs, how, project = release_shaped_folds(s, n_fit)
     t = s.now()
-    n = len(s.audit.x)
-    groups, covered = np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=bool)
-    parts = []
+    x, seeds = normalize_rows(s.train.x), row_seeds(s.train.ids)
+    groups, plain = np.full(len(x), -1, dtype=np.int64), np.empty_like(x)
+    # under the key gate the gate also looks up the release with its noise removed
+    level = 0.0 if s.policy.gate_key_compromised else float(pt["noise"])
+    xp = plain if level == 0.0 else np.empty_like(x)
     try:
         for k, (fit_rows, rows) in enumerate(pairs):
-            parts.append((fit_on(subset(s.train, fit_rows)).modifier, rows))
-            groups[rows], covered[rows] = k, True
+            model = fit_on(subset(s.train, fit_rows)).modifier
+            groups[rows], plain[rows] = k, apply(model, x[rows], seeds[rows])
+            if level != 0.0:
+                xp[rows] = apply(with_output_noise(model, level), x[rows], seeds[rows])
     except (ConfigError, InputError, ValueError, RuntimeError) as e:  # fail closed
         entry.update(status="failed", release_shape={"how": how, "passed": False},
                      reason=f"the lookup at the release's shape ({how}) could not be "
                             f"judged: its fit failed: {e}")  # fmt: skip
         return False
-    # under the key gate the gate also looks up the release with its noise removed
-    level = 0.0 if s.policy.gate_key_compromised else float(pt["noise"])
-    plain = release_of(parts, s.audit, 0.0)
-    xp = plain if level == 0.0 else release_of(parts, s.audit, level)
-    reports = s.audit.lookups(xp, groups, covered, project)
+    reports = audit.lookups(x, xp, s.train.labels, groups, project)
     over = [f"{a}: {j} bound {r.ci_high[j]:.3f} (balanced {r.balanced_ci_high[j]:.3f}), limits "
             f"{r.baseline + r.margins[j]:.3f} ({r.balanced_baseline + r.margins[j]:.3f})"
             for a, r in reports.items() for j in r.ci_high if not r.judge_ok(j)]  # fmt: skip

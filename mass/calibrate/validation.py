@@ -76,28 +76,30 @@ def trained_validation(s):
     return s.trained_val["fit_ds"], s.trained_val["audit"]
 
 
-def release_shaped_folds(s) -> tuple[list[tuple[np.ndarray, np.ndarray]], str, float]:
-    """(fit rows, released rows) pairs whose releases hold about as many rows per cell as the
-    release will, how, and the training rows to project the lookups' bounds to.
+def release_shaped_folds(s, n_fit: int) -> tuple[list[tuple[np.ndarray, np.ndarray]], str, float]:
+    """(fit rows, released rows) pairs of the training rows whose releases hold about as many
+    rows per cell as the release will, how, and the training rows to project the lookups'
+    bounds to.
 
     A cell release's lookup (a table from released vector to S) reads more the more rows
-    each cell holds. The release model is fitted on all n training rows and releases m
-    (``--release-rows``, else n) rows: about m/n of a fit row per cell per released row.
-    Out of fold with k folds, each model is fitted on (k-1)/k of the rows and releases 1/k:
-    1/(k-1) of that, a third with the search's four folds. So the cells' lookups are judged
-    once more on k = 1 + n/m folds (two when m = n). A release larger than the training rows
-    (m > n) cannot be shaped from them (a model fitted on n/(n+m) of them would be fitted on
-    next to nothing): it is judged on halves. In every case the lookups' bounds are projected
-    along their learning curves (:mod:`mass.metrics.growth`) to the training rows that hold as
-    many rows per cell as the gate's attackers of the release (a (1 - 1/folds) share of m
-    rows) do: (1 - 1/folds) m (k-1)/k, which also covers validation's cap on the rows judged
+    each cell holds. The release model is fitted on ``n_fit`` rows (every training row out of
+    fold, the rest of a holdout) and releases m (``--release-rows``, else every training
+    row): m/n_fit released rows per fitted row of a cell. With k folds of the n training rows,
+    each model is fitted on (k-1)/k of them and releases 1/k: 1/(k-1). So the cells' lookups
+    are judged on k = 1 + n_fit/m folds, at least 2 (two halves when m = n = n_fit). A release
+    larger than that cannot be shaped from the training rows (a model fitted on next to
+    nothing): its lookups' bounds are projected along their learning curves
+    (:mod:`mass.metrics.growth`) to the training rows that hold as many rows per cell as the
+    gate's attackers of the release ((1 - 1/folds) m rows, cells of an n_fit-row fit):
+    (1 - 1/folds) m (k-1) n / (k n_fit), which also covers any smaller step
     (docs/calibration.md, "The lookup at the release's shape")."""
     n = len(s.train)
     m = int(s.cfg.release_rows or n)
-    folds = max(2, int(round(1.0 + n / max(m, 1))))
+    folds = max(2, int(round(1.0 + n_fit / max(m, 1))))
     parts = fold_indices(stratification_codes(s.strata, folds), folds, s.cfg.seed + 1)
     pairs = [(np.sort(np.concatenate([f for j, f in enumerate(parts) if j != i])), f)
              for i, f in enumerate(parts)]  # fmt: skip
     how = (f"{folds} models, each fitted on {folds - 1} of {folds} stratified folds of the "
            f"{n} training rows and releasing the other")  # fmt: skip
-    return pairs, how, (1.0 - 1.0 / s.policy.folds) * m * (folds - 1) / folds
+    share = 1.0 - 1.0 / s.policy.folds
+    return pairs, how, share * m * (folds - 1) * n / (folds * n_fit)

@@ -602,14 +602,14 @@ MUTANTS = [
            "under the key gate every continuous candidate is tried, and one whose leak grows "
            "past validation's projection can be chosen (unicode's quadratic eraser)"),
     Mutant("calibrate-lookup-release-shape-skipped", "mass.calibrate.search:_try",
-           "if c.cells and c_folds and not _lookups_at_release_shape(",
-           "if False and not _lookups_at_release_shape(",
+           "if (c.cells and not c.trained and not s.cfg.transductive",
+           "if (False and not c.trained and not s.cfg.transductive",
            ("tests/mass/calibrate/test_release_shape.py",),
-           "a cell candidate is judged only on the four fold models' releases, whose lookups "
-           "see a third of the release's rows per cell (twoyear: chosen, then refused at the "
-           "gate)"),
+           "a cell candidate is judged only on validation's releases, whose lookups see a third "
+           "of the release's rows per cell (twoyear: chosen, then refused at the gate)"),
     Mutant("calibrate-lookup-release-shape-rows", "mass.calibrate.validation:release_shaped_folds",
-           "k = 1.0 + n / max(m, 1)", "k = 1.0 + 3.0 * n / max(m, 1)",
+           "folds = max(2, int(round(1.0 + n_fit / max(m, 1))))",
+           "folds = max(2, int(round(1.0 + 3.0 * n_fit / max(m, 1))))",
            ("tests/mass/calibrate/test_release_shape.py",),
            "the release-shaped check judges releases with the fold models' rows per cell"),
     Mutant("omp-threads-spin", "mass.cli:_process_defaults",

@@ -108,6 +108,26 @@ def test_cells_whose_lookup_reads_s_at_the_release_shape_are_refused(setup, tmp_
     assert fits == [1500] * 4 + [1000] * 2, fits
 
 
+def test_with_held_out_validation_rows_the_cells_are_judged_at_the_release_shape_too(
+    setup, tmp_path
+):  # fmt: skip
+    """``--val`` (or a holdout, past 16,000 rows): the release model is the one fitted on the
+    training rows, judged on other rows' release, whose cells hold as many rows as the
+    validation rows are few. The lookups are judged again on halves of the training rows."""
+    ds, fits, _ = setup
+    from mass.methods._common import subset
+
+    train, val = subset(ds, np.arange(1500)), subset(ds, np.arange(1500, 2000))
+    with pytest.raises(CalibrationError):
+        C.calibrate(train, val=val, suppress=["s"], preserve=["u"], space=(CELLS,),
+                    out_dir=str(tmp_path),
+                    policy=AuditPolicy(families=("logreg", "knn"), gate_key_compromised=True),
+                    cfg=CalibrationConfig(budget_minutes=5))  # fmt: skip
+    entry = json.loads((tmp_path / "calibration.json").read_text())["candidates"][0]
+    assert entry["status"] == "failed" and not entry["release_shape"]["passed"], entry
+    assert fits == [1500, 750, 750], fits  # the release model, then two halves
+
+
 def test_cells_independent_of_s_pass_the_release_shape_and_are_chosen(setup):
     ds, fits, axis = setup
     axis["axis"] = 1
@@ -135,7 +155,7 @@ def test_the_release_shaped_folds_match_the_rows_per_cell_of_the_release(release
     s = SimpleNamespace(train=np.zeros(n), strata=strata, folds=fold_indices(strata, 4, 0),
                         policy=AuditPolicy(folds=10),
                         cfg=CalibrationConfig(release_rows=release_rows))  # fmt: skip
-    pairs, how, project = release_shaped_folds(s)
+    pairs, how, project = release_shaped_folds(s, n)
     assert how.startswith(plan), how
     k = int(plan[0])
     released = np.concatenate([rows for _, rows in pairs])
