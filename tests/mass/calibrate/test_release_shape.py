@@ -17,7 +17,6 @@ import torch
 
 from mass import calibrate as C
 from mass.audit.policy import AuditPolicy
-from mass.calibrate import search as S
 from mass.calibrate.validation import release_shaped_folds
 from mass.config import CalibrationConfig
 from mass.errors import CalibrationError
@@ -58,21 +57,13 @@ class _Method:
 
 
 @pytest.fixture
-def setup(monkeypatch):
+def setup(monkeypatch, every_candidate_passes):
     """2,000 rows; s lives in coordinate 0 alone (bins along it are S-pure), u elsewhere.
     Every candidate passes the out-of-fold judging (the four fold models' releases)."""
     ds = toy_dataset(2000, dim=8, classes={"s": 2, "u": 3}, seed=5)
     rng = np.random.default_rng(0)
     ds.x[:, 0] = np.where(ds.labels["s"] == 1, 5.0, -5.0) + rng.normal(size=len(ds)) * 0.1
     ds.x[:, 1] = rng.normal(size=len(ds)) * 3.0  # S-free: bins along it hold S at chance
-
-    def passing(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False):
-        pt = {"noise": 0.0, "privacy": {}, "privacy_ok": True, "utility_ok": True,
-              "passed": True, "excess": 0.0, "fraction": 0.97, "fidelity": 0.5,
-              "utility": {"u": {"logreg": 0.9}}}  # fmt: skip
-        return {"points": [pt], "chosen": pt, "reason": "passes at noise 0.0"}
-
-    monkeypatch.setattr(S, "bisect_noise", passing)
     fits: list[int] = []
     axis = {"axis": 0}
 

@@ -9,7 +9,6 @@ import pytest
 
 from mass import calibrate as C
 from mass.audit.policy import AuditPolicy
-from mass.calibrate import search as S
 from mass.config import CalibrationConfig
 from mass.errors import CalibrationError
 from mass.methods._common import toy_dataset
@@ -20,16 +19,8 @@ LEACE = C.Candidate("leace", "leace_iterated", {"given_preserved": False, "round
 
 
 @pytest.fixture
-def equal_privacy(monkeypatch):
+def equal_privacy(every_candidate_passes):
     """Every candidate passes at noise 0 with the same privacy and named-utility numbers."""
-
-    def passing(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False):
-        pt = {"noise": 0.0, "privacy": {}, "privacy_ok": True, "utility_ok": True,
-              "passed": True, "excess": 0.0, "fraction": 0.97, "fidelity": 0.5,
-              "utility": {"u": {"logreg": 0.9}}}  # fmt: skip
-        return {"points": [pt], "chosen": pt, "reason": "passes at noise 0.0"}
-
-    monkeypatch.setattr(S, "bisect_noise", passing)
     return toy_dataset(800, dim=16, classes={"s": 2, "u": 3, "w": 3}, seed=4)
 
 
