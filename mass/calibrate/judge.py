@@ -293,6 +293,8 @@ def summary(r: AttributeReport) -> dict[str, Any]:
     """A suppressed attribute's judges as calibration.json records them."""
     out = {j: {"accuracy": round(r.accuracies[j], 4), "ci_high": round(r.ci_high[j], 4),
                "balanced_ci_high": round(r.balanced_ci_high.get(j, float("nan")), 4),
+               "limit": round(r.baseline + r.margins[j], 4),
+               "balanced_limit": round(r.balanced_baseline + r.margins[j], 4),
                "ok": r.judge_ok(j)} for j in r.ci_high}  # fmt: skip
     for j, rise in r.growth.items():  # the bounds above include the projected growth
         out[j]["growth"] = rise

@@ -53,9 +53,15 @@ def apply(model: torch.nn.Module, x: np.ndarray, seeds: np.ndarray, batch: int =
 def release_of(parts, audit, level: float) -> np.ndarray:
     """The validation release at noise ``level``: each fitted model of ``parts`` ((modifier,
     rows) pairs) releases its own (unseen) rows of ``audit.x``."""
-    xp = np.empty_like(audit.x)
+    return released(parts, audit.x, audit.seeds, level)
+
+
+def released(parts, x: np.ndarray, seeds: np.ndarray, level: float) -> np.ndarray:
+    """Each fitted model of ``parts`` ((modifier, rows) pairs) releases its own rows of the
+    normalised ``x`` (their noise ``seeds``) at noise ``level``."""
+    xp = np.empty_like(x)
     for model, rows in parts:
-        xp[rows] = apply(with_output_noise(model, level), audit.x[rows], audit.seeds[rows])
+        xp[rows] = apply(with_output_noise(model, level), x[rows], seeds[rows])
     return xp
 
 

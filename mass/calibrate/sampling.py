@@ -59,6 +59,13 @@ def fold_indices(strata: np.ndarray, k: int, seed: int) -> list[np.ndarray]:
     return [np.flatnonzero(fold == j) for j in range(k)]
 
 
+def fold_pairs(folds: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(the other folds' rows, sorted; this fold's rows) for each of ``folds``: a model
+    fitted on the first releases the second, never a row it was fitted on."""
+    return [(np.sort(np.concatenate([f for j, f in enumerate(folds) if j != i])), rows)
+            for i, rows in enumerate(folds)]  # fmt: skip
+
+
 def total_rows(spec: str) -> int:
     """Rows of a Parquet file/dir/glob from the footers (nothing else is read); -1 when a
     footer cannot be read (the loader then names the file and the problem)."""

@@ -19,7 +19,13 @@ import torch
 
 from mass.audit.policy import AuditPolicy
 from mass.calibrate.judge import ValidationAudit, summary
-from mass.calibrate.noise import NOISE_LEVELS, bisect_noise, release_of, with_output_noise
+from mass.calibrate.noise import (
+    NOISE_LEVELS,
+    bisect_noise,
+    release_of,
+    released,
+    with_output_noise,
+)
 from mass.calibrate.rank import (  # noqa: F401  (infeasible_attributes, nonlinear_leak: public)
     LINEAR_ERASER,
     infeasible_attributes,
@@ -36,6 +42,7 @@ from mass.calibrate.report import (
     why,
     write_report,
 )
+from mass.calibrate.sampling import fold_pairs
 from mass.calibrate.space import (
     SEARCH_SPACE,
     Candidate,
@@ -309,9 +316,8 @@ def _fit_parts(s: _Search, fit_on, c_fit, c_audit, c_folds, c_deadline: float, m
         took.append(s.now() - t)
         return fit, [(fit.modifier, np.arange(len(c_audit.x)))]
     parts, slowest = [], 0.0
-    for k, rows in enumerate(c_folds):
+    for k, (others, rows) in enumerate(fold_pairs(c_folds)):
         t = s.now()
-        others = np.sort(np.concatenate([f for j, f in enumerate(c_folds) if j != k]))
         parts.append((fit_on(subset(s.train, others)).modifier, rows))
         end = s.now()
         took.append(end - t)
@@ -416,29 +422,27 @@ def _try(s: _Search, c: Candidate) -> bool:
 def _lookups_at_release_shape(s: _Search, entry: dict, fit_on, pt: dict, audit,
                               n_fit: int) -> bool:  # fmt: skip
     """A cell candidate that passed validation, judged once more by the lookups on released
-    values alone, on releases of the training rows with as many rows per cell as the release
+    values alone, on releases of the training rows with at least as many rows per cell as the release
     model (fitted on ``n_fit`` rows) gives the gate (:func:`.validation.release_shaped_folds`):
     the four fold models' releases hold about a third of that, a holdout's a quarter, and
     their lookups under-read it (docs/calibration.md, "The lookup at the release's shape").
     ``audit`` supplies the bounds and margins. False (the entry failed) when a lookup's bound
     is over its limit."""
-    from mass.calibrate.noise import apply
     from mass.noise import row_seeds
     from mass.rows import normalize_rows
 
     pairs, how, project = release_shaped_folds(s, n_fit)
     t = s.now()
     x, seeds = normalize_rows(s.train.x), row_seeds(s.train.ids)
-    groups, plain = np.full(len(x), -1, dtype=np.int64), np.empty_like(x)
+    groups = np.full(len(x), -1, dtype=np.int64)
+    for k, (_, rows) in enumerate(pairs):
+        groups[rows] = k
     # under the key gate the gate also looks up the release with its noise removed
     level = 0.0 if s.policy.gate_key_compromised else float(pt["noise"])
-    xp = plain if level == 0.0 else np.empty_like(x)
     try:
-        for k, (fit_rows, rows) in enumerate(pairs):
-            model = fit_on(subset(s.train, fit_rows)).modifier
-            groups[rows], plain[rows] = k, apply(model, x[rows], seeds[rows])
-            if level != 0.0:
-                xp[rows] = apply(with_output_noise(model, level), x[rows], seeds[rows])
+        parts = [(fit_on(subset(s.train, fit_rows)).modifier, rows) for fit_rows, rows in pairs]
+        plain = released(parts, x, seeds, 0.0)
+        xp = plain if level == 0.0 else released(parts, x, seeds, level)
     except (ConfigError, InputError, ValueError, RuntimeError) as e:  # fail closed
         entry.update(status="failed", release_shape={"how": how, "passed": False},
                      reason=f"the lookup at the release's shape ({how}) could not be "

@@ -9,7 +9,7 @@ import numpy as np
 
 from mass.calibrate.judge import ValidationAudit
 from mass.calibrate.report import baseline_report
-from mass.calibrate.sampling import fold_indices, holdout_codes, stratified_split
+from mass.calibrate.sampling import fold_indices, fold_pairs, holdout_codes, stratified_split
 from mass.config import CalibrationConfig
 from mass.errors import ConfigError
 from mass.methods._common import subset
@@ -77,29 +77,28 @@ def trained_validation(s):
 
 
 def release_shaped_folds(s, n_fit: int) -> tuple[list[tuple[np.ndarray, np.ndarray]], str, float]:
-    """(fit rows, released rows) pairs of the training rows whose releases hold about as many
-    rows per cell as the release will, how, and the training rows to project the lookups'
-    bounds to.
+    """(fit rows, released rows) pairs of the training rows whose releases hold at least as
+    many rows per cell as the release will, how, and the training rows to project the
+    lookups' bounds to.
 
     A cell release's lookup (a table from released vector to S) reads more the more rows
     each cell holds. The release model is fitted on ``n_fit`` rows (every training row out of
     fold, the rest of a holdout) and releases m (``--release-rows``, else every training
-    row): m/n_fit released rows per fitted row of a cell. With k folds of the n training rows,
-    each model is fitted on (k-1)/k of them and releases 1/k: 1/(k-1). So the cells' lookups
-    are judged on k = 1 + n_fit/m folds, at least 2 (two halves when m = n = n_fit). A release
-    larger than that cannot be shaped from the training rows (a model fitted on next to
-    nothing): its lookups' bounds are projected along their learning curves
+    row): m/n_fit released rows per fitted row of a cell. Two halves of the n training rows,
+    each model fitted on one and releasing the other, give one released row per fitted row:
+    as many as the release when m = n_fit, more when the release is smaller (the check then
+    over-reads it, on the safe side; more folds, k with 1/(k-1) = m/n_fit, under-read
+    twoyear's cells against the gate). A release larger than that cannot be shaped from the
+    training rows: its lookups' bounds are projected along their learning curves
     (:mod:`mass.metrics.growth`) to the training rows that hold as many rows per cell as the
     gate's attackers of the release ((1 - 1/folds) m rows, cells of an n_fit-row fit):
-    (1 - 1/folds) m (k-1) n / (k n_fit), which also covers any smaller step
+    (1 - 1/folds) m n / (2 n_fit), no projection when that is fewer than the halves' own
     (docs/calibration.md, "The lookup at the release's shape")."""
     n = len(s.train)
     m = int(s.cfg.release_rows or n)
-    folds = max(2, int(round(1.0 + n_fit / max(m, 1))))
-    parts = fold_indices(stratification_codes(s.strata, folds), folds, s.cfg.seed + 1)
-    pairs = [(np.sort(np.concatenate([f for j, f in enumerate(parts) if j != i])), f)
-             for i, f in enumerate(parts)]  # fmt: skip
-    how = (f"{folds} models, each fitted on {folds - 1} of {folds} stratified folds of the "
-           f"{n} training rows and releasing the other")  # fmt: skip
+    folds = 2
+    pairs = fold_pairs(fold_indices(stratification_codes(s.strata, folds), folds, s.cfg.seed + 1))
+    how = (f"{folds} models, each fitted on one half of the {n} training rows (stratified) "
+           f"and releasing the other")  # fmt: skip
     share = 1.0 - 1.0 / s.policy.folds
     return pairs, how, share * m * (folds - 1) * n / (folds * n_fit)

@@ -608,10 +608,11 @@ MUTANTS = [
            "a cell candidate is judged only on validation's releases, whose lookups see a third "
            "of the release's rows per cell (twoyear: chosen, then refused at the gate)"),
     Mutant("calibrate-lookup-release-shape-rows", "mass.calibrate.validation:release_shaped_folds",
+           "folds = 2",
            "folds = max(2, int(round(1.0 + n_fit / max(m, 1))))",
-           "folds = max(2, int(round(1.0 + 3.0 * n_fit / max(m, 1))))",
            ("tests/mass/calibrate/test_release_shape.py",),
-           "the release-shaped check judges releases with the fold models' rows per cell"),
+           "the release-shaped check matches a smaller release's rows per cell with more "
+           "folds, which under-read twoyear's cells within R at --release-rows 2028"),
     Mutant("omp-threads-spin", "mass.cli:_process_defaults",
            'os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")', "pass",
            ("tests/mass/commands/test_cli_env.py",),
