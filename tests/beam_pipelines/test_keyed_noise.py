@@ -145,6 +145,7 @@ def denoising_attack(out, labels: np.ndarray, seeds_of) -> tuple[float, float]:
 
 @pytest.mark.triton
 @pytest.mark.parametrize("model", list(MODELS))
+@pytest.mark.slow
 def test_public_id_denoising_recovers_nothing_from_a_keyed_release(data, server, model, tmp_path):
     out = tmp_path / "release"
     summary = _anonymize(data, out, model, "--noise-key-file", str(data["keys"]["a"].source),

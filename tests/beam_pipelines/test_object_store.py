@@ -194,6 +194,7 @@ anonymize.run(["--input", sys.argv[1], "--output", sys.argv[2], "--model", "np",
 
 
 @pytest.mark.parametrize("point", ["before-swap", "after-swap"])
+@pytest.mark.slow
 def test_a_job_killed_at_the_commit_leaves_one_whole_release(s3, local_src, point):
     """SIGKILL right before the pointer PUT: the previous release, byte for byte; right after
     it: the whole new one. The next run clears the dead job's version and matches a clean run."""

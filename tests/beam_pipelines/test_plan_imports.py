@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 _PLAN = """
 import json, sys, argparse
@@ -43,5 +44,6 @@ def test_a_job_without_the_audit_does_not_load_great_expectations(tmp_path):
     assert _plan(tmp_path, "--no-audit") == {"policy": False, "gx": False, "audit": False}
 
 
+@pytest.mark.slow
 def test_an_audited_job_loads_its_policy_at_plan_time(tmp_path):
     assert _plan(tmp_path) == {"policy": True, "gx": True, "audit": True}

@@ -105,6 +105,7 @@ def src(tmp_path_factory):
     return _write(tmp_path_factory.mktemp("gate") / "in.parquet")
 
 
+@pytest.mark.slow
 def test_a_passing_audit_publishes_with_its_verdict_in_the_manifest(src, tmp_path, monkeypatch):
     from mass.modifiers import AffineSpec
 
@@ -139,6 +140,7 @@ def test_a_passing_audit_publishes_with_its_verdict_in_the_manifest(src, tmp_pat
     assert table.schema.metadata[b"mass.audited"] == b"true"
 
 
+@pytest.mark.slow
 def test_a_failing_audit_publishes_nothing_and_names_the_attribute(src, tmp_path):
     out, report = tmp_path / "rel", tmp_path / "rep"
     _run(src, out, ERASE, "--report", str(report))
@@ -171,6 +173,7 @@ def test_the_built_in_policy_refuses_a_release_naming_no_modifier_and_says_why(s
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_failing_audit_leaves_no_release_where_there_was_none(src, tmp_path):
     out = tmp_path / "rel"
     with pytest.raises(AuditFailedError, match="attribute 'digit'"):
@@ -202,6 +205,7 @@ def test_a_model_without_suppressed_attributes_needs_no_audit(src, tmp_path):
     assert sorted(os.listdir(tmp_path)) == []
 
 
+@pytest.mark.slow
 def test_labels_from_a_separate_file(src, tmp_path):
     """--labels: id + label columns only; the input supplies the original embeddings."""
     bare = _write(tmp_path / "bare.parquet", labels=False)
@@ -215,6 +219,7 @@ def test_labels_from_a_separate_file(src, tmp_path):
     assert json.loads((out / RELEASE_MARKER).read_text())["audit"]["verdict"] == "pass"
 
 
+@pytest.mark.slow
 def test_policy_file_is_used_and_a_strict_one_fails_the_gate(src, tmp_path):
     """The same release passes the default policy and fails one that demands more utility."""
     strict = tmp_path / "strict.yaml"
@@ -226,6 +231,7 @@ def test_policy_file_is_used_and_a_strict_one_fails_the_gate(src, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_quarantined_rows_are_left_out_of_the_audit(tmp_path):
     """The audit reads the input's labels without the rows the job quarantined (its readers
     refuse NaN rows), and the release passes."""
@@ -252,6 +258,7 @@ def test_a_model_returning_its_input_up_to_scale_is_refused(src, tmp_path, facto
     assert sorted(os.listdir(tmp_path)) == ["rel_quarantine"]  # nothing staged left behind
 
 
+@pytest.mark.slow
 def test_a_forced_suppressed_column_fails_the_gate(src, tmp_path):
     """--force-allow lets the job write the column, the audit still forbids it in a release."""
     out = tmp_path / "rel"
@@ -298,6 +305,7 @@ def test_the_gate_audits_a_staged_object_store_release_and_uploads_the_report(sr
 ERASE_WATCH = ZeroDims([*range(5), 8, 9, 10])
 
 
+@pytest.mark.slow
 def test_the_gate_reports_and_can_gate_a_watch_attribute(tmp_path):
     """--watch (or the policy's audit.watch): audit.json and _RELEASE.md say how much of an
     attribute no flag named the release keeps; audit.watch_min_kept fails a release that

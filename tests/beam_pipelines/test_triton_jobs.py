@@ -58,6 +58,7 @@ def _bytes(out):
     }
 
 
+@pytest.mark.slow
 def test_anonymize_on_a_local_server_matches_the_in_process_modifier(repo, emb_input, tmp_path):
     from mass.keys import NOISE_KEY_ENV, resolve_key
     from mass.modifiers import load_modifier
@@ -110,6 +111,7 @@ def server(repo, triton_server_factory):
     return triton_server_factory(repo / "repo")
 
 
+@pytest.mark.slow
 def test_extract_on_triton_matches_the_in_process_extractor(repo, server, tmp_path):
     from mass.demo.extractor import load_extractor
 

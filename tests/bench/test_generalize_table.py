@@ -47,6 +47,7 @@ def rows():
     return evaluate(xt, xs, yt, ["s"], ["r"], ["w"], policy, frozen)
 
 
+@pytest.mark.slow
 def test_every_method_has_every_column(rows):
     assert list(rows) == METHODS
     for r in rows.values():

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from bench.omp_wait import main
 
 
+@pytest.mark.slow
 def test_one_line_per_policy_each_child_under_its_own_policy(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")  # as under `mass bench`: not inherited
     out = tmp_path / "omp.json"

@@ -119,6 +119,7 @@ def _bench(tmp_path, *extra):
     return rows, (out / "table.md").read_text()
 
 
+@pytest.mark.slow
 def test_mass_bench_realdata_runs_a_small_cut_of_one_set_end_to_end(tmp_path):
     rows, md = _bench(tmp_path, "--no-calibration")
     by = {r["method"]: r for r in rows}

@@ -70,6 +70,7 @@ def no_ambient_key(monkeypatch):
     monkeypatch.setenv("MASS_LOCAL_CONFIG", "")
 
 
+@pytest.mark.slow
 def test_the_owner_key_joins_the_original_labels_to_the_pseudonyms(released, no_ambient_key):
     d, key = released
     assert _audit(d, "later", "--noise-key-file", key) == 0

@@ -28,6 +28,7 @@ def _leaky_input(fc, path):
                    parity=pa.array(digit % 2), image=None, note=None)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_served_release_that_fails_its_audit_is_never_published(tmp_path, request, fc,
                                                                    fc_repo, capsys):  # fmt: skip
     from mass.cli import main

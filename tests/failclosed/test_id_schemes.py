@@ -69,6 +69,7 @@ def _run(tmp_path, src, out, *flags):
 
 
 @pytest.mark.parametrize("ids_of", [_fiscal, _mod11], ids=["fiscal-code", "mod11"])
+@pytest.mark.slow
 def test_public_id_schemes_fail_the_gate(tmp_path, ids_of):
     src, out = tmp_path / "in.parquet", tmp_path / "release"
     _write(src, ids_of)

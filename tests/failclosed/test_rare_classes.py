@@ -164,6 +164,7 @@ def _check_refusal(err, want, shape):
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.name)
+@pytest.mark.slow
 def test_train_reaches_a_verdict_and_lists_rare_classes(shape, tmp_path, fc):
     x, labels = _data(shape, 0)
     data = _write(tmp_path / "train.parquet", np.arange(shape.rows), x, labels)
@@ -193,6 +194,7 @@ def test_train_reaches_a_verdict_and_lists_rare_classes(shape, tmp_path, fc):
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.name)
+@pytest.mark.slow
 def test_audit_reaches_a_verdict_and_lists_rare_classes(shape, tmp_path, fc):
     x, labels = _data(shape, 0, shape.val)  # the audited rows (the validation shape, if any)
     ids = np.arange(shape.rows)

@@ -44,6 +44,7 @@ def _run(tmp_path, out, report):
     return anonymize.run(argv, model_handler=handler, model_info=INFO)
 
 
+@pytest.mark.slow
 def test_a_rerun_gives_the_same_release_manifest_bytes(tmp_path):
     out, report = tmp_path / "release", tmp_path / "report"
     _run(tmp_path, out, report)

@@ -91,6 +91,7 @@ def test_ids_that_predict_a_suppressed_attribute_fail_the_gate(tmp_path, ids_of)
 
 
 @pytest.mark.parametrize("column", [_zip, _first_name], ids=["zip", "first_name"])
+@pytest.mark.slow
 def test_a_high_cardinality_proxy_is_refused_up_front_and_fails_the_gate_if_forced(
         tmp_path, column):  # fmt: skip
     src, out = tmp_path / "in.parquet", tmp_path / "release"
@@ -109,6 +110,7 @@ def test_a_high_cardinality_proxy_is_refused_up_front_and_fails_the_gate_if_forc
     assert not os.path.exists(out)
 
 
+@pytest.mark.slow
 def test_the_shared_encoder_keeps_a_column_at_chance_at_chance(tmp_path):
     """No false alarm from the per-value statistics: random many-valued columns pass. (The
     statistics add nothing to chance: with seed 5, knn on the target-independent features of a

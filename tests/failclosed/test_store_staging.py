@@ -107,6 +107,7 @@ def _run(src, out, load, *flags):
     return anonymize.run(argv, model_handler=handler, model_info=INFO)
 
 
+@pytest.mark.slow
 def test_a_store_release_prefix_never_holds_raw_data_during_a_pseudonymized_job(
     s3, src, policy, tmp_path
 ):
@@ -123,6 +124,7 @@ def test_a_store_release_prefix_never_holds_raw_data_during_a_pseudonymized_job(
     assert not [k for k in seen.keys if k.endswith(".parquet") and not k.startswith(VERSIONS)]
 
 
+@pytest.mark.slow
 def test_a_release_that_fails_its_audit_is_never_readable_under_the_prefix(s3, src, policy):
     out = "s3://mass-test/staging2/rel"
     with Poller(out) as seen, pytest.raises(AuditFailedError, match="attribute 'digit'"):
@@ -132,6 +134,7 @@ def test_a_release_that_fails_its_audit_is_never_readable_under_the_prefix(s3, s
     assert not fs.exists(out)
 
 
+@pytest.mark.slow
 def test_temp_location_holds_the_private_staging_and_is_emptied(s3, src, policy, tmp_path):
     out, temp = "s3://mass-test/staging3/rel", "s3://mass-test/private-tmp"
     with Poller(temp) as scratch:
@@ -157,6 +160,7 @@ anonymize.run(["--input", sys.argv[1], "--output", sys.argv[2], "--model", "gate
 """
 
 
+@pytest.mark.slow
 def test_a_job_killed_before_publication_leaves_its_raw_copy_only_in_private_scratch(
     s3, src, policy, tmp_path
 ):

@@ -298,6 +298,7 @@ SERVED = {  # tamper of the staged copy -> what the adapter's initialize names
 
 
 @pytest.mark.triton
+@pytest.mark.slow
 def test_the_served_model_refuses_a_staged_copy_changed_after_staging(tmp_path, fc):
     """The job verifies with the key, then writes the verified digests into its private copy;
     the adapter checks that copy against them in ``initialize`` (no key in the stub), so files
@@ -433,6 +434,7 @@ with TritonServer(sys.argv[1]) as server:
 
 @pytest.mark.triton
 @pytest.mark.parametrize("how", ["TritonServer", "mass serve"])
+@pytest.mark.slow
 def test_sigterm_removes_the_work_directory(how, tiny_repo, tmp_path, child):
     import psutil
 

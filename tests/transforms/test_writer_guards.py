@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from mass.batches.spill import BYPASS_COSINE, UNMODIFIED, row_flags
 from mass.embeddings import embedding_array
@@ -28,6 +29,7 @@ def test_outputs_parallel_to_their_input_are_flagged_at_any_scale():
     assert 0.96 < BYPASS_COSINE  # [0.8, 0.6] vs [0.6, 0.8]: cosine 0.96, a modified row
 
 
+@pytest.mark.slow
 def test_an_exact_copy_is_flagged_even_where_no_cosine_exists():
     zero = np.zeros((1, 2))
     assert _flags(zero, zero) == [UNMODIFIED]

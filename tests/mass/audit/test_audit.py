@@ -96,6 +96,7 @@ def test_identity_release_fails_and_cli_exits_1(tmp_path, data, capsys):
     assert "audit FAILED" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_release_without_the_s_block_passes_with_all_attackers(tmp_path, data):
     release, labels = _write(tmp_path, data, x=_drop_s(data["x"]))
     report = tmp_path / "report"

@@ -30,6 +30,7 @@ def tiny_batches(monkeypatch):
     monkeypatch.setattr(stream, "BATCH_ROWS", 64)
 
 
+@pytest.mark.slow
 def test_clean_release_passes_streamed_with_the_same_numbers(tmp_path, data):
     release, labels = _write(tmp_path, data, x=_drop_s(data["x"]), parts=3)
     whole = _audit(tmp_path, release, labels)
@@ -68,6 +69,7 @@ def test_nonfinite_row_in_a_late_batch_fails_the_suite(tmp_path, data):
     assert result.counts["nonfinite"] == 1 and result.counts["audited"] == N - 1
 
 
+@pytest.mark.slow
 def test_row_count_and_unknown_id_streamed(tmp_path, data):
     release, labels = _write(tmp_path, data, x=_drop_s(data["x"]), keep=np.arange(N - 7))
     result = _audit(tmp_path, release, labels, partition_rows=TINY)
@@ -91,6 +93,7 @@ def test_bypassed_rows_spread_over_partitions_are_counted(tmp_path, data):
     assert cos[0].observed.startswith("5 unexpected")
 
 
+@pytest.mark.slow
 def test_attackers_train_on_a_seeded_sample_that_ignores_partitioning(tmp_path, data):
     release, labels = _write(tmp_path, data, x=_drop_s(data["x"]))
     policy = {**FAST, "max_rows": 300}
@@ -155,6 +158,7 @@ def test_state_kept_across_partitions_is_bounded(tmp_path, data, monkeypatch):
 
 
 @pytest.mark.parametrize("partition_rows", [TINY, 100_000])
+@pytest.mark.slow
 def test_rows_the_job_verified_as_the_modifiers_own_pass_up_to_their_count(
     tmp_path, data, partition_rows
 ):

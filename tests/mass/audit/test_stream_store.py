@@ -4,6 +4,8 @@ from a store: tests/mass/calibrate/test_sampling_store.py.)"""
 
 from __future__ import annotations
 
+import pytest
+
 from mass import fs
 from mass.synthetic import block_attributes
 from tests.mass.audit.test_audit import D, N, _audit, _drop_s, _write
@@ -16,6 +18,7 @@ def _upload(local, uri: str) -> str:
     return uri
 
 
+@pytest.mark.slow
 def test_audit_streams_a_release_from_the_store(s3, tmp_path):
     data = block_attributes(N, D)
     release, labels = _write(tmp_path, data, x=_drop_s(data["x"]), parts=2)

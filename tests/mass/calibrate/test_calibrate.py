@@ -58,6 +58,7 @@ def _train(data, out, *extra):
                  "--out", str(out), "--no-progress", *extra])  # fmt: skip
 
 
+@pytest.mark.slow
 def test_calibration_picks_a_passing_configuration_on_easy_data(files, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no params.yaml here: the built-in policy applies
     out = tmp_path / "run"
@@ -364,6 +365,7 @@ def test_stream_sample_is_stratified_seeded_and_bounded(tmp_path):
     assert none is None and len(small) == 3000
 
 
+@pytest.mark.slow
 def test_above_max_rows_trains_on_a_sample_and_says_so(files, tmp_path):
     out = tmp_path / "run"
     # 2,300 of 2,400: on 1,800 sampled rows every candidate's validation bound sits over the
@@ -750,6 +752,7 @@ def test_noise_search_refuses_a_candidate_whose_privacy_rests_on_noise_when_the_
     assert clean["chosen"]["noise"] == 0.0
 
 
+@pytest.mark.slow
 def test_certified_cells_follow_the_rows_the_gate_will_audit(files, monkeypatch, tmp_path):
     """``ot-repair+certified|R`` fits as many rank cells as the release's audited rows can
     certify within the margin (mass.metrics.certificate.cells_allowed): more release rows,
@@ -853,6 +856,7 @@ def test_under_the_key_gate_only_the_probe_of_the_continuous_candidates_is_tried
 
 
 @pytest.mark.parametrize("key_gate", [True, False])
+@pytest.mark.slow
 def test_under_the_key_gate_the_cells_are_tried_first_the_certified_ones_before_the_rest(
     files, tmp_path, monkeypatch, key_gate
 ):
@@ -895,6 +899,7 @@ def test_under_the_key_gate_the_cells_are_tried_first_the_certified_ones_before_
         assert c["status"] == ("skipped" if c["name"] in skipped else "failed"), c
 
 
+@pytest.mark.slow
 def test_the_certified_partition_at_the_validated_rows_count_comes_first(
     files, monkeypatch, tmp_path
 ):  # fmt: skip

@@ -53,6 +53,7 @@ def _audit(tmp_path, *, drop_s: bool) -> tuple[dict, str]:
 
 
 @pytest.mark.parametrize("drop_s", [True, False])
+@pytest.mark.slow
 def test_summary_states_the_verdict_and_each_attribute_against_its_limit(tmp_path, drop_s):
     audit, path = _audit(tmp_path, drop_s=drop_s)
     release = str(tmp_path / "release")

@@ -193,6 +193,7 @@ def _in_band(acc: float, chance: float, band: tuple[float, float]) -> bool:
 
 
 @pytest.mark.parametrize("name", list(EXPECT))
+@pytest.mark.slow
 def test_method_against_retrained_attackers(name, data):
     exp = EXPECT[name]
     m = pc.measure(name, *data)

@@ -122,6 +122,7 @@ OLD_RANKS = {"cell_rows": 10, "cell_axes": 1, "cells_by_preserved": True}  # ot-
                      marks=pytest.mark.xfail(strict=True, reason="the leak grows")),
     ],
 )  # fmt: skip
+@pytest.mark.slow
 def test_the_leak_does_not_grow_from_2k_to_10k_fresh_rows(params):
     """One model fitted on 6,000 rows releases 2,000 and 10,000 fresh rows; the
     per-released-vector lookup (the Bayes rule of a cell release, learned on one half of

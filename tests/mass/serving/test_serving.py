@@ -142,6 +142,7 @@ def _rows(n: int, seed: int = 0):
 @pytest.mark.parametrize(
     "name", ["det", "sto", "repair", "repair_r", "repair_ranks", "repair_partition"]
 )
+@pytest.mark.slow
 def test_served_modifier_matches_in_process(served, name):
     x, seeds = _rows(300)
     got = _infer(served["server"], name, {"EMBEDDING": x, "ROW_SEED": seeds}, "PRIVATIZED")
@@ -313,6 +314,7 @@ def test_startup_failure_raises_with_log_tail(tmp_path, tiny_repo, sign_handmade
         TritonServer(tiny_repo, startup_timeout=120).start()
 
 
+@pytest.mark.slow
 def test_serve_command_prints_urls_and_stops_on_sigterm(tiny_repo, child):
     proc = subprocess.Popen(
         [sys.executable, "-m", "mass.cli", "serve", "--repository", str(tiny_repo)],
