@@ -50,3 +50,17 @@ def test_mutant_names_are_unique_and_each_has_tests_and_a_reason():
         sys.path.remove(str(HERE))
     assert len({m.name for m in mutants.MUTANTS}) == len(mutants.MUTANTS) >= 30
     assert all(m.tests and m.why and ":" in m.target for m in mutants.MUTANTS)
+
+
+def test_a_named_test_runs_whatever_its_marks_and_a_file_runs_its_fast_tests():
+    sys.path.insert(0, str(HERE))
+    try:
+        import run
+    finally:
+        sys.path.remove(str(HERE))
+    named = "tests/x/test_a.py::test_slow_end_to_end"
+    assert run.pytest_runs([named, "tests/x/test_b.py"]) == [
+        [named], ["-m", "not slow", "tests/x/test_b.py"]]  # fmt: skip
+    assert run.pytest_runs([named]) == [[named]]  # no marker filter: a slow one still runs
+    assert run.pytest_runs(["tests/x"]) == [["-m", "not slow", "tests/x"]]
+    assert run.pytest_runs([]) == []
