@@ -422,12 +422,12 @@ def _try(s: _Search, c: Candidate) -> bool:
 def _lookups_at_release_shape(s: _Search, entry: dict, fit_on, pt: dict, audit,
                               n_fit: int) -> bool:  # fmt: skip
     """A cell candidate that passed validation, judged once more by the lookups on released
-    values alone, on releases of the training rows with at least as many rows per cell as the release
-    model (fitted on ``n_fit`` rows) gives the gate (:func:`.validation.release_shaped_folds`):
-    the four fold models' releases hold about a third of that, a holdout's a quarter, and
-    their lookups under-read it (docs/calibration.md, "The lookup at the release's shape").
-    ``audit`` supplies the bounds and margins. False (the entry failed) when a lookup's bound
-    is over its limit."""
+    values alone, on releases of the training rows with at least as many rows per cell as
+    the release model (fitted on ``n_fit`` rows) gives the gate: two models, each fitted on
+    one half and releasing the other (:func:`.validation.release_shaped_folds`); validation's
+    own releases hold fewer rows per cell, and their lookups under-read the gate's
+    (docs/calibration.md, "The lookup at the release's shape"). ``audit`` supplies the
+    bounds and margins. False (the entry failed) when a lookup's bound is over its limit."""
     from mass.noise import row_seeds
     from mass.rows import normalize_rows
 
