@@ -41,11 +41,12 @@ def child_cpu() -> float:
 
 
 def distinct_codes(x: np.ndarray) -> tuple[int, np.ndarray]:
-    """(number of distinct rows, each row's code): exact float bytes, no rounding."""
-    x = np.ascontiguousarray(x, np.float32)
-    view = x.view(np.dtype((np.void, x.dtype.itemsize * x.shape[1]))).reshape(-1)
-    _, codes = np.unique(view, return_inverse=True)
-    return int(codes.max()) + 1 if len(codes) else 0, codes.reshape(-1).astype(np.int64)
+    """(number of distinct rows, each row's code): exact float32 bytes, no rounding (the
+    gate's cells, :func:`mass.metrics.certificate.cells_of`)."""
+    from mass.metrics.certificate import cells_of
+
+    codes = cells_of(np.asarray(x, np.float32))
+    return int(codes.max()) + 1 if len(codes) else 0, codes
 
 
 def lookup_judge(xp: np.ndarray, y: np.ndarray, policy, preserved=None) -> dict:
