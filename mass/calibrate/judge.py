@@ -171,6 +171,7 @@ class ValidationAudit:
         # the gate's attackers see at most policy.max_rows of the release
         n_rel = (None if cfg.release_rows is None else
                  min(cfg.release_rows, policy.max_rows or cfg.release_rows))  # fmt: skip
+        self.gate_rows = n_rel
         z = validation_z(M.z_value(policy.confidence), len(self.rows), n_rel)
         # the rows the gate's attackers of the whole release train on: the suppressed judges'
         # bounds are projected there along their learning curves (mass.metrics.growth), since
@@ -225,9 +226,15 @@ class ValidationAudit:
         """The gate's lookups on released values alone (no family), per suppressed attribute,
         on the rows ``x`` (normalised) released as ``xp`` with their ``labels``: learned
         within each ``groups`` code (one fitted model's release), held to the strictest
-        family's margin as the gate holds them, at this audit's confidence, their bounds
-        projected to ``project_rows`` training rows when given (:mod:`mass.metrics.growth`);
-        an attribute is left out when no released vector repeats."""
+        family's margin as the gate holds them, their bounds projected to ``project_rows``
+        training rows when given (:mod:`mass.metrics.growth`); an attribute is left out when
+        no released vector repeats. The bounds are validation's (:func:`validation_z`) for
+        ``len(x)`` scored rows: where the gate audits fewer, as wide as its own on those
+        (docs/calibration.md, "The lookup at the release's shape")."""
+        from mass.metrics.scores import z_value
+
+        z = validation_z(z_value(self.policy.confidence), len(x), self.gate_rows)
+        confidence = float(2 * norm_cdf(z) - 1)
         out = {}
         for s in self.suppress:
             margins = self.policy.margins(s)
@@ -235,7 +242,7 @@ class ValidationAudit:
                 s, labels[s], x, xp, role="suppressed",
                 preserved={p: labels[p] for p in self.preserve},
                 margins=min(margins[f] for f in self.families), families=(),
-                folds=self.folds, seed=self.cfg.seed, confidence=self.confidence,
+                folds=self.folds, seed=self.cfg.seed, confidence=confidence,
                 curve=False, original=self.base.original[s], groups=groups,
                 project_rows=project_rows)  # fmt: skip
             if r.ci_high:

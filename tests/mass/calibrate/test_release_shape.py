@@ -168,3 +168,54 @@ def test_the_release_shaped_folds_hold_at_least_the_rows_per_cell_of_the_release
     assert project * 2 / n == pytest.approx(0.9 * release_rows / n)
     trained = growth.trained_rows(n, 10, np.repeat([0, 1], n // 2))
     assert (growth.factor(trained, project) > 0) == projected
+
+
+def test_the_wilson_and_balanced_bounds_at_a_scaled_z_are_those_of_fewer_rows():
+    """The identity the release-shape lookups rest on: a bound on n rows at z sqrt(n / m) is
+    the bound on m rows at z with the same rates (Wilson; the balanced bound per class)."""
+    from mass.metrics.scores import balanced_upper, wilson_upper
+
+    n, m, z = 6000, 1500, 1.96
+    wide = z * np.sqrt(n / m)
+    assert wilson_upper(1740, n, wide) == pytest.approx(wilson_upper(435, m, z), rel=1e-12)
+    y = np.repeat([0, 1, 2], [3000, 2000, 1000])
+    pred = np.where(np.arange(n) % 5 == 0, (y + 1) % 3, y)  # every fifth row wrong
+    quarter = np.arange(n) % 4 == 0  # the same per-class counts, scaled by a quarter
+    assert balanced_upper(y, pred, wide) == pytest.approx(
+        balanced_upper(y[quarter], pred[quarter], z), rel=1e-9
+    )
+
+
+def test_the_release_shape_lookups_are_as_wide_as_the_gates_on_a_smaller_release(setup):
+    """Where the gate audits fewer rows than the training rows the check releases (m < n),
+    the lookups' bounds are validation's for (n, m): as wide as the gate's on m rows. The
+    validation audit's own rows (here 500 of the 2,000) do not set them: sized for those,
+    the check's bounds were narrower than the gate's on its m rows (docs/calibration.md,
+    "The lookup at the release's shape")."""
+    from mass.calibrate.judge import ValidationAudit, norm_cdf, validation_z
+    from mass.methods._common import subset
+    from mass.metrics import attribute_report, z_value
+
+    ds, _, _ = setup
+    x = normalize_rows(ds.x)
+    y = ds.labels["s"]
+    xp = np.zeros_like(x)  # 40 cells along the S-free coordinate, S at chance within them
+    xp[:, 0] = np.digitize(x[:, 1], np.quantile(x[:, 1], np.linspace(0, 1, 41)[1:-1]))
+    groups = np.arange(len(x)) % 2
+    policy = AuditPolicy(families=("logreg", "knn"), gate_key_compromised=True)
+    bounds = {}
+    for rows in (None, 300):
+        audit = ValidationAudit(subset(ds, np.arange(500)), ["s"], ["u"], policy,
+                                CalibrationConfig(release_rows=rows))  # fmt: skip
+        rep = audit.lookups(x, xp, ds.labels, groups)["s"]
+        bounds[rows] = (rep.ci_high["lookup"], rep.balanced_ci_high["lookup_balanced"])
+    assert bounds[300][0] > bounds[None][0] + 0.01 and bounds[300][1] > bounds[None][1] + 0.01
+    conf = 2 * norm_cdf(validation_z(z_value(0.95), len(x), 300)) - 1
+    want = attribute_report("s", y, x, xp, role="suppressed", preserved={"u": ds.labels["u"]},
+                            margins=0.05, families=(), folds=audit.folds, seed=audit.cfg.seed,
+                            confidence=conf, curve=False, original=audit.base.original["s"],
+                            groups=groups)  # fmt: skip
+    assert bounds[300] == (
+        pytest.approx(want.ci_high["lookup"]),
+        pytest.approx(want.balanced_ci_high["lookup_balanced"]),
+    )
