@@ -61,6 +61,14 @@ def validation_z(z_gate: float, n_val: int, n_release: int | None) -> float:
     return z_gate * rho + SAFETY_SE / math.sqrt(2.0) * math.sqrt(1.0 + rho * rho)
 
 
+def validation_confidence(confidence: float, n_val: int, n_release: int | None) -> float:
+    """The two-sided confidence of the validation bounds at :func:`validation_z`, for the
+    gate's ``confidence`` and a release it audits on ``n_release`` rows."""
+    from mass.metrics.scores import z_value
+
+    return float(2 * norm_cdf(validation_z(z_value(confidence), n_val, n_release)) - 1)
+
+
 # The attacker families in the order utility is measured: cheapest first, so a preserved
 # attribute stops being measured as soon as one family keeps it.
 COST_ORDER = ("logreg", "knn", "gboost", "mlp")
@@ -172,13 +180,12 @@ class ValidationAudit:
         n_rel = (None if cfg.release_rows is None else
                  min(cfg.release_rows, policy.max_rows or cfg.release_rows))  # fmt: skip
         self.gate_rows = n_rel
-        z = validation_z(M.z_value(policy.confidence), len(self.rows), n_rel)
         # the rows the gate's attackers of the whole release train on: the suppressed judges'
         # bounds are projected there along their learning curves (mass.metrics.growth), since
         # validation's attackers train on fewer (a cap, and one fold's release out of fold)
         n_all = cfg.release_rows or n
         self.release_training_rows = n_all * (policy.folds - 1) / policy.folds
-        self.confidence = float(2 * norm_cdf(z) - 1)
+        self.confidence = validation_confidence(policy.confidence, len(self.rows), n_rel)
         x = self.x[self.rows]
         original = {}
         for a, y in self.labels.items():
@@ -231,10 +238,7 @@ class ValidationAudit:
         no released vector repeats. The bounds are validation's (:func:`validation_z`) for
         ``len(x)`` scored rows: where the gate audits fewer, as wide as its own on those
         (docs/calibration.md, "The lookup at the release's shape")."""
-        from mass.metrics.scores import z_value
-
-        z = validation_z(z_value(self.policy.confidence), len(x), self.gate_rows)
-        confidence = float(2 * norm_cdf(z) - 1)
+        confidence = validation_confidence(self.policy.confidence, len(x), self.gate_rows)
         out = {}
         for s in self.suppress:
             margins = self.policy.margins(s)
