@@ -25,6 +25,7 @@ from mass.audit.vacuity import vacuous
 from mass.errors import ConfigError, VacuousPolicyError
 from mass.keys import LOCAL_CONFIG, NOISE_KEY_ENV, OwnerKey, resolve_key
 from mass.metrics import KEYED, AttributeReport, attribute_report, z_value
+from mass.metrics.certificate import cells_of
 from mass.metrics.rules import FROZEN_READER
 from mass.metrics.scores import FROZEN
 from mass.noise_streams import is_stochastic, modifier_parts
@@ -163,7 +164,8 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
                                             frozen_family=FROZEN_READER, **kw))  # fmt: skip
         unnamed = measure_unnamed(x, xp, y, suppress=req.suppress, preserve=req.preserve,
                                   watch=watch, policy=pol, extra=extra,
-                                  names={w: _names(s, w) for w in watch})  # fmt: skip
+                                  names={w: _names(s, w) for w in watch},
+                                  cells=cells_of(s.xp) if watch else None)  # fmt: skip
     spec = _spec(req, s.n_labels, s.n_input, reports, gate_key=gate_key, watch=watch,
                  label_columns=s.label_columns)  # fmt: skip
     validator.spec = spec

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from mass.errors import ConfigError
+from mass.report.unnamed import capacity_of
 from mass.rows import joint_codes
 
 log = logging.getLogger(__name__)
@@ -42,21 +43,35 @@ def effective_watch(flag, policy_watch, columns, *, where: str) -> tuple[str, ..
 
 
 def measure_unnamed(x, xp, y: dict[str, np.ndarray], *, suppress, preserve, watch, policy,
-                    extra=None, names=None) -> dict[str, Any]:  # fmt: skip
+                    extra=None, names=None, cells=None) -> dict[str, Any]:  # fmt: skip
     """``{"watch": {attr: watch_report row}, "structure": structure_kept,
-    "structure_reference": {"identity", "last_resort"}}`` on the audited rows (``names``:
-    attribute -> class names of its integer codes, for the watch rows' rare classes)."""
+    "structure_reference": {"identity", "last_resort"}, "capacity": cell_capacity}`` on the
+    audited rows (``names``: attribute -> class names of its integer codes, for the watch
+    rows' rare classes; ``cells``: each row's released-vector code, for the capacity of a
+    cell release, None without watch attributes or cells)."""
     from mass.metrics.rules import FROZEN_READER
-    from mass.metrics.unnamed import structure_kept, structure_reference, watch_report
+    from mass.metrics.unnamed import (
+        cell_capacity,
+        structure_kept,
+        structure_reference,
+        watch_report,  # fmt: skip
+    )
 
     sup = {s: y[s] for s in suppress}
     rows = min(STRUCTURE_ROWS, policy.max_rows or STRUCTURE_ROWS)
-    out: dict[str, Any] = {"watch": {}, "structure": None, "structure_reference": None}
+    out: dict[str, Any] = {
+        "watch": {},
+        "structure": None,
+        "structure_reference": None,
+        "capacity": None,
+    }
     if watch:
         out["watch"] = watch_report(x, xp, {w: y[w] for w in watch}, sup, seed=policy.seed,
                                     max_rows=policy.max_rows, families=policy.families,
                                     folds=min(policy.folds, 5), extra=extra,
                                     names=names, frozen=FROZEN_READER)  # fmt: skip
+        if cells is not None:
+            out["capacity"] = cell_capacity(cells, {w: y[w] for w in watch})
     codes = joint_codes(sup) if sup else None
     out["structure"] = structure_kept(x, xp, codes, seed=policy.seed, max_rows=rows)
     try:
@@ -91,6 +106,8 @@ def unnamed_lines(unnamed: dict) -> list[str]:
         lines.append(f"watch {a}: {kept} (release {w['release']:.3f}, original "
                      f"{w['original']:.3f}, majority {w['majority']:.3f}; {dep})"
                      + (f"; rare classes (fewer rows than folds) {rare}" if rare else ""))  # fmt: skip
+    if (cap := capacity_of({"unnamed": unnamed})) is not None:
+        lines.append(cap)
     st, ref = unnamed.get("structure"), unnamed.get("structure_reference") or {}
     if st:
         last = ref.get("last_resort")

@@ -15,7 +15,9 @@ Two kinds of measure, both pure numpy/scikit-learn on arrays the caller already 
   rows with their S-class mean removed. :func:`structure_reference` gives the values of an
   identity release and of the last resort (``leace_project``), so a reader can place a number.
 
-:func:`unnamed_utility` folds either into the one number calibration ranks by.
+:func:`cell_capacity` says how many bits a cell release can carry at all beside the watch
+attributes' entropies (docs/calibration.md, "What M cells can keep"), and
+:func:`unnamed_utility` folds the measures into the one number calibration ranks by.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from mass.metrics.attackers import attack_predictions, frozen_reader
+from mass.metrics.certificate import MIN_ROWS_PER_CELL
 from mass.metrics.scores import ATTACKER_FAMILIES, leakage_floor, majority_rate
 from mass.metrics.strata import rare_named
 from mass.rows import joint_codes, seeded_rows
@@ -265,6 +268,40 @@ def structure_reference(x_orig, suppressed: Mapping[str, np.ndarray],
 
 
 STRUCTURE_MEASURES = ("knn_overlap", "cka", "dcor")
+
+
+def entropy_bits(codes) -> float:
+    """The plug-in entropy in bits of the values in ``codes`` (0 for none or one value)."""
+    _, counts = np.unique(np.asarray(codes).ravel(), return_counts=True)
+    if counts.size <= 1:
+        return 0.0
+    p = counts / counts.sum()
+    return float(-(p * np.log2(p)).sum())
+
+
+def cell_capacity(cells, watch: Mapping[str, np.ndarray], *,
+                  min_rows_per_cell: int = MIN_ROWS_PER_CELL) -> dict | None:  # fmt: skip
+    """What a cell release can carry about the ``watch`` attributes (labels on the audited
+    rows), or None for a continuous release (more than one distinct vector per
+    ``min_rows_per_cell`` rows, as :mod:`mass.metrics.certificate` counts) or no watch.
+
+    ``cells`` is each audited row's released vector's code (distinct vectors = cells). M
+    cells carry at most log2 M bits about a row, so watch attributes that are independent of
+    one another keep at most that many bits of their entropies in all (docs/calibration.md,
+    "What M cells can keep"): ``bits_max`` (log2 M, exact), ``bits_rows`` (the cells'
+    plug-in entropy on these rows), ``watch_bits`` per attribute and their sum, and
+    ``watch_fits`` (the sum within ``bits_max``: when False, no release of these cells can
+    keep every independent watch attribute whole)."""
+    cells = np.asarray(cells).ravel()
+    m = int(np.unique(cells).size)
+    if not watch or cells.size == 0 or m * min_rows_per_cell > cells.size:
+        return None
+    bits = {w: round(entropy_bits(y), 6) for w, y in watch.items()}
+    total = round(sum(bits.values()), 6)
+    cap = round(float(np.log2(m)), 6)
+    return {"cells": m, "rows": int(cells.size), "bits_max": cap,
+            "bits_rows": round(entropy_bits(cells), 6), "watch_bits": bits,
+            "watch_bits_total": total, "watch_fits": bool(total <= cap)}  # fmt: skip
 
 
 def unnamed_utility(watch: Mapping[str, dict] | None = None,

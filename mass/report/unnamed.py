@@ -55,6 +55,19 @@ def _kept(row: Mapping) -> str:
             else view.fmt(row.get("kept"), 2))  # fmt: skip
 
 
+def capacity_of(audit: Mapping | None) -> str | None:
+    """audit.json ``unnamed.capacity`` (a cell release with watch attributes) in words."""
+    cap = unnamed_of(audit).get("capacity")
+    if not isinstance(cap, Mapping):
+        return None
+    fits = ("within what they carry" if cap.get("watch_fits")
+            else "more than they can carry: independent ones cannot all be kept whole")  # fmt: skip
+    return (f"Capacity: {cap.get('cells')} cells carry at most {view.fmt(cap.get('bits_max'), 2)} "
+            f"bits ({view.fmt(cap.get('bits_rows'), 2)} on these {cap.get('rows')} rows); the "
+            f"watch attributes hold {view.fmt(cap.get('watch_bits_total'), 2)} bits, {fits} "
+            "(docs/calibration.md, \"What M cells can keep\").")  # fmt: skip
+
+
 def _structure(audit: Mapping) -> list[tuple[str, str, str, str]]:
     u = unnamed_of(audit)
     st, ref = u.get("structure"), u.get("structure_reference")
@@ -101,6 +114,8 @@ def unnamed_html(audit: Mapping) -> str:
         ths = "".join(f"<th scope=col>{e(h)}</th>" for h in head)
         parts.append(f"<div class=tbl><table class=watch><thead><tr>{ths}</tr></thead>"
                      f"<tbody>{rows}</tbody></table></div>")  # fmt: skip
+        if (cap := capacity_of(audit)) is not None:
+            parts.append(f"<p class=capacity>{e(cap)}</p>")
     if structure:
         ths = "".join(
             f"<th scope=col>{e(h)}</th>"
@@ -123,6 +138,8 @@ def unnamed_markdown(audit: Mapping | None) -> list[str]:
                      f"{view.fmt(w.get('original'))}, majority {view.fmt(w.get('majority'))}; "
                      f"{_dependence(w)}"
                      + (f"; rare classes {_rare(w)})" if w.get("rare_classes") else ")"))  # fmt: skip
+    if (cap := capacity_of(audit)) is not None:
+        lines.append(f"- {cap}")
     for label, knn, cka, dcor in _structure(audit or {}):
         lines.append(f"- structure within S, {label}: kNN overlap {knn}, CKA {cka}, "
                      f"distance correlation {dcor}")  # fmt: skip

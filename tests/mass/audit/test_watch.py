@@ -96,3 +96,30 @@ def test_watch_min_kept_gates_and_overlap_is_refused(tmp_path, data):
     # skipped (a --watch naming it is not: the scan refuses it)
     shared = _audit(tmp_path / "d", ds, rel["leace"], "leace", {**pol, "watch": ["zz", "w"]}, ())
     assert list(shared.unnamed["watch"]) == ["w"]
+
+
+def test_a_cell_release_states_what_its_cells_can_carry(tmp_path, data):
+    """A cell release's audit carries unnamed.capacity (log2 of its distinct vectors beside
+    the watch attributes' entropies) into audit.json, the stdout table, report.html and
+    _RELEASE.md's lines; a continuous release has none."""
+    from sklearn.cluster import KMeans
+
+    from mass.report.unnamed import unnamed_markdown
+
+    ds, rel = data
+    km = KMeans(n_clusters=16, n_init=2, random_state=0).fit(rel["leace"])
+    cells = km.cluster_centers_[km.labels_].astype(np.float32)
+    res = _audit(tmp_path / "c", ds, cells, "ot_repair")
+    cap = res.unnamed["capacity"]
+    assert cap["cells"] == len(np.unique(km.labels_)) == 16 and cap["rows"] == len(cells)
+    assert cap["bits_max"] == pytest.approx(4.0) and 0 < cap["bits_rows"] <= 4.0
+    counts = np.bincount(ds.labels["w"]) / len(ds.labels["w"])
+    h_w = float(-(counts * np.log2(counts)).sum())
+    assert cap["watch_bits"]["w"] == pytest.approx(h_w, abs=1e-6) and cap["watch_fits"]
+    assert "capacity: 16 cells carry at most 4.00 bits" in format_table(res).lower()
+    out = write_all(res, str(tmp_path / "c" / "report"), chart=False)
+    assert out["unnamed"]["capacity"]["cells"] == 16
+    html = (tmp_path / "c" / "report" / "report.html").read_text()
+    assert "Capacity: 16 cells carry at most 4.00 bits" in html
+    assert any(line.startswith("- Capacity: 16 cells") for line in unnamed_markdown(out))
+    assert _audit(tmp_path / "d", ds, rel["leace"], "leace").unnamed["capacity"] is None

@@ -8,8 +8,10 @@ import torch
 from mass.methods import get_method
 from mass.methods._common import toy_dataset
 from mass.metrics.unnamed import (
+    cell_capacity,
     cramers_v,
     distance_correlation,
+    entropy_bits,
     knn_overlap,
     last_resort_release,
     linear_cka,
@@ -85,3 +87,30 @@ def test_measures_on_known_cases():
     assert normalised_kept(0.75, 1.0, 0.5) == pytest.approx(0.5)
     assert unnamed_utility() is None
     assert unnamed_utility(structure={"knn_overlap": 0.4, "cka": 0.6, "dcor": 0.8}) == 0.6
+
+
+def test_cell_capacity_by_hand():
+    """4 cells used equally carry log2 4 = 2 bits; a balanced binary holds 1 bit, a 1:3 one
+    h(1/4) = 0.811278 bits: together within 2 bits, three balanced binaries are not."""
+    cells = np.repeat(np.arange(4), 4)  # 16 rows, 4 per cell
+    half = np.tile([0, 1], 8)
+    quarter = np.array([1, 0, 0, 0] * 4)
+    cap = cell_capacity(cells, {"a": half, "b": quarter})
+    assert cap["cells"] == 4 and cap["rows"] == 16
+    assert cap["bits_max"] == pytest.approx(2.0) and cap["bits_rows"] == pytest.approx(2.0)
+    assert cap["watch_bits"] == {"a": pytest.approx(1.0), "b": pytest.approx(0.811278, abs=1e-6)}
+    assert cap["watch_bits_total"] == pytest.approx(1.811278, abs=1e-6) and cap["watch_fits"]
+    third = np.repeat([0, 1], 8)
+    over = cell_capacity(cells, {"a": half, "b": np.tile([0, 0, 1, 1], 4), "c": third})
+    assert over["watch_bits_total"] == pytest.approx(3.0) and not over["watch_fits"]
+    # skewed use of the same 4 cells: fewer bits on these rows, the same log2 M
+    skew = cell_capacity(np.array([0] * 13 + [1, 2, 3]), {"a": half})
+    assert skew["bits_max"] == pytest.approx(2.0) and skew["bits_rows"] < 1.0
+    assert entropy_bits(np.zeros(5)) == 0.0 and entropy_bits([]) == 0.0
+
+
+def test_cell_capacity_is_none_for_a_continuous_release_or_no_watch():
+    w = {"a": np.tile([0, 1], 8)}
+    assert cell_capacity(np.arange(16), w) is None  # one vector per row: no cells
+    assert cell_capacity(np.repeat(np.arange(9), 2)[:16], w) is not None  # 8 cells, 2 rows each
+    assert cell_capacity(np.arange(16) // 2, {}) is None
