@@ -49,33 +49,24 @@ def measure_unnamed(x, xp, y: dict[str, np.ndarray], *, suppress, preserve, watc
     audited rows (``names``: attribute -> class names of its integer codes, for the watch
     rows' rare classes; ``cells``: each row's released-vector code, for the capacity of a
     cell release, None without watch attributes or cells)."""
+    from mass.metrics import unnamed as U
     from mass.metrics.rules import FROZEN_READER
-    from mass.metrics.unnamed import (
-        cell_capacity,
-        structure_kept,
-        structure_reference,
-        watch_report,  # fmt: skip
-    )
 
     sup = {s: y[s] for s in suppress}
     rows = min(STRUCTURE_ROWS, policy.max_rows or STRUCTURE_ROWS)
-    out: dict[str, Any] = {
-        "watch": {},
-        "structure": None,
-        "structure_reference": None,
-        "capacity": None,
-    }
+    out: dict[str, Any] = {"watch": {}, **dict.fromkeys(("structure", "structure_reference",
+                                                         "capacity"))}  # fmt: skip
     if watch:
-        out["watch"] = watch_report(x, xp, {w: y[w] for w in watch}, sup, seed=policy.seed,
-                                    max_rows=policy.max_rows, families=policy.families,
-                                    folds=min(policy.folds, 5), extra=extra,
-                                    names=names, frozen=FROZEN_READER)  # fmt: skip
+        out["watch"] = U.watch_report(x, xp, {w: y[w] for w in watch}, sup, seed=policy.seed,
+                                      max_rows=policy.max_rows, families=policy.families,
+                                      folds=min(policy.folds, 5), extra=extra,
+                                      names=names, frozen=FROZEN_READER)  # fmt: skip
         if cells is not None:
-            out["capacity"] = cell_capacity(cells, {w: y[w] for w in watch})
+            out["capacity"] = U.cell_capacity(cells, {w: y[w] for w in watch})
     codes = joint_codes(sup) if sup else None
-    out["structure"] = structure_kept(x, xp, codes, seed=policy.seed, max_rows=rows)
+    out["structure"] = U.structure_kept(x, xp, codes, seed=policy.seed, max_rows=rows)
     try:
-        out["structure_reference"] = structure_reference(
+        out["structure_reference"] = U.structure_reference(
             x, sup, {r: y[r] for r in preserve}, seed=policy.seed, max_rows=rows
         )
     except (ConfigError, ValueError, RuntimeError) as e:  # e.g. a class missing in the sample

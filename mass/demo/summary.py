@@ -81,11 +81,11 @@ def unnamed_summary(audit: dict, width: int = 0) -> list[str]:
     """What the release keeps that no flag named: each watch attribute's normalised
     information kept, the label-free structure, and the data-minimisation statement of a
     last-resort release (mass.report.unnamed)."""
-    from mass.report.unnamed import MINIMISATION, is_minimisation, unnamed_of, watch_rows
+    from mass.report import unnamed as RU
 
     lines = []
     min_kept = (audit.get("policy") or {}).get("watch_min_kept")
-    for name, w in watch_rows(audit).items():
+    for name, w in RU.watch_rows(audit).items():
         dep = ", ".join(f"V({s}) {_num(d.get('cramers_v'))}"
                         for s, d in (w.get("dependence") or {}).items())  # fmt: skip
         kept = ("nothing learnable" if w.get("kept") is None
@@ -93,15 +93,17 @@ def unnamed_summary(audit: dict, width: int = 0) -> list[str]:
         lines.append(f"Unnamed:      {name:<{width}}  {kept} (release {_num(w.get('release'))}, "
                      f"original {_num(w.get('original'))}, majority {_num(w.get('majority'))}; "
                      f"{dep})" + (f"  minimum {_num(min_kept)}" if min_kept is not None else ""))  # fmt: skip
-    st = unnamed_of(audit).get("structure")
+    if (cap := RU.capacity_of(audit)) is not None:
+        lines.append(f"Capacity:     {cap.removeprefix('Capacity: ')}")
+    st = RU.unnamed_of(audit).get("structure")
     if isinstance(st, dict):
-        last = (unnamed_of(audit).get("structure_reference") or {}).get("last_resort") or {}
+        last = (RU.unnamed_of(audit).get("structure_reference") or {}).get("last_resort") or {}
         ref = (f" (last resort {_num(last.get('knn_overlap'))} / {_num(last.get('cka'))})"
                if last else "")  # fmt: skip
         lines.append(f"Structure:    kNN overlap {_num(st.get('knn_overlap'))}, CKA "
                      f"{_num(st.get('cka'))} within S (identity 1){ref}")  # fmt: skip
-    if is_minimisation((audit.get("release") or {}).get("method")):
-        lines.append(f"NOTE:         {MINIMISATION}")
+    if RU.is_minimisation((audit.get("release") or {}).get("method")):
+        lines.append(f"NOTE:         {RU.MINIMISATION}")
     return lines
 
 

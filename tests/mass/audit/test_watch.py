@@ -122,4 +122,5 @@ def test_a_cell_release_states_what_its_cells_can_carry(tmp_path, data):
     html = (tmp_path / "c" / "report" / "report.html").read_text()
     assert "Capacity: 16 cells carry at most 4.00 bits" in html
     assert any(line.startswith("- Capacity: 16 cells") for line in unnamed_markdown(out))
+    assert "Capacity:     16 cells carry at most 4.00 bits" in "\n".join(summarize(out, "r"))
     assert _audit(tmp_path / "d", ds, rel["leace"], "leace").unnamed["capacity"] is None
