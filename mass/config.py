@@ -18,6 +18,7 @@ import numpy as np
 
 from mass.errors import ConfigError, MissingInputError
 from mass.names import parse_names, split_names
+from mass.rows import entropy_bits, joint_codes
 
 log = logging.getLogger(__name__)
 MODES = ("faithful", "adaptive")
@@ -272,18 +273,10 @@ def config_hash(d: dict[str, Any]) -> str:
 
 
 def conditional_entropy(r: np.ndarray, s: np.ndarray) -> tuple[float, float]:
-    """(H(r | s), H(r)) in bits from joint label counts."""
-    _, r_idx = np.unique(r, return_inverse=True)
-    _, s_idx = np.unique(s, return_inverse=True)
-    joint = np.zeros((s_idx.max() + 1, r_idx.max() + 1))
-    np.add.at(joint, (s_idx, r_idx), 1)
-    p = joint / joint.sum()
-    ps = p.sum(1, keepdims=True)
-    pr = p.sum(0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        h_rs = -np.nansum(p * np.log2(np.where(p > 0, p / ps, 1)))
-        h_r = -np.nansum(pr * np.log2(np.where(pr > 0, pr, 1)))
-    return max(float(h_rs), 0.0) + 0.0, max(float(h_r), 0.0) + 0.0
+    """(H(r | s), H(r)) in bits from joint label counts: H(r | s) = H(r, s) - H(s)."""
+    joint = joint_codes({"r": np.asarray(r), "s": np.asarray(s)})
+    h_rs = entropy_bits(joint) - entropy_bits(s)
+    return max(h_rs, 0.0) + 0.0, entropy_bits(r) + 0.0
 
 
 def check_attribute_names(suppress, preserve, known=None, *, source: str = "data",
@@ -326,8 +319,6 @@ def validate_attributes(
                 )
     if not preserve:
         return
-    from mass.rows import joint_codes
-
     joint_s = joint_codes(labels, list(suppress))
     for r in preserve:
         h_rs, h_r = conditional_entropy(labels[r], joint_s)

@@ -1,7 +1,8 @@
 """Row-wise primitives on numpy embeddings and labels (numpy only: no torch, no pyarrow).
 
 :func:`normalize_rows` is n() of eq. 1 on numpy rows (its torch twin is
-:func:`mass.modifiers.l2_normalize`); :func:`joint_codes` names each row's combination of labels.
+:func:`mass.modifiers.l2_normalize`); :func:`joint_codes` names each row's combination of labels;
+:func:`entropy_bits` is the plug-in entropy of codes.
 """
 
 from __future__ import annotations
@@ -30,6 +31,15 @@ def joint_codes(labels: dict[str, np.ndarray], attrs: list[str] | None = None) -
     cols = [np.unique(np.asarray(labels[a]), return_inverse=True)[1].reshape(-1) for a in attrs]
     _, cell = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
     return cell.reshape(-1).astype(np.int64)
+
+
+def entropy_bits(codes) -> float:
+    """The plug-in entropy in bits of the values in ``codes`` (0 for none or one value)."""
+    _, counts = np.unique(np.asarray(codes).ravel(), return_counts=True)
+    if counts.size <= 1:
+        return 0.0
+    p = counts / counts.sum()
+    return float(-(p * np.log2(p)).sum())
 
 
 def seeded_rows(n: int, max_rows: int | None, seed: int) -> np.ndarray | None:

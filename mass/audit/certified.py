@@ -11,14 +11,15 @@ import numpy as np
 
 from mass.audit.policy import AuditPolicy
 from mass.metrics import AttributeReport
-from mass.metrics.certificate import Certificate, certify, plan
+from mass.metrics.certificate import Certificate, certify_cells, plan
 from mass.metrics.rules import CERTIFICATE, judge_limit, judge_ok
 from mass.noise_streams import modifier_parts
 
 
-def with_certificate(r: AttributeReport, xp: np.ndarray, y: np.ndarray,
+def with_certificate(r: AttributeReport, cells: np.ndarray, y: np.ndarray,
                      metadata: dict[str, str], pol: AuditPolicy) -> AttributeReport:  # fmt: skip
-    """The suppressed report with the release's certificate on the audited rows ``xp`` and,
+    """The suppressed report with the release's certificate on the audited rows (``cells``:
+    each row's released-vector code, :func:`mass.metrics.certificate.cells_of`) and,
     under ``audit.gate_certificate``, the judge CERTIFICATE held to the strictest judge's
     margin.
 
@@ -33,7 +34,7 @@ def with_certificate(r: AttributeReport, xp: np.ndarray, y: np.ndarray,
         cert = Certificate(n, 0, int(np.unique(y).size), round(1 - pol.confidence, 12),
                            reason=why)  # fmt: skip
     else:
-        cert = certify(xp, y, confidence=pol.confidence)
+        cert = certify_cells(cells, y, confidence=pol.confidence)
     margins = dict(r.margins)
     if pol.gate_certificate and margins:
         margins[CERTIFICATE] = min(margins.values())

@@ -146,6 +146,7 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
         released = encode_released({req.id_col: s.ids, **s.extra}, max_levels=pol.max_levels)
         together = combine([released[c] for c in s.extra], n_audit)
         together = replace(together, stats=Statistics((), ()))
+        cells = cells_of(xp)  # each row's released vector's code: the certificate, capacity
         for a in req.suppress:
             if req.run_dir and a not in frozen:
                 log.warning("%s: no frozen branch model for '%s'", req.run_dir, a)
@@ -156,7 +157,7 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
                 columns=released, key_x=key_x, gate_key=gate_key, class_names=_names(s, a),
                 project_rows=_release_training_rows(s, pol), **kw,
             ))  # fmt: skip
-            reports[-1] = with_certificate(reports[-1], s.xp, y[a], s.metadata, pol)
+            reports[-1] = with_certificate(reports[-1], cells, y[a], s.metadata, pol)
         for a in req.preserve:
             reports.append(attribute_report(a, y[a], x, xp, role="preserved",
                                             frozen=frozen.get(a), min_fraction=pol.fraction(a),
@@ -165,7 +166,7 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
         unnamed = measure_unnamed(x, xp, y, suppress=req.suppress, preserve=req.preserve,
                                   watch=watch, policy=pol, extra=extra,
                                   names={w: _names(s, w) for w in watch},
-                                  cells=cells_of(s.xp) if watch else None)  # fmt: skip
+                                  cells=cells if watch else None)  # fmt: skip
     spec = _spec(req, s.n_labels, s.n_input, reports, gate_key=gate_key, watch=watch,
                  label_columns=s.label_columns)  # fmt: skip
     validator.spec = spec

@@ -23,7 +23,8 @@ plug-in's optimism covers them. Bounds are clipped to 1. A release with more dis
 vectors than ``rows / min_rows_per_cell`` is continuous (a vector per row is an identity map
 and certifies nothing): it gets no certificate, with the reason.
 
-Pure numpy/scipy: the audit (mass.audit.runner) calls :func:`certify` on its audited rows.
+Pure numpy/scipy: the audit (mass.audit.runner) calls :func:`certify_cells` on its audited
+rows, with the codes of :func:`cells_of` it also hands to the cell capacity.
 """
 
 from __future__ import annotations
@@ -34,6 +35,12 @@ import numpy as np
 from scipy.stats import beta, norm
 
 MIN_ROWS_PER_CELL = 2  # fewer rows per distinct vector on average: continuous, no certificate
+
+
+def is_continuous(cells: int, rows: int, min_rows_per_cell: int = MIN_ROWS_PER_CELL) -> bool:
+    """Whether ``cells`` distinct released vectors on ``rows`` rows are a continuous release
+    (more than one vector per ``min_rows_per_cell`` rows): no certificate, no cell capacity."""
+    return cells * min_rows_per_cell > rows
 
 
 @dataclass(frozen=True)
@@ -130,7 +137,7 @@ def certify_cells(cells, s, *, confidence: float = 0.95,
     per_cell = np.bincount(cells)
     spread = {"min": int(per_cell.min()), "median": float(np.median(per_cell)),
               "max": int(per_cell.max())}  # fmt: skip
-    if n_cells * min_rows_per_cell > n:
+    if is_continuous(n_cells, n, min_rows_per_cell):
         why = (f"continuous release: {n_cells} distinct vectors for {n} rows (a certificate "
                f"needs at most one distinct vector per {min_rows_per_cell} rows)")  # fmt: skip
         return Certificate(n, n_cells, k, delta, rows_per_cell=spread, reason=why)

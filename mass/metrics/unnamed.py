@@ -27,10 +27,10 @@ from collections.abc import Mapping
 import numpy as np
 
 from mass.metrics.attackers import attack_predictions, frozen_reader
-from mass.metrics.certificate import MIN_ROWS_PER_CELL
+from mass.metrics.certificate import MIN_ROWS_PER_CELL, is_continuous
 from mass.metrics.scores import ATTACKER_FAMILIES, leakage_floor, majority_rate
 from mass.metrics.strata import rare_named
-from mass.rows import joint_codes, seeded_rows
+from mass.rows import entropy_bits, joint_codes, seeded_rows
 
 # An attribute whose best original attacker beats its majority rate by less than this has
 # nothing a release could keep: its normalised figure is undefined (None, "learnable": False).
@@ -270,15 +270,6 @@ def structure_reference(x_orig, suppressed: Mapping[str, np.ndarray],
 STRUCTURE_MEASURES = ("knn_overlap", "cka", "dcor")
 
 
-def entropy_bits(codes) -> float:
-    """The plug-in entropy in bits of the values in ``codes`` (0 for none or one value)."""
-    _, counts = np.unique(np.asarray(codes).ravel(), return_counts=True)
-    if counts.size <= 1:
-        return 0.0
-    p = counts / counts.sum()
-    return float(-(p * np.log2(p)).sum())
-
-
 def cell_capacity(cells, watch: Mapping[str, np.ndarray], *,
                   min_rows_per_cell: int = MIN_ROWS_PER_CELL) -> dict | None:  # fmt: skip
     """What a cell release can carry about the ``watch`` attributes (labels on the audited
@@ -294,7 +285,7 @@ def cell_capacity(cells, watch: Mapping[str, np.ndarray], *,
     keep every independent watch attribute whole)."""
     cells = np.asarray(cells).ravel()
     m = int(np.unique(cells).size)
-    if not watch or cells.size == 0 or m * min_rows_per_cell > cells.size:
+    if not watch or cells.size == 0 or is_continuous(m, cells.size, min_rows_per_cell):
         return None
     bits = {w: round(entropy_bits(y), 6) for w, y in watch.items()}
     total = round(sum(bits.values()), 6)

@@ -523,6 +523,11 @@ MUTANTS = [
     Mutant("audit-frozen-reader-not-fitted", "mass.metrics.judges:_frozen_judge",
            'if family is None or role != "preserved":', "if True:", FROZEN_GATE,
            "without a run directory a preserved attribute has no frozen judge"),
+    Mutant("certificate-continuous-certified", "mass.metrics.certificate:is_continuous",
+           "return cells * min_rows_per_cell > rows", "return False",
+           ("tests/mass/metrics/test_certificate.py::test_continuous_release_gets_no_"
+            "certificate",),
+           "a vector per row (an identity map) is certified as if it were a cell release"),
     Mutant("capacity-always-fits", "mass.metrics.unnamed:cell_capacity",
            '"watch_fits": bool(total <= cap)', '"watch_fits": True',
            ("tests/mass/metrics/test_unnamed.py::test_cell_capacity_by_hand",),

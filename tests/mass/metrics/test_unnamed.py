@@ -11,7 +11,6 @@ from mass.metrics.unnamed import (
     cell_capacity,
     cramers_v,
     distance_correlation,
-    entropy_bits,
     knn_overlap,
     last_resort_release,
     linear_cka,
@@ -106,7 +105,6 @@ def test_cell_capacity_by_hand():
     # skewed use of the same 4 cells: fewer bits on these rows, the same log2 M
     skew = cell_capacity(np.array([0] * 13 + [1, 2, 3]), {"a": half})
     assert skew["bits_max"] == pytest.approx(2.0) and skew["bits_rows"] < 1.0
-    assert entropy_bits(np.zeros(5)) == 0.0 and entropy_bits([]) == 0.0
 
 
 def test_cell_capacity_is_none_for_a_continuous_release_or_no_watch():
