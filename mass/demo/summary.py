@@ -137,7 +137,9 @@ def metrics(audit: dict, run: dict | None = None) -> dict:
     ``pass``; ``privacy_excess``: over the suppressed attributes, the largest worst-judge 95 %
     bound minus its limit (<= 0 passes); ``utility_kept``: the smallest kept fraction over the
     preserved ones; ``watch_kept``: the smallest normalised kept information over the watch
-    attributes (audit.json ``unnamed``; absent without any). These mean the same whatever the
+    attributes (audit.json ``unnamed``; absent without any), and for a cell release the
+    ``cells`` (distinct released vectors) and whether the watch attributes' bits fit in them
+    (``watch_fits``, audit.json ``unnamed.capacity``). These mean the same whatever the
     attributes are called, so experiments that suppress different attributes still sort on
     them, and they come first: `dvc exp show` keeps the first columns of a table too wide for
     the terminal. Then the chosen ``method``, calibration ``candidate`` and output ``noise``
@@ -161,6 +163,9 @@ def metrics(audit: dict, run: dict | None = None) -> dict:
     watch = [w.get("kept") for w in ((audit.get("unnamed") or {}).get("watch") or {}).values()]
     if watch:
         out["watch_kept"] = min((k for k in watch if k is not None), default=None)
+    cap = (audit.get("unnamed") or {}).get("capacity")
+    if isinstance(cap, dict):  # a cell release with watch attributes: its resolution
+        out["cells"], out["watch_fits"] = cap.get("cells"), cap.get("watch_fits")
     out["method"] = (audit.get("release") or {}).get("method") or run.get("method")
     out["candidate"], out["noise"] = cal.get("candidate"), cal.get("output_noise")
     out["rows"] = (audit.get("rows") or {}).get("release")

@@ -155,6 +155,12 @@ def test_metrics_file_carries_what_the_release_keeps_that_no_flag_named():
     assert m["watch_kept"] == 0.62  # the smallest learnable one
     assert "watch" not in m and "structure" not in m
     assert "watch_kept" not in metrics({"pass": True, "attributes": {}})
+    assert "cells" not in m and "watch_fits" not in m  # a continuous release has no capacity
+    audit["unnamed"]["capacity"] = {"cells": 30, "rows": 2000, "bits_max": 4.906891,
+                                    "watch_bits_total": 1.58, "watch_fits": True}  # fmt: skip
+    m = metrics(audit)
+    assert (m["cells"], m["watch_fits"]) == (30, True)
+    assert list(m)[:5] == ["pass", "privacy_excess", "utility_kept", "watch_kept", "cells"]
 
 
 def test_a_suppressed_attribute_failed_for_want_of_a_key_view_says_so():
