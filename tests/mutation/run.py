@@ -165,20 +165,12 @@ NOTES = [
     'Those 14 alone: `make mutation MUTANTS="..."`, 2026-11-25 05:11-05:24 UTC, load '
     "average 13-16 on 2 shared cores: 14 killed.",
     "- Last full run: `make mutation`'s command (`PYTHONPATH=$PWD python tests/mutation/run.p"
-    "y --log mutfull.jsonl`) in a fresh clone at 246b5e5, every mutant in one process, 2026-1"
-    "1-28 15:31-15:55 UTC, 25 min on the 2-core machine with nothing else running (load avera"
-    "ge 0.5 at the start, 1.0 during): 130 killed. The run before it that covered every mutan"
-    "t was 2026-11-25's (94 mutants then, 38 min at load 10-16).",
-    "- Session 16 (2026-11-28): calibrate-repair-never-deferred (the deferral it broke is gone) "
-    "replaced by calibrate-cells-not-first; growth-step-from-zero and rank-cells-count-rounded "
-    "added. Those 3 alone (`--log`), at 4ef27be, 17:35 UTC beside a benchmark (load about 3): "
-    "3 killed. This report: the full run's 129 remaining results plus those 3 "
-    "(`--report-from` the two logs joined).",
-    "- Session 17 (2026-11-28): rank-cells-count-rounded's snippet follows its code (no "
-    "int() around math.floor) and ran again; refusal-rows-needed-unsaid added. Those 2 alone "
-    "(`--log`), at 9d27d44 and 66bf8c5, 20:08 and 21:01 UTC: 2 killed. This report: the 132 "
-    "above with those 2 results last (`--report-from` the logs joined; a mutant's latest "
-    "result counts).",
+    "y --log mutfull.jsonl`) in a fresh clone at 0a74793 (after its CI run), every mutant in "
+    "one process, 2026-11-30 07:32-08:04 UTC, 31 min 52 s on the 2-core machine with nothing "
+    "else running (load average 0.01 at the start): 144 killed, none stale. This report is "
+    "that run's (`--report-from` its log). Session 26's full run (47 min, on another box) "
+    "killed 142 of 143 and found one stale (calibrate-confidence-fixed-95, re-aimed); "
+    "session 27 added certificate-continuous-certified.",
     "- Each mutant runs a small test subset (tests/mutation/mutants.py), chosen so the whole "
     "check takes minutes, not the full suite; the kill tests added for survivors live in "
     "tests/*/test_*_guards.py and run in the default suite.",
