@@ -18,22 +18,10 @@ under every order.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 
 import numpy as np
-
-
-def heldout(path: str):
-    """The held-out rows of every split under ``path`` as one Arrow table."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    files = sorted(glob.glob(os.path.join(path, "*", "*.parquet")))
-    if not files:
-        raise SystemExit(f"{path}: no parquet files (run `make demo` first)")
-    return pa.concat_tables([pq.read_table(f) for f in files])
 
 
 def readings(x, xp, watch, suppressed, orders: int) -> list[dict]:
@@ -61,18 +49,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-dir", default="runs/modifier")
     p.add_argument("--heldout", default="data/heldout")
     a = p.parse_args(argv)
+    from mass.io import load_embeddings
+    from mass.metrics.certificate import cells_of
     from mass.modifiers import load_modifier, modify
 
-    t = heldout(a.heldout)
-    x = np.stack(t.column("emb").to_numpy(zero_copy_only=False)).astype(np.float32)
+    ds = load_embeddings(a.heldout, label_cols=[a.watch, a.suppress])  # every split below it
     model = load_modifier(os.path.join(a.run_dir, "modifier.pt"))
-    xp = modify(model, x, np.zeros(len(x), np.int64))
-    col = lambda c: t.column(c).to_numpy()  # noqa: E731
-    rows = readings(x, xp, {a.watch: col(a.watch)}, {a.suppress: col(a.suppress)}, a.orders)
+    xp = modify(model, ds.x, np.zeros(len(ds), np.int64))
+    rows = readings(ds.x, xp, {a.watch: ds.labels[a.watch]},
+                    {a.suppress: ds.labels[a.suppress]}, a.orders)  # fmt: skip
     for r in rows:
         print(json.dumps(r))
     kept = [r["kept"] for r in rows]
-    print(json.dumps({"rows": len(x), "distinct_released": int(len(np.unique(xp, axis=0))),
+    print(json.dumps({"rows": len(ds), "distinct_released": int(cells_of(xp).max()) + 1,
                       "orders": len(kept), "min": min(kept), "max": max(kept),
                       "mean": round(float(np.mean(kept)), 4),
                       "sd": round(float(np.std(kept, ddof=1)), 4) if len(kept) > 1 else None}))  # fmt: skip

@@ -17,5 +17,7 @@ def test_an_identity_release_reads_kept_one_under_every_order():
 
 
 def test_a_missing_heldout_folder_is_named(tmp_path):
-    with pytest.raises(SystemExit, match="no parquet files"):
+    from mass.errors import MissingInputError
+
+    with pytest.raises(MissingInputError, match="none: no such file or directory"):
         main(["--heldout", str(tmp_path / "none"), "--run-dir", str(tmp_path)])
