@@ -30,6 +30,7 @@ audit:
                           # retention every audit and calibration reports (--watch overrides)
   watch_min_kept: null    # e.g. 0.8: every learnable watch attribute keeps this normalised
                           # information, (release - majority) / (original - majority)
+  watch_repeats: 3        # fold orders the watch attributes are read over (mean and range)
   gate_certificate: false # also hold a cell release's certified bound (any attacker) to the
                           # strictest judge's limits; a release without one then fails
 ```
@@ -51,7 +52,7 @@ from mass.names import parse_names
 KEYS = {"frozen_margin", "attacker_margin", "min_utility_fraction", "suppress", "preserve",
         "families", "folds", "seed", "max_rows", "norm_tol", "allow_columns", "confidence",
         "curve", "curve_tol", "max_cosine", "max_levels", "gate_key_compromised",
-        "force_vacuous", "watch", "watch_min_kept", "gate_certificate"}  # fmt: skip
+        "force_vacuous", "watch", "watch_min_kept", "watch_repeats", "gate_certificate"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ class AuditPolicy:
     force_vacuous: bool = False  # a vacuous policy runs, recorded as forced, instead of refused
     watch: tuple[str, ...] = ()  # reported by every audit (docs/audit.md); --watch overrides
     watch_min_kept: float | None = None  # None: watch attributes are reported, not gated
+    watch_repeats: int = 3  # repeated CV of the watch readings: one fold draw moves them
     gate_certificate: bool = False  # the certificate is reported; true: judged (docs/audit.md)
 
     def to_dict(self) -> dict:
@@ -186,6 +188,8 @@ def policy_from_dict(section: Mapping[str, Any] | None) -> AuditPolicy:
         kw["watch"] = parse_names(sec["watch"], where="audit.watch")
     if sec.get("watch_min_kept") is not None:
         kw["watch_min_kept"] = _number("watch_min_kept", sec["watch_min_kept"], lo=0.0, hi=2.0)
+    if "watch_repeats" in sec:
+        kw["watch_repeats"] = _int("watch_repeats", sec["watch_repeats"], lo=1)
     if "max_levels" in sec:
         kw["max_levels"] = _int("max_levels", sec["max_levels"], lo=2)
     for key in ("curve", "gate_key_compromised", "force_vacuous", "gate_certificate"):

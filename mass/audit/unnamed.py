@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from mass.errors import ConfigError
-from mass.report.unnamed import capacity_of
+from mass.report.unnamed import capacity_of, spread
 from mass.rows import joint_codes
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,8 @@ def measure_unnamed(x, xp, y: dict[str, np.ndarray], *, suppress, preserve, watc
         out["watch"] = U.watch_report(x, xp, {w: y[w] for w in watch}, sup, seed=policy.seed,
                                       max_rows=policy.max_rows, families=policy.families,
                                       folds=min(policy.folds, 5), extra=extra,
-                                      names=names, frozen=FROZEN_READER)  # fmt: skip
+                                      names=names, frozen=FROZEN_READER,
+                                      repeats=policy.watch_repeats)  # fmt: skip
         if cells is not None:
             out["capacity"] = U.cell_capacity(cells, {w: y[w] for w in watch})
     codes = joint_codes(sup) if sup else None
@@ -92,7 +93,7 @@ def unnamed_lines(unnamed: dict) -> list[str]:
     for a, w in (unnamed.get("watch") or {}).items():
         dep = ", ".join(f"V({s}) {d['cramers_v']:.2f}, from {s} alone {d['from_s']:.3f}"
                         for s, d in w["dependence"].items())  # fmt: skip
-        kept = "nothing learnable" if w["kept"] is None else f"kept {w['kept']:.2f}"
+        kept = "nothing learnable" if w["kept"] is None else f"kept {w['kept']:.2f}{spread(w)}"
         rare = ", ".join(f"{c}: {n}" for c, n in (w.get("rare_classes") or {}).items())
         lines.append(f"watch {a}: {kept} (release {w['release']:.3f}, original "
                      f"{w['original']:.3f}, majority {w['majority']:.3f}; {dep})"

@@ -89,7 +89,7 @@ def unnamed_summary(audit: dict, width: int = 0) -> list[str]:
         dep = ", ".join(f"V({s}) {_num(d.get('cramers_v'))}"
                         for s, d in (w.get("dependence") or {}).items())  # fmt: skip
         kept = ("nothing learnable" if w.get("kept") is None
-                else f"kept {_num(w.get('kept'))} of its information")  # fmt: skip
+                else f"kept {_num(w.get('kept'))}{RU.spread(w)} of its information")  # fmt: skip
         lines.append(f"Unnamed:      {name:<{width}}  {kept} (release {_num(w.get('release'))}, "
                      f"original {_num(w.get('original'))}, majority {_num(w.get('majority'))}; "
                      f"{dep})" + (f"  minimum {_num(min_kept)}" if min_kept is not None else ""))  # fmt: skip

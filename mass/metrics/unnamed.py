@@ -35,6 +35,9 @@ from mass.rows import entropy_bits, joint_codes, seeded_rows
 # An attribute whose best original attacker beats its majority rate by less than this has
 # nothing a release could keep: its normalised figure is undefined (None, "learnable": False).
 MIN_SIGNAL = 0.02
+# Fold order r of a repeated reading is seeded ``seed + r * REPEAT_STRIDE`` (the attackers use
+# ``seed + fold`` inside one order, so orders share no fold seed).
+REPEAT_STRIDE = 1009
 DCOR_ROWS = 1000  # distance correlation holds two n x n matrices: a seeded subsample
 
 
@@ -82,6 +85,7 @@ def watch_report(
     original: Mapping[str, Mapping[str, float]] | None = None,
     names: Mapping[str, object] | None = None,
     frozen: str | None = None,
+    repeats: int = 1,
 ) -> dict[str, dict]:
     """Per watch attribute: attackers retrained on the original and on the release (best
     family and each), majority, normalised information kept, dependence on S and the rare
@@ -98,7 +102,13 @@ def watch_report(
     (``frozen_original``, ``frozen_release``, ``frozen_kept``); ``kept`` is then the lower of
     the retrained and the frozen reading (``retrained_kept`` keeps the former), so a watch
     attribute released inside out counts as lost.
+    ``repeats``: read every attacker over that many seeded fold orders of the same rows
+    (repeated cross-validation, docs/audit.md): each family's accuracy and the frozen
+    reading are the means over the orders, ``kept`` follows from the means, and
+    ``kept_range`` gives the lowest and highest ``kept`` of a single order.
     """
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"watch_report: repeats must be an integer >= 1, got {repeats!r}")
     x_orig, x_rel = np.asarray(x_orig, np.float32), np.asarray(x_rel, np.float32)
     keep = seeded_rows(len(x_orig), max_rows, seed)
     rows = np.arange(len(x_orig)) if keep is None else keep
@@ -109,10 +119,11 @@ def watch_report(
     out: dict[str, dict] = {}
     for name, labels in watch.items():
         y = np.asarray(labels)[rows]
-        known = (original or {}).get(name)
-        orig = dict(known) if known else _best(x_o, y, families, folds, seed)
-        rel = _best(x_r, y, families, folds, seed)
         maj = majority_rate(y)
+        seeds = [seed + r * REPEAT_STRIDE for r in range(repeats)]
+        reading = _repeated(x_o, x_r, x_e, y, maj, (original or {}).get(name), families,
+                            folds, seeds, frozen)  # fmt: skip
+        orig, rel, read = reading["original"], reading["release"], reading["frozen"]
         best_o, best_r = max(orig.values()), max(rel.values())
         dep = {s: {"cramers_v": cramers_v(y, ys),
                    "from_s": leakage_floor(y, {s: ys}, folds=folds, seed=seed)}
@@ -120,17 +131,46 @@ def watch_report(
         from_all = leakage_floor(y, s_cols, folds=folds, seed=seed) if s_cols else maj
         kept = normalised_kept(best_r, best_o, maj)
         explained = normalised_kept(from_all, best_o, maj)
-        read = _frozen_reading(x_o, x_e, y, maj, frozen, folds, seed) if frozen else {}
         out[name] = {
             "n": int(y.size), "majority": maj, "original": best_o, "release": best_r,
             "original_by_family": orig, "release_by_family": rel,
             "kept": _lower(kept, read.get("frozen_kept")), "retrained_kept": kept,
             "learnable": kept is not None, "dependence": dep, **read,
+            "repeats": repeats, "kept_range": reading["kept_range"],
             "from_all_s": from_all,
             "explained_by_s": None if explained is None else float(np.clip(explained, 0, 1)),
             "rare_classes": rare_named(y, folds, (names or {}).get(name)),
         }  # fmt: skip
     return out
+
+
+def _repeated(x_o, x_r, x_e, y, maj: float, known, families, folds: int, seeds: list[int],
+              frozen: str | None) -> dict:  # fmt: skip
+    """Each family's accuracy on the original (``known``: measured already) and on the
+    release, and the frozen reading, as means over the fold orders ``seeds``; ``kept_range``
+    [lowest, highest] of one order's ``kept`` (None when no order has one)."""
+    origs, rels, reads, kepts = [], [], [], []
+    for sd in seeds:
+        o = dict(known) if known else _best(x_o, y, families, folds, sd)
+        r = _best(x_r, y, families, folds, sd)
+        rd = _frozen_reading(x_o, x_e, y, maj, frozen, folds, sd) if frozen else {}
+        one = normalised_kept(max(r.values()), max(o.values()), maj)
+        origs.append(o), rels.append(r), reads.append(rd)
+        kepts.append(_lower(one, rd.get("frozen_kept")))
+    read = {}
+    if frozen:
+        fo, fr = (float(np.mean([d[k] for d in reads])) for k in ("frozen_original",
+                                                                    "frozen_release"))  # fmt: skip
+        read = {"frozen_original": fo, "frozen_release": fr,
+                "frozen_kept": normalised_kept(fr, fo, maj)}  # fmt: skip
+    defined = [k for k in kepts if k is not None]
+    return {"original": _mean_of(origs), "release": _mean_of(rels), "frozen": read,
+            "kept_range": [min(defined), max(defined)] if defined else None}  # fmt: skip
+
+
+def _mean_of(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Family -> mean accuracy over the fold orders' readings."""
+    return {f: float(np.mean([d[f] for d in runs])) for f in runs[0]}
 
 
 def _frozen_reading(x_o, x_e, y, majority: float, family: str, folds: int,

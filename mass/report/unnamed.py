@@ -52,7 +52,16 @@ def _rare(row: Mapping) -> str:
 
 def _kept(row: Mapping) -> str:
     return ("nothing learnable" if view.num(row.get("kept")) is None
-            else view.fmt(row.get("kept"), 2))  # fmt: skip
+            else view.fmt(row.get("kept"), 2) + spread(row))  # fmt: skip
+
+
+def spread(row: Mapping) -> str:
+    """`` (0.78-0.80 over 3 fold orders)`` for a watch reading repeated over fold orders
+    (``repeats``, ``kept_range``), else nothing."""
+    rng, n = row.get("kept_range"), view.num(row.get("repeats"))
+    if n is None or n < 2 or not isinstance(rng, list | tuple) or len(rng) != 2:
+        return ""
+    return f" ({view.fmt(rng[0], 2)}-{view.fmt(rng[1], 2)} over {int(n)} fold orders)"
 
 
 def capacity_of(audit: Mapping | None) -> str | None:

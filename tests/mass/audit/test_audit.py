@@ -296,3 +296,8 @@ def test_new_policy_keys_are_validated():
         policy_from_dict({"gate_key_compromised": "yes"})
     with pytest.raises(ConfigError, match="audit.confidence"):
         policy_from_dict({"confidence": 0.2})
+    assert load_policy(None).watch_repeats == 3 and policy_from_dict(
+        {"watch_repeats": 1}).watch_repeats == 1  # fmt: skip
+    for bad in (0, 2.5, True, "3"):
+        with pytest.raises(ConfigError, match="audit.watch_repeats"):
+            policy_from_dict({"watch_repeats": bad})

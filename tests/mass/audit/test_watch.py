@@ -76,10 +76,20 @@ def test_watch_kept_by_leace_lost_by_the_last_resort_and_reported(tmp_path, data
             res.unnamed["watch"]["w"]["kept"], abs=1e-6)  # fmt: skip
         html = (tmp_path / sub / "report" / "report.html").read_text()
         assert "Utility nobody named" in html and f"{res.unnamed['watch']['w']['kept']:.2f}" in html
+        assert "over 3 fold orders" in html and "over 3 fold orders" in "\n".join(
+            summarize(out, "release"))  # fmt: skip
         text = "\n".join(summarize(out, "release"))  # the CLI/demo summary
         assert f"Unnamed:      w  kept {res.unnamed['watch']['w']['kept']:.3f}" in text
         assert ("data minimisation" in text) == (sub == "b") == ("data minimisation" in html)
     assert "watch w: kept" in format_table(kept) and "structure kept within S" in format_table(lost)
+    # read over audit.watch_repeats fold orders (default 3): the mean and one order's range
+    lo, hi = wk["kept_range"]
+    assert wk["repeats"] == 3 and lo <= hi and f"({lo:.2f}-{hi:.2f} over 3 fold orders)" in (
+        format_table(kept))  # fmt: skip
+    one = _audit(tmp_path / "c", ds, rel["leace"], "leace", {**FAST, "watch_repeats": 1})
+    w1 = one.unnamed["watch"]["w"]
+    assert w1["repeats"] == 1 and "fold orders" not in format_table(one)
+    assert w1["release_by_family"] != wk["release_by_family"]  # the mean of 3 is not order 1
 
 
 def test_watch_min_kept_gates_and_overlap_is_refused(tmp_path, data):
