@@ -17,7 +17,8 @@ rows it releases: total repair, S-independent by construction).
 Columns are the product's own measures: the gate's rule (:func:`mass.metrics.attribute_report`
 under the policy, retrained attackers and a frozen one trained on the original training
 rows) on the release and on its key-stripped view (the deterministic output, noise removed),
-R kept, :func:`mass.metrics.unnamed.watch_report` per watch attribute and
+R kept, :func:`mass.metrics.unnamed.watch_report` per watch attribute as the audit reads it
+(the frozen reader too, over the policy's ``watch_repeats`` fold orders) and
 :func:`mass.metrics.unnamed.structure_kept` within S classes.
 """
 
@@ -161,6 +162,7 @@ def _s_row(r) -> dict:
 def judge(x, xp, xd, labels, suppress, preserve, watch, policy, frozen, watch_orig=None):
     """The measured row of one release: S on the release and key-stripped, R, watch, structure."""
     from mass.metrics import attribute_report
+    from mass.metrics.rules import FROZEN_READER
     from mass.metrics.unnamed import structure_kept, watch_report
     from mass.rows import joint_codes
 
@@ -183,7 +185,8 @@ def judge(x, xp, xd, labels, suppress, preserve, watch, policy, frozen, watch_or
     sup = {s: labels[s] for s in suppress}
     row["watch"] = watch_report(x, xp, {w: labels[w] for w in watch}, sup, seed=policy.seed,
                                 max_rows=policy.max_rows, families=policy.families,
-                                folds=min(policy.folds, 5), original=watch_orig)  # fmt: skip
+                                folds=min(policy.folds, 5), original=watch_orig,
+                                frozen=FROZEN_READER, repeats=policy.watch_repeats)  # fmt: skip
     row["structure"] = structure_kept(x, xp, joint_codes(sup), seed=policy.seed)
     return row
 
@@ -218,7 +221,7 @@ def evaluate(x, xs: dict, labels, suppress, preserve, watch, policy, frozen) -> 
     sup = {s: labels[s] for s in suppress}
     base = watch_report(x, x, {w: labels[w] for w in watch}, sup, seed=policy.seed,
                         max_rows=policy.max_rows, families=policy.families,
-                        folds=min(policy.folds, 5))  # fmt: skip
+                        folds=min(policy.folds, 5), repeats=policy.watch_repeats)  # fmt: skip
     orig = {w: v["original_by_family"] for w, v in base.items()}
     out: dict[str, dict] = {}
     judged: dict[str, str] = {}  # digest of (release, key-stripped) -> the first method

@@ -231,11 +231,15 @@ def _kept(x, xd, pres: dict, policy) -> dict:
 
 
 def _watch(x, xd, watch: dict, s, policy) -> dict:
-    """Each watch attribute's normalised information kept (mass.metrics.unnamed.watch_report)."""
+    """Each watch attribute's normalised information kept, read as the audit reads it
+    (mass.metrics.unnamed.watch_report: the frozen reader too, the policy's watch_repeats
+    fold orders)."""
+    from mass.metrics.rules import FROZEN_READER
     from mass.metrics.unnamed import watch_report
 
     rep = watch_report(x, xd, watch, {"S": s}, seed=policy.seed, max_rows=policy.max_rows,
-                       families=policy.families, folds=min(policy.folds, 5))  # fmt: skip
+                       families=policy.families, folds=min(policy.folds, 5),
+                       frozen=FROZEN_READER, repeats=policy.watch_repeats)  # fmt: skip
     return {w: (None if v["kept"] is None else round(v["kept"], 4)) for w, v in rep.items()}
 
 
