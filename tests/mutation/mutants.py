@@ -535,6 +535,15 @@ MUTANTS = [
     Mutant("watch-kept-ignores-frozen", "mass.metrics.unnamed:watch_report",
            '"kept": _lower(kept, read.get("frozen_kept"))', '"kept": kept', WATCH,
            "a watch attribute released inside out counts as kept"),
+    Mutant("watch-repeats-one-order", "mass.metrics.unnamed:_repeated",
+           "for sd in seeds:", "for sd in seeds[:1]:",
+           ("tests/mass/metrics/test_watch_repeats.py",),
+           "a watch reading said to be repeated over fold orders is one order's"),
+    Mutant("audit-watch-repeats-ignored", "mass.audit.unnamed:measure_unnamed",
+           "repeats=policy.watch_repeats", "repeats=1",
+           ("tests/mass/audit/test_watch.py::test_watch_kept_by_leace_lost_by_the_last_resort_"
+            "and_reported",),
+           "the audit reads watch attributes on one fold order whatever audit.watch_repeats says"),
     # --- policy files, judge families, id schemes --------------------------------------------
     Mutant("policy-without-audit-is-defaults", "mass.audit.policy:load_policy",
            'section = params.get("audit")', 'section = params.get("audit", {})',

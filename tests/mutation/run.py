@@ -170,7 +170,11 @@ NOTES = [
     "else running (load average 0.01 at the start): 144 killed, none stale. This report is "
     "that run's (`--report-from` its log). Session 26's full run (47 min, on another box) "
     "killed 142 of 143 and found one stale (calibrate-confidence-fixed-95, re-aimed); "
-    "session 27 added certificate-continuous-certified.",
+    "session 27 added certificate-continuous-certified. Session 28 added "
+    "watch-repeats-one-order and audit-watch-repeats-ignored, run alone on 5c7d1b8 with the two added "
+    "(`python tests/mutation/run.py watch-repeats-one-order audit-watch-repeats-ignored`, "
+    "2026-11-30 09:53 UTC, beside a benchmark run): both killed; their rows below are from "
+    "that run's log appended to the full run's.",
     "- Each mutant runs a small test subset (tests/mutation/mutants.py), chosen so the whole "
     "check takes minutes, not the full suite; the kill tests added for survivors live in "
     "tests/*/test_*_guards.py and run in the default suite.",
