@@ -15,7 +15,9 @@ row with a stored linear predictor, finds the row's cell within that group by th
 
 Nothing finer than a cell is released and every row of a cell is released as the same
 vector, so a released vector names one cell (what the certificate counts: docs/audit.md,
-"Certificate"). Deterministic, tensors only.
+"Certificate"). With ``values`` the cell's released vector is stored apart from the centre
+that finds it (``cell_centre: median``: the median of the cell's fit rows,
+docs/calibration.md, "What a cell releases"). Deterministic, tensors only.
 
 Older saved models keep their own kinds and load as they were: k-means cells as ``codebook``
 (:mod:`mass.modifiers.codebook`), rank cells inside ``sliced_repair`` (``cell_axes`` > 0;
@@ -44,6 +46,9 @@ class CellsSpec:
     rule: str = "nearest"
     axes: int = 0  # grid: axes per group
     levels: int = 0  # grid: bins per axis
+    # True: the cells release ``values`` (e.g. their fit rows' medians), the centres only find
+    # the cell (``nearest``); False: the centres are released (every model before it)
+    values: bool = False
 
     def __post_init__(self) -> None:
         if self.rule not in RULES:
@@ -54,7 +59,10 @@ class CellsSpec:
                              f"levels ** axes cells (spec {self.to_dict()})")  # fmt: skip
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if not self.values:  # the spec of a model released by its centres, as saved before
+            del d["values"]
+        return d
 
 
 @dataclass(frozen=True)
@@ -62,7 +70,8 @@ class CellsFit:
     """A cells modifier's fitted values (float32 unless said): every cell's vector
     ``centres`` [cells, d]; the group predictor ``group_weight`` [G, d], ``group_bias`` [G];
     ``nearest``: each centre's group ``centre_group`` [cells] (int64); ``grid``: each group's
-    mean ``group_mean`` [G, d], ``axes`` [G, m, d] and ``edges`` [G, m, levels - 1]."""
+    mean ``group_mean`` [G, d], ``axes`` [G, m, d] and ``edges`` [G, m, levels - 1];
+    ``values`` [cells, d]: what each cell releases when the spec says so."""
 
     centres: torch.Tensor
     group_weight: torch.Tensor
@@ -71,6 +80,7 @@ class CellsFit:
     group_mean: torch.Tensor | None = None
     axes: torch.Tensor | None = None
     edges: torch.Tensor | None = None
+    values: torch.Tensor | None = None
 
 
 def grid_cell(group_mean: torch.Tensor, axes: torch.Tensor, row_edges: torch.Tensor,
@@ -87,7 +97,7 @@ def grid_cell(group_mean: torch.Tensor, axes: torch.Tensor, row_edges: torch.Ten
 
 @register_modifier("cells")
 class CellsModifier(nn.Module):
-    """x' = centres[cell(x)]: the release holds only the cells' vectors."""
+    """x' = centres[cell(x)] (or values[cell(x)]): the release holds only the cells' vectors."""
 
     stochastic = False
 
@@ -95,7 +105,8 @@ class CellsModifier(nn.Module):
     def spec_from_dict(cls, d: dict) -> CellsSpec:
         return CellsSpec(dim=int(d["dim"]), cells=int(d["cells"]), groups=int(d.get("groups", 1)),
                          rule=str(d.get("rule", "nearest")), axes=int(d.get("axes", 0)),
-                         levels=int(d.get("levels", 0)))  # fmt: skip
+                         levels=int(d.get("levels", 0)),
+                         values=bool(d.get("values", False)))  # fmt: skip
 
     def __init__(self, spec: CellsSpec) -> None:
         super().__init__()
@@ -110,6 +121,8 @@ class CellsModifier(nn.Module):
             self.register_buffer("group_mean", torch.zeros(g, d))
             self.register_buffer("axes", torch.zeros(g, spec.axes, d))
             self.register_buffer("edges", torch.zeros(g, spec.axes, spec.levels - 1))
+        if spec.values:
+            self.register_buffer("values", torch.zeros(spec.cells, d))
 
     @classmethod
     def from_fit(cls, spec: CellsSpec, fit: CellsFit) -> CellsModifier:
@@ -139,4 +152,5 @@ class CellsModifier(nn.Module):
                                          self.spec.levels, z, group)  # fmt: skip
 
     def forward(self, x: torch.Tensor, seeds: torch.Tensor | None = None) -> torch.Tensor:
-        return self.centres[self.cell_of(x)]
+        released = self.values if self.spec.values else self.centres
+        return released[self.cell_of(x)]

@@ -92,7 +92,8 @@ def balance_cells(z: torch.Tensor, cls: torch.Tensor, group: torch.Tensor,
                   p: RepairParams) -> tuple[torch.Tensor, dict[str, Any]]:  # fmt: skip
     """Rank cells merged into S-balanced clusters measured on held-out rows: ``held`` = their
     (served group, served cell, true suppressed class). Returns every cell's centre
-    [G, levels ** m, d] (float32), its cluster's vector: the mean of the cluster's fit rows
+    [G, levels ** m, d] (float32), its cluster's vector: the mean (or median, ``cell_centre``)
+    of the cluster's fit rows
     ``z`` (repaired, before the cells; ``cls`` their predicted classes, ``group`` their
     groups; unit-normalised when ``renormalize``), or its group's mean for a cluster without
     fit rows; and the clusters count and the fewest, median and most held-out rows a cluster
@@ -108,7 +109,7 @@ def balance_cells(z: torch.Tensor, cls: torch.Tensor, group: torch.Tensor,
     _, cell = rank_cell(part, shape["cell_shared"], levels, z, cls, group)
     key = torch.from_numpy(labels)[group, cell] + group * size  # the fit row's cluster
     fallback = part.group_mean.double().repeat_interleave(size, dim=0)
-    means, _ = cell_means(z, key, g_count * size, fallback, renormalize)
+    means, _ = cell_means(z, key, g_count * size, fallback, renormalize, p.cell_centre)
     flat = (torch.from_numpy(labels) + torch.arange(g_count)[:, None] * size).view(-1)
     per = counts.sum(axis=2)
     rows = np.concatenate([np.bincount(labels[g], per[g]) for g in range(g_count)])

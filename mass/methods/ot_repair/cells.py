@@ -29,6 +29,7 @@ Every step returns fitted values; nothing here writes into a modifier.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -77,10 +78,21 @@ def fit_cells(z: torch.Tensor, y: torch.Tensor, k: int, p: RepairParams,
     if r is None:
         fit = CellsFit(centres, torch.zeros(1, d), torch.zeros(1),
                        torch.zeros(len(centres), dtype=torch.long))  # fmt: skip
-        return CellsModifier.from_fit(CellsSpec(dim=d, cells=len(centres)), fit)
-    owner = torch.from_numpy(np.repeat(classes, [len(c) for c in parts]).astype(np.int64))
-    fit = CellsFit(centres, *linear_class_predictor(zz, rr, r[1]), centre_group=owner)
-    return CellsModifier.from_fit(CellsSpec(dim=d, cells=len(centres), groups=r[1]), fit)
+        spec = CellsSpec(dim=d, cells=len(centres))
+    else:
+        owner = torch.from_numpy(np.repeat(classes, [len(c) for c in parts]).astype(np.int64))
+        fit = CellsFit(centres, *linear_class_predictor(zz, rr, r[1]), centre_group=owner)
+        spec = CellsSpec(dim=d, cells=len(centres), groups=r[1])
+    mod = CellsModifier.from_fit(spec, fit)
+    if p.cell_centre == "mean":
+        return mod
+    # the median of each k-means cluster's fit rows (their own group, the nearest centre), the
+    # rows whose mean the centre is
+    with torch.no_grad():
+        cell = mod.cell_of(z.float(), None if r is None else r[0].long())
+    values, _ = cell_means(z, cell, len(centres), centres.double(), p.renormalize, "median")
+    fit = replace(fit, values=values.float())
+    return CellsModifier.from_fit(replace(spec, values=True), fit)
 
 
 def grid_cells(part: CellPartition, shape: dict[str, Any], centres: torch.Tensor) -> CellsModifier:
@@ -170,27 +182,40 @@ def fit_partition(z: torch.Tensor, cls: torch.Tensor, y: torch.Tensor, group: to
 
 
 def cell_means(
-    z: torch.Tensor, key: torch.Tensor, slots: int, fallback: torch.Tensor, renormalize: bool
+    z: torch.Tensor, key: torch.Tensor, slots: int, fallback: torch.Tensor, renormalize: bool,
+    centre: str = "mean",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(mean of the fit rows ``z`` of every slot of ``key`` [slots, d], float64, unit-normalised
-    when ``renormalize``; rows per slot): a slot without rows takes its ``fallback`` row."""
+    """(every slot of ``key``'s vector [slots, d], float64: the mean of its fit rows ``z``, or
+    their coordinate-wise median (``centre``), unit-normalised when ``renormalize``; rows per
+    slot): a slot without rows takes its ``fallback`` row."""
     zz = z.double()
-    sums = torch.zeros(slots, zz.shape[1], dtype=torch.float64)
-    sums.index_add_(0, key, zz)
     counts = torch.bincount(key, minlength=slots)
-    means = torch.where(counts[:, None] > 0, sums / counts.clamp(min=1)[:, None], fallback)
-    return (l2_normalize(means) if renormalize else means), counts
+    if centre == "median":
+        out = fallback.clone()
+        order = torch.argsort(key, stable=True)
+        bounds = torch.cumsum(counts, 0).tolist()
+        for slot, (lo, hi) in enumerate(zip([0, *bounds[:-1]], bounds, strict=True)):
+            if hi > lo:  # torch's median of an even count is the lower middle: numpy's mean
+                out[slot] = torch.from_numpy(np.median(zz[order[lo:hi]].numpy(), axis=0))
+    else:
+        sums = torch.zeros(slots, zz.shape[1], dtype=torch.float64)
+        sums.index_add_(0, key, zz)
+        out = torch.where(counts[:, None] > 0, sums / counts.clamp(min=1)[:, None], fallback)
+    return (l2_normalize(out) if renormalize else out), counts
 
 
 def fit_centres(z: torch.Tensor, cls: torch.Tensor, group: torch.Tensor, part: CellPartition,
-                shape: dict[str, Any], renormalize: bool) -> tuple[torch.Tensor, dict[str, int]]:  # fmt: skip
-    """Every rank cell's centre [G, levels ** m, d] (float32): the mean of its fit rows ``z``
-    (unit-normalised when the output is), or its group's mean for an empty cell; and how
+                shape: dict[str, Any], renormalize: bool,
+                centre: str = "mean") -> tuple[torch.Tensor, dict[str, int]]:  # fmt: skip
+    """Every rank cell's centre [G, levels ** m, d] (float32): the mean (or median,
+    ``centre``) of its fit rows ``z`` (unit-normalised when the output is), or its group's
+    mean for an empty cell; and how
     many cells hold fit rows with the fewest, median and most fit rows such a cell holds."""
     g_count, size = shape["cell_groups"], shape["cell_levels"] ** shape["cell_axes"]
     _, cell = rank_cell(part, shape["cell_shared"], shape["cell_levels"], z, cls, group)
     fallback = part.group_mean.double().repeat_interleave(size, dim=0)
-    centres, counts = cell_means(z, group * size + cell, g_count * size, fallback, renormalize)
+    centres, counts = cell_means(z, group * size + cell, g_count * size, fallback, renormalize,
+                                 centre)  # fmt: skip
     held = counts[counts > 0]
     stats = {"cells": int(len(held)), "rows_min": int(held.min()),
              "rows_median": int(held.median()), "rows_max": int(held.max())}  # fmt: skip

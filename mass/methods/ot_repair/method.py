@@ -75,7 +75,7 @@ def _rank_cells(spec: SlicedRepairSpec, fitted: tuple, out: torch.Tensor, y: tor
     shape = {f: getattr(spec, f) for f in ("cell_axes", "cell_levels", "cell_groups")}
     shape["cell_shared"] = spec.cell_shared
     part = fit_partition(out, cls, y, group, shape, spec.classes, p)
-    centres, extra = fit_centres(out, cls, group, part, shape, spec.renormalize)
+    centres, extra = fit_centres(out, cls, group, part, shape, spec.renormalize, p.cell_centre)
     mods = _served(spec, shape, predictor, transport, part, centres)
     if held is not None:
         h = unit_x(held[0])

@@ -59,6 +59,11 @@ class RepairParams(Params):
                            "0) this many centres, shared among the groups by their fit rows: "
                            "e.g. the cells a release of n rows can certify "
                            "(mass.metrics.certificate.cells_allowed)")  # fmt: skip
+    cell_centre: str = knob("mean", choices=("mean", "median"), help="the vector every row "
+                            "of a cell is released as: the mean of the cell's repaired fit "
+                            "rows, or their coordinate-wise median (FARE's choice: a binary "
+                            "column keeps the cell's majority value, which a reader fitted on "
+                            "the original rows can read); unit-normalised when the output is")  # fmt: skip
     cell_balance: float = knob(0.0, lo=0.0, help="rank cells: 0 = off; else this fraction "
                                "of the training rows (per preserved class and suppressed "
                                "class, seeded) is held out of the fit, released through the "
@@ -79,3 +84,6 @@ def check_knobs(p: RepairParams) -> None:
     if p.cell_balance and not (p.cell_axes and p.cell_balance < 1):
         raise ConfigError(f"ot_repair: cell_balance={p.cell_balance} needs rank cells "
                           "(cell_axes > 0) and a held-out fraction below 1")  # fmt: skip
+    if p.cell_centre != "mean" and not (p.cell_rows or p.cell_count):
+        raise ConfigError(f"ot_repair: cell_centre={p.cell_centre} needs cells (cell_rows or "
+                          "cell_count > 0): without them every row is released as repaired")  # fmt: skip

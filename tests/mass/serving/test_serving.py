@@ -52,7 +52,9 @@ def _repair_run(tmp: Path, by_preserved: bool = False, ranks: bool = False,
                 partition: bool = False) -> Path:  # fmt: skip
     """An ot_repair fit with cells (a chain of sliced_repair: searchsorted and gathers, and
     codebook: nearest centre, in the python backend); ``by_preserved``: the codebook
-    stratified by u (a stored predictor, then the nearest centre of its class); ``ranks``:
+    stratified by u (a stored predictor, then the nearest centre of its class), each cell
+    released as its fit rows' median (``cell_centre``: a values buffer apart from the
+    centres); ``ranks``:
     rank cells inside sliced_repair instead (group predictor, axis, per-class bin edges);
     ``partition``: rank cells of one partition (common edges, two axes within S, 2 passes)."""
     from mass.methods import get_method
@@ -60,6 +62,8 @@ def _repair_run(tmp: Path, by_preserved: bool = False, ranks: bool = False,
 
     ds = toy_dataset(400, dim=DIM, classes={"s": 3, "u": 2}, seed=3)
     params = {"steps": 4, "cell_rows": 10, "cells_by_preserved": by_preserved or ranks}
+    if by_preserved:  # k-means cells released by their fit rows' medians (a values buffer)
+        params["cell_centre"] = "median"
     params.update({"cell_axes": 1} if ranks else {})
     if partition:
         params.update({"cell_axes": 2, "cells_by_preserved": True, "cell_edges": "common",
