@@ -96,8 +96,9 @@ SEARCH_SPACE: tuple[Candidate, ...] = (
     Candidate("ot-repair+cells", "ot_repair", {"cell_rows": 10, **MEDIAN}),
     # the same cells within each class of the preserved attributes (a stored predictor picks
     # the class): coarse cells no longer average R away (docs/calibration.md, "cells by R")
-    Candidate("ot-repair+cells|R", "ot_repair",
-              {"cell_rows": 10, "cells_by_preserved": True, **MEDIAN}),  # fmt: skip
+    Candidate(
+        "ot-repair+cells|R", "ot_repair", {"cell_rows": 10, "cells_by_preserved": True, **MEDIAN}
+    ),  # fmt: skip
     # one partition within each class of R (no per-class edges: a row's cell never depends on
     # S), bins along the top axes of the repaired rows' covariance within the S classes, a
     # second predict-and-repair pass; the per-predicted-class edges of the older

@@ -182,7 +182,11 @@ def fit_partition(z: torch.Tensor, cls: torch.Tensor, y: torch.Tensor, group: to
 
 
 def cell_means(
-    z: torch.Tensor, key: torch.Tensor, slots: int, fallback: torch.Tensor, renormalize: bool,
+    z: torch.Tensor,
+    key: torch.Tensor,
+    slots: int,
+    fallback: torch.Tensor,
+    renormalize: bool,
     centre: str = "mean",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(every slot of ``key``'s vector [slots, d], float64: the mean of its fit rows ``z``, or
