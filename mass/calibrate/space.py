@@ -69,13 +69,7 @@ PARTITION: dict[str, Any] = {
     "cell_edges": "common",
     "cell_basis": "within_s",
     "passes": 2,
-    "cell_centre": "median",
 }
-# every cell candidate releases a cell as its fit rows' coordinate-wise median (FARE's
-# choice): the same partition, certificate and lookups as the mean, and a binary column keeps
-# the cell's majority value for a reader fitted on the original rows (docs/calibration.md,
-# "What a cell releases")
-MEDIAN = {"cell_centre": "median"}
 
 
 def adaptive_params(pre_erase: str, **extra: Any) -> dict[str, Any]:
@@ -93,12 +87,10 @@ SEARCH_SPACE: tuple[Candidate, ...] = (
     # the repair released as the nearest of ~n/(10 k) k-means centres of its repaired fit rows:
     # privacy without release noise at the level of a pure-noise release on the demo
     # (docs/calibration.md, "cells")
-    Candidate("ot-repair+cells", "ot_repair", {"cell_rows": 10, **MEDIAN}),
+    Candidate("ot-repair+cells", "ot_repair", {"cell_rows": 10}),
     # the same cells within each class of the preserved attributes (a stored predictor picks
     # the class): coarse cells no longer average R away (docs/calibration.md, "cells by R")
-    Candidate(
-        "ot-repair+cells|R", "ot_repair", {"cell_rows": 10, "cells_by_preserved": True, **MEDIAN}
-    ),  # fmt: skip
+    Candidate("ot-repair+cells|R", "ot_repair", {"cell_rows": 10, "cells_by_preserved": True}),
     # one partition within each class of R (no per-class edges: a row's cell never depends on
     # S), bins along the top axes of the repaired rows' covariance within the S classes, a
     # second predict-and-repair pass; the per-predicted-class edges of the older
