@@ -155,7 +155,9 @@ def _repeated(x_o, x_r, x_e, y, maj: float, known, families, folds: int, seeds: 
         r = _best(x_r, y, families, folds, sd)
         rd = _frozen_reading(x_o, x_e, y, maj, frozen, folds, sd) if frozen else {}
         one = normalised_kept(max(r.values()), max(o.values()), maj)
-        origs.append(o), rels.append(r), reads.append(rd)
+        origs.append(o)
+        rels.append(r)
+        reads.append(rd)
         kepts.append(_lower(one, rd.get("frozen_kept")))
     read = {}
     if frozen:

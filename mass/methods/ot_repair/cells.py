@@ -199,7 +199,7 @@ def cell_means(
         order = torch.argsort(key, stable=True)
         bounds = torch.cumsum(counts, 0).tolist()
         for slot, (lo, hi) in enumerate(zip([0, *bounds[:-1]], bounds, strict=True)):
-            if hi > lo:  # torch's median of an even count is the lower middle: numpy's mean
+            if hi > lo:  # numpy's median: the two middle values' mean for an even count
                 out[slot] = torch.from_numpy(np.median(zz[order[lo:hi]].numpy(), axis=0))
     else:
         sums = torch.zeros(slots, zz.shape[1], dtype=torch.float64)
@@ -213,8 +213,8 @@ def fit_centres(z: torch.Tensor, cls: torch.Tensor, group: torch.Tensor, part: C
                 centre: str = "mean") -> tuple[torch.Tensor, dict[str, int]]:  # fmt: skip
     """Every rank cell's centre [G, levels ** m, d] (float32): the mean (or median,
     ``centre``) of its fit rows ``z`` (unit-normalised when the output is), or its group's
-    mean for an empty cell; and how
-    many cells hold fit rows with the fewest, median and most fit rows such a cell holds."""
+    mean for an empty cell; and how many cells hold fit rows with the fewest, median and most
+    fit rows such a cell holds."""
     g_count, size = shape["cell_groups"], shape["cell_levels"] ** shape["cell_axes"]
     _, cell = rank_cell(part, shape["cell_shared"], shape["cell_levels"], z, cls, group)
     fallback = part.group_mean.double().repeat_interleave(size, dim=0)
