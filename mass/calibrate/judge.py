@@ -283,7 +283,10 @@ class ValidationAudit:
     def unnamed(self, xp: np.ndarray) -> dict[str, Any]:
         """What the release ``xp`` keeps beyond R on the attackers' rows: the watch attributes
         (originals measured once, in ``__init__``), the label-free structure within S, and
-        the one number the search ranks by (``utility``, ``by``)."""
+        the one number the search ranks by (``utility``, ``by``). A watch attribute is read as
+        the audit reads it, by retrained attackers and by the frozen reader (a model of the
+        original rows applied to the release; ``kept`` is the lower), on one fold order."""
+        from mass.metrics.rules import FROZEN_READER
         from mass.metrics.unnamed import structure_kept, unnamed_utility, watch_report
 
         x, r = self.x[self.rows], xp[self.rows]
@@ -292,7 +295,8 @@ class ValidationAudit:
                              seed=self.cfg.seed, max_rows=None, families=self.families,
                              folds=self.folds,
                              original={w: self.base.original[w] for w in self.watch},
-                             names=self.names) if self.watch else {}  # fmt: skip
+                             names=self.names, frozen=FROZEN_READER,
+                             ) if self.watch else {}  # fmt: skip
         structure = structure_kept(x, r, joint_codes(sup), seed=self.cfg.seed,
                                    max_rows=STRUCTURE_ROWS)  # fmt: skip
         by = "watch" if any(w["kept"] is not None for w in watch.values()) else "structure"

@@ -544,6 +544,11 @@ MUTANTS = [
            ("tests/mass/audit/test_watch.py::test_watch_kept_by_leace_lost_by_the_last_resort_"
             "and_reported",),
            "the audit reads watch attributes on one fold order whatever audit.watch_repeats says"),
+    Mutant("calibration-watch-retrained-only", "mass.calibrate.judge:ValidationAudit.unnamed",
+           "names=self.names, frozen=FROZEN_READER,", "names=self.names, frozen=None,",
+           ("tests/mass/calibrate/test_unnamed_ranking.py::test_calibration_reads_a_watch_"
+            "attribute_as_the_audit_does_frozen_reader_included",),
+           "calibration ranks watch attributes by retrained readers the audit does not stop at"),
     # --- policy files, judge families, id schemes --------------------------------------------
     Mutant("policy-without-audit-is-defaults", "mass.audit.policy:load_policy",
            'section = params.get("audit")', 'section = params.get("audit", {})',

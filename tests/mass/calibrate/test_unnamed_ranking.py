@@ -64,3 +64,23 @@ def test_mass_train_refuses_a_watch_attribute_that_is_suppressed_or_missing(tmp_
         rc = main(["train", "--data", str(data), "--suppress", "s", "--preserve", "u",
                    "--watch", watch, "--out", str(tmp_path / watch)])  # fmt: skip
         assert rc == 2 and says in capsys.readouterr().err
+
+
+def test_calibration_reads_a_watch_attribute_as_the_audit_does_frozen_reader_included():
+    """A release that keeps the watch attribute only inside out (here every vector negated:
+    retrained attackers read it as well as before) is read by the audit's frozen reader, a
+    model of the original rows, below the majority rate; calibration's reading takes the
+    lower of the two, so it ranks and fails candidates as the gate will read them."""
+    from mass.calibrate.judge import ValidationAudit
+    from mass.rows import normalize_rows
+
+    ds = toy_dataset(600, dim=16, classes={"s": 2, "u": 3, "w": 3}, seed=4)
+    audit = ValidationAudit(ds, ["s"], ["u"], AuditPolicy(families=("logreg",)),
+                            CalibrationConfig(), watch=["w"])  # fmt: skip
+    x = normalize_rows(ds.x)
+    same, inside_out = audit.unnamed(x)["watch"]["w"], audit.unnamed(-x)
+    w = inside_out["watch"]["w"]
+    assert same["kept"] > 0.9 and same["frozen_kept"] > 0.9
+    assert w["retrained_kept"] > 0.9  # retrained readers do not see the difference
+    assert w["frozen_kept"] < 0.0 and w["kept"] == w["frozen_kept"]
+    assert inside_out["utility"] == pytest.approx(w["kept"])
