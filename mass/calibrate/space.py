@@ -106,12 +106,6 @@ SEARCH_SPACE: tuple[Candidate, ...] = (
     Candidate(
         "ot-repair+balanced2|R", "ot_repair", {**PARTITION, "cell_axes": 2, "cell_balance": 0.3}
     ),  # fmt: skip
-    # the k-means cells at half the rows per cell (twice the cells), plain and within R: what
-    # the coarse cells average away of attributes nobody named, at a lookup the validation and
-    # the lookup at the release's shape still judge; tried after the others, so a budget spent
-    # on a large set leaves the search as it was (docs/calibration.md, "Finer cells")
-    Candidate("ot-repair+cells/5", "ot_repair", {"cell_rows": 5}),
-    Candidate("ot-repair+cells/5|R", "ot_repair", {"cell_rows": 5, "cells_by_preserved": True}),
     # the same partition at the count the validated rows certify, first: tried only when
     # --release-rows certifies more cells than they do. The fit's own rows bound the
     # resolution too: a finer partition can leak on validation and spend the budget, and a
