@@ -20,6 +20,12 @@ logreg / gboost / kNN (balanced accuracy, 5 folds, 3,000 seeded rows), R kept (l
 folds, 3,000 rows), watch kept (normalised, logistic, 3 folds, 3,000 rows) with each watch
 attribute's Cramér's V with S, fit CPU seconds. Quick readings, not the gate's judges: the
 certificate is the figure this measures; the gate's full judging is `mass bench realdata`.
+
+``--gate [FOLDS]`` adds, per params, the gate's own reading of the release
+(``generalize_table.judge`` on every release row: params.yaml's families and margins, FOLDS
+folds (default the policy's), S by every judge with the frozen reader of the training rows,
+R kept, each watch attribute as the audit reads it: the lower of retrained and frozen, over
+the policy's fold orders): the figures of docs/calibration.md, "Finer k-means cells".
 """
 
 from __future__ import annotations
@@ -130,6 +136,41 @@ def judged(p: Probe, xd: np.ndarray) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def gate_reading(p: Probe, xd: np.ndarray, folds: int | None) -> dict[str, Any]:
+    """The gate's reading of the release ``xd`` (module doc, ``--gate``)."""
+    from dataclasses import replace
+
+    from generalize_table import FrozenJudge, judge
+
+    from mass.rows import normalize_rows
+
+    pol = replace(p.policy, max_rows=None, folds=folds or p.policy.folds)
+    x_tr = normalize_rows(p.d.X_train)
+    keep = np.random.default_rng(pol.seed).permutation(len(x_tr))[:2000]
+    frozen = {"S": FrozenJudge(x_tr[keep], p.d.labels_train["S"][keep], pol.seed)}
+    row = judge(p.xt, xd, xd, p.y, p.sup, p.pres, list(p.d.spec.watch), pol, frozen)
+    s = row["S"]["S"]
+    return {
+        "S_ok": s["ok"], "S_worst": s["worst_judge"], "S_bound": round(s["ci_high"], 4),
+        "S_limit": round(s["limit"], 4),
+        "balanced_highest": max(s["balanced_judges"], key=s["balanced_judges"].get),
+        "balanced_bound": round(max(s["balanced_judges"].values()), 4),
+        "balanced_limit": round(s["balanced_limit"], 4),
+        "R_kept": {a: round(v["kept"], 3) for a, v in row["R"].items()},
+        "watch": {w: {"kept": round(v["kept"], 3), "retrained": round(v["retrained_kept"], 3),
+                      "frozen": round(v.get("frozen_kept") or 0.0, 3)}
+                  for w, v in row["watch"].items() if v["kept"] is not None},
+    }  # fmt: skip
+
+
+def gate_folds(argv: list[str]) -> tuple[bool, int | None]:
+    """(``--gate`` given, its FOLDS or None)."""
+    if "--gate" not in argv:
+        return False, None
+    i = argv.index("--gate") + 1
+    return True, int(argv[i]) if i < len(argv) and argv[i].isdigit() else None
+
+
 def main(argv: list[str]) -> int:
     from generalize_table import fitted, strip_noise
 
@@ -139,6 +180,7 @@ def main(argv: list[str]) -> int:
     from mass.metrics.scores import leakage_floor
 
     p, configs = setup(argv)
+    gate, folds = gate_folds(argv)
     floor = leakage_floor(p.y["S"], {r: p.y[r] for r in p.pres}, balanced=True, folds=5, seed=0)
     certified = certified_cell_count(p.train.labels, p.sup, p.policy, len(p.xt))
     print(json.dumps({"set": argv[0], "release": len(p.xt), "train": len(p.d.X_train),
@@ -158,6 +200,7 @@ def main(argv: list[str]) -> int:
             "params": params, "cpu_fit": round(fit_s, 1), "cells": c.cells,
             "cert_bal": c.balanced, "cert_acc": c.accuracy, "plugin_bal": c.plugin_balanced,
             "reason": c.reason, **judged(p, xd),
+            **({"gate": gate_reading(p, xd, folds)} if gate else {}),
         }), flush=True)  # fmt: skip
     return 0
 

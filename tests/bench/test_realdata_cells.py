@@ -21,3 +21,12 @@ def test_a_certified_cell_count_resolves_to_the_release_rows_count_times_its_fac
 def test_a_cell_count_that_is_neither_a_number_nor_certified_is_refused_by_value():
     with pytest.raises(SystemExit, match="'certfied'"):
         _cell_count({"cell_count": "certfied"}, 82)
+
+
+def test_gate_flag_with_and_without_its_folds():
+    from bench.realdata_cells import gate_folds
+
+    assert gate_folds(["alcohol", "[]"]) == (False, None)
+    assert gate_folds(["alcohol", "[]", "--gate"]) == (True, None)
+    assert gate_folds(["alcohol", "[]", "--gate", "5", "--max-rows", "900"]) == (True, 5)
+    assert gate_folds(["alcohol", "[]", "--gate", "--max-rows", "900"]) == (True, None)
