@@ -158,7 +158,8 @@ def gate_reading(p: Probe, xd: np.ndarray, folds: int | None) -> dict[str, Any]:
         "balanced_limit": round(s["balanced_limit"], 4),
         "R_kept": {a: round(v["kept"], 3) for a, v in row["R"].items()},
         "watch": {w: {"kept": round(v["kept"], 3), "retrained": round(v["retrained_kept"], 3),
-                      "frozen": round(v.get("frozen_kept") or 0.0, 3)}
+                      "frozen": (None if v.get("frozen_kept") is None
+                                 else round(v["frozen_kept"], 3))}
                   for w, v in row["watch"].items() if v["kept"] is not None},
     }  # fmt: skip
 
