@@ -136,18 +136,20 @@ def judged(p: Probe, xd: np.ndarray) -> dict[str, Any]:
     }  # fmt: skip
 
 
+# training rows S's frozen judge is fitted on under --gate (seeded), as the benchmark's
+# budgeted runs (--judge-rows 2000) fitted it
+GATE_FROZEN_ROWS = 2000
+
+
 def gate_reading(p: Probe, xd: np.ndarray, folds: int | None) -> dict[str, Any]:
     """The gate's reading of the release ``xd`` (module doc, ``--gate``)."""
     from dataclasses import replace
 
-    from generalize_table import FrozenJudge, judge
-
-    from mass.rows import normalize_rows
+    from generalize_table import judge
+    from realdata_run import frozen_s_judge
 
     pol = replace(p.policy, max_rows=None, folds=folds or p.policy.folds)
-    x_tr = normalize_rows(p.d.X_train)
-    keep = np.random.default_rng(pol.seed).permutation(len(x_tr))[:2000]
-    frozen = {"S": FrozenJudge(x_tr[keep], p.d.labels_train["S"][keep], pol.seed)}
+    frozen = frozen_s_judge(p.d, pol.seed, GATE_FROZEN_ROWS)
     row = judge(p.xt, xd, xd, p.y, p.sup, p.pres, list(p.d.spec.watch), pol, frozen)
     s = row["S"]["S"]
     return {

@@ -106,9 +106,21 @@ def _policy(args):
     return policy
 
 
+def frozen_s_judge(d: Dataset, seed: int, rows: int | None) -> dict:
+    """S's frozen judge (``generalize_table.FrozenJudge``) fitted on at most ``rows`` seeded
+    training rows of ``d`` (None: all), as ``judge``'s ``frozen`` argument takes it."""
+    from generalize_table import FrozenJudge
+
+    from mass.rows import normalize_rows
+
+    x_tr = normalize_rows(d.X_train)
+    keep = np.random.default_rng(seed).permutation(len(x_tr))[:rows]
+    return {"S": FrozenJudge(x_tr[keep], d.labels_train["S"][keep], seed)}
+
+
 def run_one(name: str, args) -> list[dict]:
     import pyarrow as pa
-    from generalize_table import FrozenJudge, dataset, evaluate, releases
+    from generalize_table import dataset, evaluate, releases
 
     from mass.metrics.certificate import certify
     from mass.noise import row_seeds
@@ -130,9 +142,7 @@ def run_one(name: str, args) -> list[dict]:
     y = d.labels_release
     xs = releases(train, xt, row_seeds(pa.array(d.ids_release)), joint_codes({"S": y["S"]}),
                   sup, pres, cal, cal_row.get("leace_noise"))  # fmt: skip
-    x_tr = normalize_rows(d.X_train)
-    keep = np.random.default_rng(policy.seed).permutation(len(x_tr))[: policy.max_rows]
-    frozen = {"S": FrozenJudge(x_tr[keep], d.labels_train["S"][keep], policy.seed)}
+    frozen = frozen_s_judge(d, policy.seed, policy.max_rows)
     judged = evaluate(xt, xs, {k: y[k] for k in labels}, sup, pres, watch, policy, frozen)
     head = {"dataset": name, "package": spec.package, "licence": spec.licence,
             "kind": spec.kind, "S_name": spec.s, "R_names": list(spec.r),
