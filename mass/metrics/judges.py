@@ -44,6 +44,7 @@ from mass.metrics.scores import (
     z_value,
 )
 from mass.metrics.strata import rare_named
+from mass.rows import joint_codes
 
 LOOKUPS = (LOOKUP, LOOKUP_BALANCED)
 
@@ -96,17 +97,38 @@ def _lookup_judges(x_prime: np.ndarray, y: np.ndarray, kw: dict[str, Any],
     """The lookup attackers on the released vectors (:func:`lookup_predictions`), when some
     vector is released for more than one row (cells, or duplicate rows): a table from the
     exact vector to S is what an attacker holding the release tabulates first."""
-    cells = cells_of(np.asarray(x_prime, dtype=np.float32))
-    if cells.size == 0 or int(cells.max()) + 1 >= cells.size:
+    cells = shared_vectors(x_prime)
+    if cells is None:
         return {}
     return lookup_predictions(cells, y, folds=kw["folds"], seed=kw["seed"], fractions=fractions,
                               groups=kw.get("groups"))  # fmt: skip
 
 
+def shared_vectors(x_prime: np.ndarray) -> np.ndarray | None:
+    """The released vector of each row (:func:`cells_of`) when some vector is released for
+    more than one row, else None: the clusters of :func:`mass.metrics.scores.score`."""
+    cells = cells_of(np.asarray(x_prime, dtype=np.float32))
+    return None if cells.size == 0 or int(cells.max()) + 1 >= cells.size else cells
+
+
+def _cells(released: np.ndarray, preserved: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """The keywords of :func:`score` for a suppressed attribute's judges on ``released``: its
+    vectors as clusters when some repeat (:func:`shared_vectors`), centred within the
+    preserved classes (the floor's share is not noise)."""
+    cells = shared_vectors(released)
+    if cells is None:
+        return {}
+    return {"clusters": cells, "strata": joint_codes(dict(preserved)) if preserved else None}
+
+
 def _scores(judged: Mapping[str, np.ndarray], y: np.ndarray, z: float, seed: int, *,
-            remap: bool) -> dict[str, Score]:  # fmt: skip
-    """Each judge's score and, with ``remap``, its re-mapped twin's (``<judge>_remap``)."""
-    scores = {j: score(y, p, z) for j, p in judged.items()}
+            remap: bool, cells: Mapping[str, Any] | None = None) -> dict[str, Score]:  # fmt: skip
+    """Each judge's score and, with ``remap``, its re-mapped twin's (``<judge>_remap``);
+    ``cells`` (:func:`_cells`): the lookups' bounds are at least cluster-robust ones, each
+    released vector a cluster (a lookup learns a row's prediction from its cellmates' labels;
+    docs/audit.md, "Rows that share a released vector")."""
+    cl = dict(cells or {})
+    scores = {j: score(y, p, z, **(cl if j in LOOKUPS else {})) for j, p in judged.items()}
     if remap:
         for j, p in judged.items():
             if j in LOOKUPS:  # already the best rule per released value: nothing to re-map
@@ -144,14 +166,17 @@ def _learning_curve(preds, fractions: tuple[float, ...], y: np.ndarray):
 
 
 def _key_judges(key_x: np.ndarray, y: np.ndarray, z: float, kw: dict[str, Any], *, gate: bool,
-                dim: int):  # fmt: skip
+                dim: int, preserved: Mapping[str, np.ndarray]):  # fmt: skip
     """Each family retrained on the release with the noise removed (and the lookups on its
     first ``dim`` columns, the stripped embedding, when a vector repeats): its accuracy and,
     when the policy gates on it, its score as the judge ``<family>_key``."""
     kp = attack_predictions(key_x, y, **kw)
     kp.update(_lookup_judges(key_x[:, :dim], y, kw, (1.0,)))
     accuracy = {f: float((p[1.0] == y).mean()) for f, p in kp.items()}
-    return accuracy, ({f + KEYED: score(y, p[1.0], z) for f, p in kp.items()} if gate else {})
+    cl = _cells(key_x[:, :dim], preserved) if gate else {}
+    return accuracy, ({f + KEYED: score(y, p[1.0], z, **(cl if f in LOOKUPS else {}))
+                       for f, p in kp.items()}
+                      if gate else {})  # fmt: skip
 
 
 def _frozen_judge(frozen, family: str | None, x, x_prime, y, *, role: str, folds: int,
@@ -276,13 +301,13 @@ def attribute_report(
                                                folds=folds, seed=seed)  # fmt: skip
     judged: dict[str, np.ndarray] = {} if on_xp is None else {FROZEN: on_xp}
     judged.update({j: p[1.0] for j, p in curves.items()})
-    scores = _scores(judged, y, z, seed, remap=sup)
+    scores = _scores(judged, y, z, seed, remap=sup, cells=_cells(x_prime, preserved) if sup else {})
     base = _baselines(y, preserved, folds, seed)
     scores, rise = _projected(scores, curves, y, k, base)
     key_compromised = None
     if key_x is not None:
         key_compromised, keyed = _key_judges(key_x, y, z, kw, gate=sup and gate_key,
-                                               dim=x_prime.shape[1])  # fmt: skip
+                                               dim=x_prime.shape[1], preserved=preserved)  # fmt: skip
         scores.update(keyed)
     learning_curve = _learning_curve(preds, fractions, y)
     climbing = tuple(f for f, c in learning_curve.items() if curve_climbing(c, y.size, curve_tol))

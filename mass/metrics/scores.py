@@ -85,15 +85,56 @@ class Score:
     balanced_ci_high: float
 
 
-def score(y, pred, z: float = 1.96) -> Score:
+def clustered_se(y, pred, clusters, *, balanced: bool = False, strata=None) -> float:
+    """Standard error of the accuracy (or, ``balanced``, the balanced accuracy) of ``pred``
+    when the rows of one cluster are not independent: the cluster-robust (sandwich) variance
+    of the rate's linearisation, summed per cluster, times m / (m - 1) for m clusters; 0.0
+    for fewer than two clusters. ``strata`` (a code per row, e.g. the preserved classes,
+    each cluster within one): each row's term is centred on its stratum's rate (its class's
+    recall within the stratum, balanced), the stratified variance given the strata's sizes,
+    so what the strata alone explain (the leakage floor's share) is not counted as noise.
+
+    Rows released as one vector (a cell) share their judge's prediction, and a retrained
+    judge learns that prediction from their cellmates' labels, so their outcomes correlate
+    and the binomial error of independent rows under-states the rate's spread; this one
+    measures it (docs/audit.md, "Rows that share a released vector")."""
+    y, pred = np.asarray(y), np.asarray(pred)
+    hit = (pred == y).astype(np.float64)
+    _, g = np.unique(np.zeros(y.size) if strata is None else np.asarray(strata),
+                     return_inverse=True)  # fmt: skip
+    classes, yi = np.unique(y, return_inverse=True)
+    k = classes.size if balanced else 1
+    key = g * k + (yi if balanced else 0)  # stratum (x class): whose rate centres a row
+    rate = np.bincount(key, weights=hit) / np.maximum(np.bincount(key), 1)
+    weight = 1.0 / (k * np.bincount(yi)[yi]) if balanced else np.full(y.size, 1.0 / max(y.size, 1))
+    u = (hit - rate[key]) * weight
+    _, ci = np.unique(np.asarray(clusters), return_inverse=True)
+    m = int(ci.max()) + 1 if ci.size else 0
+    if m < 2:
+        return 0.0
+    per = np.bincount(ci, weights=u)
+    return float(np.sqrt(m / (m - 1) * np.sum(per * per)))
+
+
+def score(y, pred, z: float = 1.96, clusters=None, strata=None) -> Score:
+    """A judge's rates and their upper bounds: Wilson (accuracy) and the per-class normal
+    bound (balanced) of independent rows; with ``clusters`` (a code per row: the released
+    vector, when some vector is released for more than one row) each bound is at least the
+    cluster-robust one, rate + z :func:`clustered_se` (centred within ``strata``)."""
     y, pred = np.asarray(y), np.asarray(pred)
     correct = float((pred == y).sum())
-    return Score(
-        accuracy=correct / max(y.size, 1),
-        balanced=balanced_accuracy(y, pred),
-        ci_high=wilson_upper(correct, int(y.size), z),
-        balanced_ci_high=balanced_upper(y, pred, z),
-    )
+    accuracy, balanced = correct / max(y.size, 1), balanced_accuracy(y, pred)
+    ci_high, balanced_ci_high = wilson_upper(correct, int(y.size), z), balanced_upper(y, pred, z)
+    if clusters is not None and y.size:
+        ci_high = max(
+            ci_high, min(1.0, accuracy + z * clustered_se(y, pred, clusters, strata=strata))
+        )
+        balanced_ci_high = max(
+            balanced_ci_high,
+            min(1.0, balanced + z * clustered_se(y, pred, clusters, balanced=True, strata=strata)),
+        )
+    return Score(accuracy=accuracy, balanced=balanced, ci_high=ci_high,
+                 balanced_ci_high=balanced_ci_high)  # fmt: skip
 
 
 def remap_predictions(y, pred, *, seed: int = 0, balanced: bool = False) -> np.ndarray:
