@@ -647,7 +647,7 @@ MUTANTS = [
            "if clusters is not None and y.size:", "if False:",
            ("tests/mass/metrics/test_clustered_bounds.py",),
            "a cell release's bounds count its rows as independent: a lookup's 95 % bound "
-           "reaches its mean about 88 % of the time (alcohol's labels in 172 cells)"),
+           "reaches its mean about 88 % of the time (2,000 rows in 120 random cells)"),
     Mutant("gate-clusters-not-passed", "mass.metrics.judges:attribute_report",
            "cells=_cells(x_prime, preserved) if sup else {}", "cells={}",
            ("tests/mass/metrics/test_clustered_bounds.py",),
