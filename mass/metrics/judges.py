@@ -77,7 +77,8 @@ def _retrained(x_prime: np.ndarray, extra, y, columns, stats, kw: dict[str, Any]
     family's predictions per fraction of its training rows, the same with each released
     column judged alone and the lookups on the released vectors (``x_prime`` alone) added
     (suppressed), the fractions, the projection factor to ``project_rows``
-    (:func:`mass.metrics.growth.factor`, 0: none))."""
+    (:func:`mass.metrics.growth.factor`, 0: none), the released vectors' codes when some
+    repeat (suppressed; :func:`shared_vectors`), else None)."""
     fractions = CURVE_FRACTIONS if sup and curve else (1.0,)
     k = growth.factor(growth.trained_rows(y.size, kw["folds"], kw.get("groups")),
                       project_rows or 0.0) if sup else 0.0  # fmt: skip
@@ -86,18 +87,19 @@ def _retrained(x_prime: np.ndarray, extra, y, columns, stats, kw: dict[str, Any]
     feats = x_prime if extra is None or extra.shape[1] == 0 else np.hstack([x_prime, extra])
     preds = attack_predictions(feats, y, fractions=fractions, stats=stats, **kw)
     curves = dict(preds)
+    cells = shared_vectors(x_prime) if sup else None
     if sup:
         curves.update(_column_judges(columns, y, kw, fractions if k > 0 else (1.0,)))
-        curves.update(_lookup_judges(x_prime, y, kw, fractions))
-    return preds, curves, fractions, k
+        curves.update(_lookup_judges(cells, y, kw, fractions))
+    return preds, curves, fractions, k, cells
 
 
-def _lookup_judges(x_prime: np.ndarray, y: np.ndarray, kw: dict[str, Any],
+def _lookup_judges(cells: np.ndarray | None, y: np.ndarray, kw: dict[str, Any],
                    fractions: tuple[float, ...]) -> dict[str, dict[float, np.ndarray]]:  # fmt: skip
     """The lookup attackers on the released vectors (:func:`lookup_predictions`), when some
-    vector is released for more than one row (cells, or duplicate rows): a table from the
-    exact vector to S is what an attacker holding the release tabulates first."""
-    cells = shared_vectors(x_prime)
+    vector is released for more than one row (cells, or duplicate rows; ``cells``: their codes,
+    :func:`shared_vectors`, None when none repeats): a table from the exact vector to S is
+    what an attacker holding the release tabulates first."""
     if cells is None:
         return {}
     return lookup_predictions(cells, y, folds=kw["folds"], seed=kw["seed"], fractions=fractions,
@@ -111,24 +113,30 @@ def shared_vectors(x_prime: np.ndarray) -> np.ndarray | None:
     return None if cells.size == 0 or int(cells.max()) + 1 >= cells.size else cells
 
 
-def _cells(released: np.ndarray, preserved: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    """The keywords of :func:`score` for a suppressed attribute's judges on ``released``: its
-    vectors as clusters when some repeat (:func:`shared_vectors`), centred within the
-    preserved classes (the floor's share is not noise)."""
-    cells = shared_vectors(released)
+def _cells(cells: np.ndarray | None, preserved: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """The keywords of :func:`score` for the lookups on a release whose vectors repeat
+    (``cells``: their codes, :func:`shared_vectors`; None: none repeats, nothing to add): the
+    vectors as clusters, centred within the preserved classes (the floor's share is not
+    noise)."""
     if cells is None:
         return {}
     return {"clusters": cells, "strata": joint_codes(dict(preserved)) if preserved else None}
 
 
+def _judge_score(judge: str, y: np.ndarray, pred: np.ndarray, z: float,
+                 cells: Mapping[str, Any] | None) -> Score:  # fmt: skip
+    """``judge``'s score; a lookup's bounds at least cluster-robust on ``cells``
+    (:func:`_cells`): a lookup learns a row's prediction from its cellmates' labels (docs/audit.md,
+    "Rows that share a released vector"). The other judges keep the binomial bounds."""
+    return score(y, pred, z, **(dict(cells or {}) if judge in LOOKUPS else {}))
+
+
 def _scores(judged: Mapping[str, np.ndarray], y: np.ndarray, z: float, seed: int, *,
             remap: bool, cells: Mapping[str, Any] | None = None) -> dict[str, Score]:  # fmt: skip
     """Each judge's score and, with ``remap``, its re-mapped twin's (``<judge>_remap``);
-    ``cells`` (:func:`_cells`): the lookups' bounds are at least cluster-robust ones, each
-    released vector a cluster (a lookup learns a row's prediction from its cellmates' labels;
-    docs/audit.md, "Rows that share a released vector")."""
-    cl = dict(cells or {})
-    scores = {j: score(y, p, z, **(cl if j in LOOKUPS else {})) for j, p in judged.items()}
+    ``cells`` (:func:`_cells`): the lookups' bounds at least cluster-robust
+    (:func:`_judge_score`)."""
+    scores = {j: _judge_score(j, y, p, z, cells) for j, p in judged.items()}
     if remap:
         for j, p in judged.items():
             if j in LOOKUPS:  # already the best rule per released value: nothing to re-map
@@ -171,12 +179,13 @@ def _key_judges(key_x: np.ndarray, y: np.ndarray, z: float, kw: dict[str, Any], 
     first ``dim`` columns, the stripped embedding, when a vector repeats): its accuracy and,
     when the policy gates on it, its score as the judge ``<family>_key``."""
     kp = attack_predictions(key_x, y, **kw)
-    kp.update(_lookup_judges(key_x[:, :dim], y, kw, (1.0,)))
+    cells = shared_vectors(key_x[:, :dim])
+    kp.update(_lookup_judges(cells, y, kw, (1.0,)))
     accuracy = {f: float((p[1.0] == y).mean()) for f, p in kp.items()}
-    cl = _cells(key_x[:, :dim], preserved) if gate else {}
-    return accuracy, ({f + KEYED: score(y, p[1.0], z, **(cl if f in LOOKUPS else {}))
-                       for f, p in kp.items()}
-                      if gate else {})  # fmt: skip
+    if not gate:
+        return accuracy, {}
+    cl = _cells(cells, preserved)
+    return accuracy, {f + KEYED: _judge_score(f, y, p[1.0], z, cl) for f, p in kp.items()}
 
 
 def _frozen_judge(frozen, family: str | None, x, x_prime, y, *, role: str, folds: int,
@@ -289,19 +298,18 @@ def attribute_report(
     columns = {c: (np.asarray(r.dense)[rows], r.stats.take(rows))
                for c, r in (columns or {}).items()}  # fmt: skip
     preserved = {k: np.asarray(v)[rows] for k, v in (preserved or {}).items()}
-    z = z_value(confidence)
-    sup = role == "suppressed"
+    z, sup = z_value(confidence), role == "suppressed"
     kw: dict[str, Any] = dict(families=families, folds=folds, seed=seed)
     if original is None:
         original, original_balanced = _original(x, y, kw)
     kw.update({} if groups is None else {"groups": np.asarray(groups)[rows]})
-    preds, curves, fractions, k = _retrained(x_prime, extra, y, columns, stats, kw, sup=sup,
-                                             curve=curve, project_rows=project_rows)  # fmt: skip
+    preds, curves, fractions, k, cells = _retrained(x_prime, extra, y, columns, stats, kw,
+                                                    sup=sup, curve=curve, project_rows=project_rows)  # fmt: skip
     on_xp, frozen_x, frozen_by = _frozen_judge(frozen, frozen_family, x, x_prime, y, role=role,
                                                folds=folds, seed=seed)  # fmt: skip
     judged: dict[str, np.ndarray] = {} if on_xp is None else {FROZEN: on_xp}
     judged.update({j: p[1.0] for j, p in curves.items()})
-    scores = _scores(judged, y, z, seed, remap=sup, cells=_cells(x_prime, preserved) if sup else {})
+    scores = _scores(judged, y, z, seed, remap=sup, cells=_cells(cells, preserved))
     base = _baselines(y, preserved, folds, seed)
     scores, rise = _projected(scores, curves, y, k, base)
     key_compromised = None

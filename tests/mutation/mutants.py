@@ -649,7 +649,7 @@ MUTANTS = [
            "a cell release's bounds count its rows as independent: a lookup's 95 % bound "
            "reaches its mean about 88 % of the time (2,000 rows in 120 random cells)"),
     Mutant("gate-clusters-not-passed", "mass.metrics.judges:attribute_report",
-           "cells=_cells(x_prime, preserved) if sup else {}", "cells={}",
+           "cells=_cells(cells, preserved)", "cells={}",
            ("tests/mass/metrics/test_clustered_bounds.py",),
            "the gate scores a cell release's judges as if its rows were independent"),
 ]  # fmt: skip
