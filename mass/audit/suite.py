@@ -29,11 +29,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-# GX logs its decorator bookkeeping at INFO while importing (hundreds of lines under the CLI's
-# INFO logging); the audit's stdout table is the summary, so keep GX at WARNING.
-logging.getLogger("great_expectations").setLevel(logging.WARNING)
-
-from mass.audit.expectations import (  # noqa: E402  (after the GX logger is quietened)
+from mass.audit.expectations import (  # GX quietened by mass/audit/__init__.py
     ExpectAttributeToBePreserved,
     ExpectAttributeToBeSuppressed,
 )

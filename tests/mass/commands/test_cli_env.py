@@ -40,3 +40,17 @@ def test_the_entry_point_sets_its_defaults_before_torch_is_imported():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, check=True).stdout.split()  # fmt: skip
     assert out[-1] == "PASSIVE"
+
+
+def test_a_command_that_imports_the_audit_logs_nothing_of_gx_at_info(tmp_path):
+    # GX logs ~200 lines of decorator bookkeeping at INFO while it imports; every `mass train`
+    # printed them before its own messages (the audit's runner imported GX before the module
+    # that quietened it).
+    env = {**os.environ, "MASS_LOCAL_CONFIG": ""}
+    missing = tmp_path / "missing.parquet"
+    proc = subprocess.run([sys.executable, "-m", "mass.cli", "train", "--data", str(missing),
+                           "--suppress", "S", "--preserve", "R", "--out", str(tmp_path / "o")],
+                          env=env, capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode != 0
+    assert f"{missing}: no such file" in proc.stderr  # the run reached the audit's import
+    assert "great_expectations" not in proc.stderr, proc.stderr[:2000]
