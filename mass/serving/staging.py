@@ -112,13 +112,15 @@ def stage_models(
         for step in meta.get("steps") or []:  # an ensemble's steps are served with it
             _check_requested(repo, step, present, exports)
             queue.setdefault(step, None)
-    left_out = [n for n in present if n not in staged]
-    if left_out:
-        LOG.warning(
-            "%s: never loaded (not requested or not a signed export): %s",
-            repo,
-            ", ".join(left_out),
-        )
+    # a folder nobody signed is worth a warning; another signed export, not asked for, is the
+    # usual case (a repository holding the extractor and the modifier) and only informational
+    unsigned = [n for n in present if n not in staged and n not in exports]
+    unrequested = [n for n in present if n not in staged and n in exports]
+    if unsigned:
+        LOG.warning("%s: never loaded (not a signed export): %s", repo, ", ".join(unsigned))
+    if unrequested:
+        LOG.info("%s: not requested, not loaded (signed exports): %s", repo,
+                 ", ".join(unrequested))  # fmt: skip
     return [staged[n] for n in sorted(staged)]
 
 

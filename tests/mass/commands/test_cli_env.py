@@ -3,6 +3,7 @@ loads, and never over a value the user gave."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -54,3 +55,17 @@ def test_a_command_that_imports_the_audit_logs_nothing_of_gx_at_info(tmp_path):
     assert proc.returncode != 0
     assert f"{missing}: no such file" in proc.stderr  # the run reached the audit's import
     assert "great_expectations" not in proc.stderr, proc.stderr[:2000]
+
+
+def test_beams_note_on_postponed_annotations_is_dropped_and_its_warnings_pass():
+    from mass.cli import _KnownImportNoise
+
+    def record(level, msg):
+        return logging.LogRecord("apache_beam.typehints.native_type_compatibility", level,
+                                 "native_type_compatibility.py", 1, msg, ("pa.RecordBatch",),
+                                 None)  # fmt: skip
+
+    keep = _KnownImportNoise().filter
+    assert not keep(record(logging.INFO, 'Converting string literal type hint to Any: "%s"'))
+    assert keep(record(logging.WARNING, 'Converting string literal type hint to Any: "%s"'))
+    assert keep(record(logging.INFO, "any other note: %s"))
