@@ -114,10 +114,10 @@ def shared_vectors(x_prime: np.ndarray) -> np.ndarray | None:
 
 
 def _cells(cells: np.ndarray | None, preserved: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    """The keywords of :func:`score` for the lookups on a release whose vectors repeat
-    (``cells``: their codes, :func:`shared_vectors`; None: none repeats, nothing to add): the
-    vectors as clusters, centred within the preserved classes (the floor's share is not
-    noise)."""
+    """The keywords of :func:`score` for the retrained judges on a release whose vectors
+    repeat (``cells``: their codes, :func:`shared_vectors`; None: none repeats, nothing to
+    add): the vectors as clusters, centred within the preserved classes (the floor's share is
+    not noise)."""
     if cells is None:
         return {}
     return {"clusters": cells, "strata": joint_codes(dict(preserved)) if preserved else None}
@@ -125,24 +125,27 @@ def _cells(cells: np.ndarray | None, preserved: Mapping[str, np.ndarray]) -> dic
 
 def _judge_score(judge: str, y: np.ndarray, pred: np.ndarray, z: float,
                  cells: Mapping[str, Any] | None) -> Score:  # fmt: skip
-    """``judge``'s score; a lookup's bounds at least cluster-robust on ``cells``
-    (:func:`_cells`): a lookup learns a row's prediction from its cellmates' labels (docs/audit.md,
-    "Rows that share a released vector"). The other judges keep the binomial bounds."""
-    return score(y, pred, z, **(dict(cells or {}) if judge in LOOKUPS else {}))
+    """``judge``'s score; a retrained judge's bounds at least cluster-robust on ``cells``
+    (:func:`_cells`): it learns the prediction its cell's rows share from their labels, the
+    lookups per cell, a family and its re-mapped twin from the cells near it (docs/audit.md,
+    "Rows that share a released vector"). The frozen judge, fitted on other rows, keeps the
+    binomial bounds."""
+    return score(y, pred, z, **(dict(cells or {}) if judge.removesuffix(REMAP) != FROZEN else {}))
 
 
 def _scores(judged: Mapping[str, np.ndarray], y: np.ndarray, z: float, seed: int, *,
             remap: bool, cells: Mapping[str, Any] | None = None) -> dict[str, Score]:  # fmt: skip
     """Each judge's score and, with ``remap``, its re-mapped twin's (``<judge>_remap``);
-    ``cells`` (:func:`_cells`): the lookups' bounds at least cluster-robust
+    ``cells`` (:func:`_cells`): the retrained judges' bounds at least cluster-robust
     (:func:`_judge_score`)."""
     scores = {j: _judge_score(j, y, p, z, cells) for j, p in judged.items()}
     if remap:
         for j, p in judged.items():
             if j in LOOKUPS:  # already the best rule per released value: nothing to re-map
                 continue
-            acc = score(y, remap_predictions(y, p, seed=seed), z)
-            bal = score(y, remap_predictions(y, p, seed=seed, balanced=True), z)
+            acc = _judge_score(j + REMAP, y, remap_predictions(y, p, seed=seed), z, cells)
+            bal = _judge_score(j + REMAP, y, remap_predictions(y, p, seed=seed, balanced=True),
+                               z, cells)  # fmt: skip
             scores[j + REMAP] = Score(acc.accuracy, bal.balanced, acc.ci_high,
                                       bal.balanced_ci_high)  # fmt: skip
     return scores
