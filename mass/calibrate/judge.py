@@ -30,7 +30,7 @@ from mass.audit.policy import AuditPolicy
 from mass.config import CalibrationConfig
 from mass.io import EmbeddingDataset
 from mass.metrics import AttributeReport, attack_predictions, attribute_report, preserved_ok
-from mass.metrics.rules import baseline_of
+from mass.metrics.rules import FROZEN_READER, baseline_of
 from mass.rows import joint_codes, seeded_rows
 
 STRUCTURE_ROWS = 2000  # k-NN within S classes holds an n x n matrix per class
@@ -286,7 +286,6 @@ class ValidationAudit:
         the one number the search ranks by (``utility``, ``by``). A watch attribute is read as
         the audit reads it, by retrained attackers and by the frozen reader (a model of the
         original rows applied to the release; ``kept`` is the lower), on one fold order."""
-        from mass.metrics.rules import FROZEN_READER
         from mass.metrics.unnamed import structure_kept, unnamed_utility, watch_report
 
         x, r = self.x[self.rows], xp[self.rows]
