@@ -5,6 +5,8 @@ audit's stdout table."""
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import replace
 
 import numpy as np
@@ -96,3 +98,36 @@ def certificate_line(r: AttributeReport, block: dict | None) -> str | None:
                  f"margin {w['margin']:g}, {c.cells} cells need about {w['rows_needed']:,} "
                  f"audited rows; {c.rows:,} rows allow about {w['cells_allowed']:,} cells")  # fmt: skip
     return line
+
+
+# a release this much smaller than the one its cells were calibrated for gets the hint
+SIZE_HINT_RATIO = 0.8
+
+
+def calibrated_size_hint(reports, run_dir: str | None) -> list[str]:
+    """A warning per suppressed attribute of a cell release that fails its audit on fewer
+    rows than its model's cells were calibrated for (``run_dir``'s calibration.json: the
+    ``--release-rows`` calibration was told, else the rows it validated on): each cell holds
+    fewer rows here, so the same cells read S with wider bounds, and calibration sizes the
+    cells for the release it is told of (docs/calibration.md, "The lookup at the release's
+    shape"). Nothing when there is no run directory or no readable calibration.json."""
+    if not run_dir:
+        return []
+    path = os.path.join(run_dir, "calibration.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            val = json.load(f)["validation"]
+        rows = int(val.get("release_rows") or val["rows"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return [
+        f"{r.name}: this cell release fails its audit on {r.n} audited rows, and its model's "
+        f"cells were calibrated for releases of {rows} ({path}); each cell holds fewer rows "
+        f"here and reads S with wider bounds: for a release of this size, calibrate with "
+        f"`mass train --release-rows {r.n}`"
+        for r in reports
+        if r.role == "suppressed"
+        and r.certificate is not None
+        and not r.passed
+        and r.n < SIZE_HINT_RATIO * rows
+    ]

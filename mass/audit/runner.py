@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mass.audit.certified import certificate_rows, with_certificate
+from mass.audit.certified import calibrated_size_hint, certificate_rows, with_certificate
 from mass.audit.columns import Statistics, combine, encode_released
 from mass.audit.data import encode_columns
 from mass.audit.expectations import JUDGE_COLUMNS
@@ -333,6 +333,7 @@ def run_audit(req: AuditRequest) -> AuditResult:
                 f"~2 standard errors below the limit from {need} rows on: with fewer, a clean "
                 "release can fail by chance (audit more rows, not a wider margin)"
             )
+    warnings += calibrated_size_hint(reports, req.run_dir)
     for w in warnings:
         log.warning("%s", w)
     return AuditResult(outcome=outcome, reports=reports, counts=counts,

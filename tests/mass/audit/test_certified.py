@@ -46,7 +46,7 @@ def _data(n: int = 7200, dim: int = 6, seed: int = 0) -> EmbeddingDataset:
     )  # fmt: skip
 
 
-def _audit(tmp, model, ds: EmbeddingDataset, policy: dict):
+def _audit(tmp, model, ds: EmbeddingDataset, policy: dict, run_dir: str | None = None):
     with torch.no_grad():
         xp = model.eval()(torch.as_tensor(ds.x)).numpy()
     ids = ds.ids.to_numpy()
@@ -62,7 +62,8 @@ def _audit(tmp, model, ds: EmbeddingDataset, policy: dict):
     pq.write_table(pa.table({"id": ids, "emb": embedding_array(ds.x), **ds.labels}),
                    tmp / "labels.parquet")  # fmt: skip
     req = AuditRequest(release=str(tmp / "release.parquet"), labels=str(tmp / "labels.parquet"),
-                       suppress=("s",), preserve=("u",), policy=policy_from_dict(policy))  # fmt: skip
+                       suppress=("s",), preserve=("u",), policy=policy_from_dict(policy),
+                       run_dir=run_dir)  # fmt: skip
     return run_audit(req)
 
 
@@ -187,3 +188,54 @@ def test_a_certificate_over_its_limit_says_what_resolution_costs(tmp_path, fits)
     assert plan["rows_needed"] == rows_needed(block["cells"], shares, 0.05) > 1200
     assert plan["cells_allowed"] == cells_allowed(1200, shares, 0.05) < block["cells"]
     assert "Resolution alone (cells independent of S)" in format_table(result)
+
+
+def _leaky_book(fresh) -> CodebookModifier:
+    """4 unit centres in the (x0, x2) plane: a row's cell follows x0, which s shifts."""
+    angle = torch.tensor([-0.6, -0.2, 0.2, 0.6])
+    centres = torch.zeros(4, fresh.x.shape[1])
+    centres[:, 0], centres[:, 2] = torch.sin(angle), torch.cos(angle)
+    return CodebookModifier(CodebookSpec(dim=fresh.x.shape[1], cells=4)).set(centres)
+
+
+def _run_dir(path, rows: int, release_rows: int | None):
+    path.mkdir()
+    (path / "calibration.json").write_text(
+        json.dumps({"validation": {"rows": rows, "release_rows": release_rows}})
+    )
+    return str(path)
+
+
+def test_a_failing_cell_release_smaller_than_calibrated_names_the_flag(tmp_path, fits,
+                                                                       monkeypatch):  # fmt: skip
+    """A cell release that fails its audit on fewer rows than its cells were calibrated for
+    says so and names `mass train --release-rows`: with the release size calibration was told
+    (or about as many validated rows), a passing release, or no readable calibration.json,
+    nothing is added."""
+    from mass.audit import runner
+    from mass.audit.certified import calibrated_size_hint
+
+    _, fresh = fits
+    rows = subset(fresh, np.arange(1200))
+    monkeypatch.setattr(runner, "load_judges", lambda run_dir: ({}, {}))  # no branch models
+    run = _run_dir(tmp_path / "run", 6000, None)
+    result = _audit(tmp_path / "a", _leaky_book(fresh), rows, POLICY, run_dir=run)
+    assert not result.success
+    hint = [w for w in result.warnings if "--release-rows" in w]
+    assert hint == [f"s: this cell release fails its audit on 1200 audited rows, and its "
+                    f"model's cells were calibrated for releases of 6000 "
+                    f"({run}/calibration.json); each cell holds fewer rows here and reads S "
+                    f"with wider bounds: for a release of this size, calibrate with `mass "
+                    f"train --release-rows 1200`"], result.warnings  # fmt: skip
+    assert f"WARNING {hint[0]}" in format_table(result)
+    reports = result.reports
+    assert calibrated_size_hint(reports, _run_dir(tmp_path / "told", 6000, 1200)) == []
+    assert calibrated_size_hint(reports, _run_dir(tmp_path / "near", 1400, None)) == []
+    assert calibrated_size_hint(reports, str(tmp_path / "none")) == []
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "calibration.json").write_text("{not json")
+    assert calibrated_size_hint(reports, str(tmp_path / "bad")) == []
+    assert calibrated_size_hint(reports, None) == []
+    passing = _audit(tmp_path / "p", fits[0]["cells"], rows, POLICY)
+    assert passing.success  # the same rows under cells that hide s: no hint
+    assert calibrated_size_hint(passing.reports, run) == []
