@@ -216,8 +216,8 @@ def scaling(name: str, args) -> list[dict]:
                      "certificate": certify(xd, pool_y["S"][pick],
                                             confidence=policy.confidence).to_dict(),
                      "R_kept": _kept(x, xd, pres, policy),
-                     "watch_kept": _watch(x, xd, {w: pool_y[w][pick] for w in spec.watch},
-                                          pool_y["S"][pick], policy)})  # fmt: skip
+                     **_watch(x, xd, {w: pool_y[w][pick] for w in spec.watch},
+                              pool_y["S"][pick], policy)})  # fmt: skip
     return rows
 
 
@@ -243,14 +243,19 @@ def _kept(x, xd, pres: dict, policy) -> dict:
 def _watch(x, xd, watch: dict, s, policy) -> dict:
     """Each watch attribute's normalised information kept, read as the audit reads it
     (mass.metrics.unnamed.watch_report: the frozen reader too, the policy's watch_repeats
-    fold orders)."""
+    fold orders): ``watch_kept`` the audit's figure (the lower of the two readings),
+    ``watch_retrained_kept`` the retrained families' alone."""
     from mass.metrics.rules import FROZEN_READER
     from mass.metrics.unnamed import watch_report
 
     rep = watch_report(x, xd, watch, {"S": s}, seed=policy.seed, max_rows=policy.max_rows,
                        families=policy.families, folds=min(policy.folds, 5),
                        frozen=FROZEN_READER, repeats=policy.watch_repeats)  # fmt: skip
-    return {w: (None if v["kept"] is None else round(v["kept"], 4)) for w, v in rep.items()}
+
+    def rounded(key: str) -> dict:
+        return {w: (None if v.get(key) is None else round(v[key], 4)) for w, v in rep.items()}
+
+    return {"watch_kept": rounded("kept"), "watch_retrained_kept": rounded("retrained_kept")}
 
 
 def dependence(names: list[str]) -> list[dict]:

@@ -136,3 +136,28 @@ def test_with_calibration_the_calibrated_run_is_reported_with_its_cpu_seconds(tm
     cal = rows[0]["calibration"]
     assert cal["calibration_cpu_seconds"] > 0 and cal["rc"] in (0, 1, 2, 3, 4)
     assert ("calibrated" in {r["method"] for r in rows}) == (cal["rc"] == 0)
+
+
+def test_the_scaling_rows_watch_figures_are_the_audits_and_the_retrained_alone():
+    """``_watch``: the audit's figure (the lower of the retrained and the frozen reading) and
+    the retrained families' alone; a release that swaps a binary watch attribute's two sides
+    keeps all of it for a retrained reader and reads inside out to the frozen one."""
+    from dataclasses import replace
+
+    from mass.audit.policy import load_policy
+
+    rng = np.random.default_rng(0)
+    n = 1200
+    w, s = rng.integers(0, 2, n), rng.integers(0, 2, n)
+    x = rng.normal(scale=0.3, size=(n, 4)).astype(np.float32)
+    x[:, 0] += 2 * w - 1
+    swapped = x.copy()
+    swapped[:, 0] *= -1  # the release moves each side of w to the other's place
+    policy = replace(load_policy(str(ROOT / "params.yaml")), families=("logreg",), folds=3,
+                     watch_repeats=1)  # fmt: skip
+    same = realdata_run._watch(x, x.copy(), {"w": w}, s, policy)
+    assert same["watch_kept"]["w"] == pytest.approx(1.0, abs=0.02)
+    assert same["watch_retrained_kept"]["w"] == pytest.approx(1.0, abs=0.02)
+    out = realdata_run._watch(x, swapped, {"w": w}, s, policy)
+    assert out["watch_retrained_kept"]["w"] == pytest.approx(1.0, abs=0.02)
+    assert out["watch_kept"]["w"] < -0.9  # the frozen reader reads it inside out
