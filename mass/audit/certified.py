@@ -5,17 +5,17 @@ audit's stdout table."""
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import replace
 
 import numpy as np
 
+from mass import fs
 from mass.audit.policy import AuditPolicy
 from mass.metrics import AttributeReport
 from mass.metrics.certificate import Certificate, certify_cells, plan
 from mass.metrics.rules import CERTIFICATE, judge_limit, judge_ok
 from mass.noise_streams import modifier_parts
+from mass.rundir import CALIBRATION
 
 
 def with_certificate(r: AttributeReport, cells: np.ndarray, y: np.ndarray,
@@ -113,10 +113,9 @@ def calibrated_size_hint(reports, run_dir: str | None) -> list[str]:
     shape"). Nothing when there is no run directory or no readable calibration.json."""
     if not run_dir:
         return []
-    path = os.path.join(run_dir, "calibration.json")
+    path = fs.join(run_dir, CALIBRATION)
     try:
-        with open(path, encoding="utf-8") as f:
-            val = json.load(f)["validation"]
+        val = fs.read_json(path)["validation"]
         rows = int(val.get("release_rows") or val["rows"])
     except (OSError, ValueError, KeyError, TypeError):
         return []

@@ -10,6 +10,7 @@ import os
 from mass.audit.policy import AuditPolicy
 from mass.calibrate.judge import Baselines
 from mass.metrics import judge_limit
+from mass.rundir import CALIBRATION
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +152,7 @@ def write_report(out_dir, report, points, chosen, policy) -> None:
          if k in p} | {"seconds": p.get("seconds")}
         for p in points
     ]  # fmt: skip
-    with open(os.path.join(out_dir, "calibration.json"), "w") as f:
+    with open(os.path.join(out_dir, CALIBRATION), "w") as f:
         json.dump(report, f, indent=2, default=float)
     try:
         plot_frontier(os.path.join(out_dir, "calibration.png"), points, chosen, policy,
