@@ -61,8 +61,14 @@ class Candidate:
         return self.method == "mass"
 
 
+# every cell candidate releases a cell as its fit rows' source mean, each S class at its share:
+# the same partition, read by a frozen reader of the original rows as the rows it holds look
+# (docs/calibration.md, "What a cell releases")
+SOURCE: dict[str, Any] = {"cell_value": "source"}
+
 # rank cells of one partition (mass.methods.rank_cells): common edges within R's classes
 PARTITION: dict[str, Any] = {
+    **SOURCE,
     "cell_rows": 10,
     "cell_axes": 1,
     "cells_by_preserved": True,
@@ -87,10 +93,12 @@ SEARCH_SPACE: tuple[Candidate, ...] = (
     # the repair released as the nearest of ~n/(10 k) k-means centres of its repaired fit rows:
     # privacy without release noise at the level of a pure-noise release on the demo
     # (docs/calibration.md, "cells")
-    Candidate("ot-repair+cells", "ot_repair", {"cell_rows": 10}),
+    Candidate("ot-repair+cells", "ot_repair", {"cell_rows": 10, **SOURCE}),
     # the same cells within each class of the preserved attributes (a stored predictor picks
     # the class): coarse cells no longer average R away (docs/calibration.md, "cells by R")
-    Candidate("ot-repair+cells|R", "ot_repair", {"cell_rows": 10, "cells_by_preserved": True}),
+    Candidate(
+        "ot-repair+cells|R", "ot_repair", {"cell_rows": 10, "cells_by_preserved": True, **SOURCE}
+    ),  # fmt: skip
     # one partition within each class of R (no per-class edges: a row's cell never depends on
     # S), bins along the top axes of the repaired rows' covariance within the S classes, a
     # second predict-and-repair pass; the per-predicted-class edges of the older

@@ -25,7 +25,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from mass.demo.extractor import TrainConfig
 
     d = TrainConfig()
-    parser.add_argument("--data", default="data/raw/train.parquet", help="raw training split")
+    parser.add_argument(
+        "--data",
+        nargs="+",
+        default=["data/raw/train.parquet"],
+        metavar="PARQUET",
+        help="raw split(s) whose images train the extractor (no labels read; the linear probe "
+        "fits on the first)",
+    )
     parser.add_argument("--out", default="models/extractor", help="output directory")
     parser.add_argument(
         "--epochs", type=int, default=d.epochs, help=f"SimCLR epochs (default {d.epochs})"
@@ -89,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
             temperature=args.temperature,
             seed=args.seed,
         )
-        report = train_and_save(args.data, args.out, config=cfg, probe_path=args.probe_val)
+        report = train_and_save(list(args.data), args.out, config=cfg, probe_path=args.probe_val)
         ckpt = report["extractor"]
         print(
             json.dumps(
@@ -101,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         splits = args.splits or [
             p
             for p in (
-                os.path.join(os.path.dirname(args.data), f"{s}.parquet")
+                os.path.join(os.path.dirname(args.data[0]), f"{s}.parquet")
                 for s in ("train", "val", "test")
             )
             if os.path.exists(p)

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from torch import nn
@@ -60,24 +61,29 @@ def write_features(
 
 
 def train_and_save(
-    train_path: str,
+    train_path: str | list[str],
     out_dir: str,
     *,
     config: TrainConfig | None = None,
     probe_path: str | None = None,
 ) -> dict:
-    """Train on a raw split's images, write ``OUT_DIR/extractor.pt`` and ``OUT_DIR/probe.json``.
+    """Train on raw splits' images (one path or several: no labels are read for training),
+    write ``OUT_DIR/extractor.pt`` and ``OUT_DIR/probe.json``.
 
     The probe JSON holds the training time and loss curve and, when ``probe_path`` is given,
-    the linear-probe accuracy per attribute (fit on ``train_path``, scored on ``probe_path``).
-    Returns that JSON's content plus the checkpoint path.
+    the linear-probe accuracy per attribute (fit on the first path's rows and labels, scored
+    on ``probe_path``). Returns that JSON's content plus the checkpoint path.
     """
     cfg = config or TrainConfig()
-    _, images, labels = read_split(train_path)
-    model, history = train_extractor(images, config=cfg)
+    paths = [train_path] if isinstance(train_path, str) else list(train_path)
+    splits = [read_split(p) for p in paths]
+    _, images, labels = splits[0]
+    seen = np.concatenate([s[1] for s in splits]) if len(splits) > 1 else images
+    model, history = train_extractor(seen, config=cfg)
     os.makedirs(out_dir, exist_ok=True)
     ckpt = os.path.join(out_dir, "extractor.pt")
-    sha = save_extractor(model, ckpt, meta={"train_data": train_path, **split_params(train_path)})
+    meta = {"train_data": paths[0] if len(paths) == 1 else ",".join(paths)}
+    sha = save_extractor(model, ckpt, meta={**meta, **split_params(paths[0])})
     report = {
         "extractor": ckpt,
         "sha256": sha,

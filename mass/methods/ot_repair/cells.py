@@ -41,6 +41,9 @@ from mass.modifiers import l2_normalize
 from mass.modifiers.cells import CellsFit, CellsModifier, CellsSpec
 from mass.modifiers.sliced_repair import CellPartition, rank_cell
 
+# ``cell_value: source``: a released vector pools at least this many input rows (else all)
+SOURCE_MIN_ROWS = 10
+
 # a class with fewer fit rows in a group than this many per bin takes the group's common edges
 RANK_MIN_ROWS_PER_BIN = 2
 
@@ -54,13 +57,15 @@ def _kmeans(z: np.ndarray, cells: int, seed: int) -> np.ndarray:
 
 
 def fit_cells(z: torch.Tensor, y: torch.Tensor, k: int, p: RepairParams,
-              r: tuple[torch.Tensor, int] | None = None) -> CellsModifier:  # fmt: skip
+              r: tuple[torch.Tensor, int] | None = None,
+              scale: float = 1.0) -> CellsModifier:  # fmt: skip
     """The ``nearest`` cells of ``cell_rows``: k-means (k-means++, 3 starts, seeded) on the repaired
     fit rows ``z``, M = n / (cell_rows * classes present) centres, or M = ``cell_count``
     when set (at least 2, at most n); unit-normalised when the output is. ``r`` (the
     preserved joint label and its class count): the same rule within each class of it (with
     ``cell_count``, each class its share of M by its fit rows; at least 1 centre each), and
-    a multinomial logistic regression on ``z`` stored to pick a row's class."""
+    a multinomial logistic regression on ``z`` stored to pick a row's class. ``scale``: the
+    count of ``cell_rows`` is that of ``scale`` times the fit rows (``cell_resolution_rows``)."""
     zz = z.double().numpy()
     rr = None if r is None else r[0].numpy()
     classes = None if rr is None else np.unique(rr)
@@ -69,7 +74,7 @@ def fit_cells(z: torch.Tensor, y: torch.Tensor, k: int, p: RepairParams,
     if p.cell_count:  # cells in all, shared among the groups by their fit rows
         want = [p.cell_count * len(g) / len(zz) for g in groups]
     else:
-        want = [len(g) / (p.cell_rows * classes_present(y, k)) for g in groups]
+        want = [scale * len(g) / (p.cell_rows * classes_present(y, k)) for g in groups]
     parts = [_kmeans(g, int(min(len(g), max(least, round(m)))), p.seed)
              for g, m in zip(groups, want, strict=True)]  # fmt: skip
     centres = torch.from_numpy(np.vstack(parts)).float()
@@ -108,15 +113,16 @@ def grid_cells(part: CellPartition, shape: dict[str, Any], centres: torch.Tensor
     return CellsModifier.from_fit(spec, fit)
 
 
-def rank_cell_shape(y: torch.Tensor, k: int, groups: int, p) -> dict[str, Any]:
+def rank_cell_shape(y: torch.Tensor, k: int, groups: int, p, scale: float = 1.0) -> dict[str, Any]:
     """The spec fields of rank cells: levels per axis such that a cell holds about
     ``cell_rows`` fit rows of each (group, suppressed class) pair, or (``cell_count``) such
     that the groups hold at most ``cell_count`` cells in all (a ceiling: the count a release
-    can certify, which rounding up would exceed, e.g. 72 cells for 70); at least 2."""
+    can certify, which rounding up would exceed, e.g. 72 cells for 70); at least 2. ``scale``:
+    ``cell_rows`` counted on ``scale`` times the fit rows (``cell_resolution_rows``)."""
     if p.cell_count:
         levels = math.floor((p.cell_count / groups) ** (1.0 / p.cell_axes) + 1e-9)
     else:
-        per_group = len(y) / (classes_present(y, k) * groups) / p.cell_rows
+        per_group = scale * len(y) / (classes_present(y, k) * groups) / p.cell_rows
         levels = int(round(per_group ** (1.0 / p.cell_axes)))
     levels = max(2, levels)
     return {"cell_axes": p.cell_axes, "cell_levels": levels, "cell_groups": groups,
@@ -224,3 +230,36 @@ def fit_centres(z: torch.Tensor, cls: torch.Tensor, group: torch.Tensor, part: C
     stats = {"cells": int(len(held)), "rows_min": int(held.min()),
              "rows_median": int(held.median()), "rows_max": int(held.max())}  # fmt: skip
     return centres.view(g_count, size, -1).float(), stats
+
+
+def source_valued(book: CellsModifier, z: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
+                  k: int, renormalize: bool) -> CellsModifier:  # fmt: skip
+    """``book`` releasing, for each of its distinct released vectors, the mean of the fit rows
+    it releases as they came in (``x``, the rows whose chain output ``z`` the cells read), each
+    suppressed class ``y`` weighted by its share of all fit rows over the classes present
+    (``cell_value: source``, docs/calibration.md, "What a cell releases"). Cells that released
+    one vector release one vector still (merged clusters stay merged). A vector that pools
+    fewer than :data:`SOURCE_MIN_ROWS` fit rows (none included) takes the class-weighted mean of
+    all of them instead: no released vector is one input row, or an average of so few that
+    it stands for them."""
+    with torch.no_grad():
+        released = book.values if book.spec.values else book.centres
+        _, key_of_cell = torch.unique(released, dim=0, return_inverse=True)
+        slots = int(key_of_cell.max()) + 1
+        key = key_of_cell[book.cell_of(z.float())] * k + y.long()
+    xx = x.double()
+    counts = torch.bincount(key, minlength=slots * k).view(slots, k).double()
+    sums = torch.zeros(slots * k, xx.shape[1], dtype=torch.float64).index_add_(0, key, xx)
+    means = sums.view(slots, k, -1) / counts.clamp(min=1)[..., None]
+    prior = counts.sum(dim=0) / counts.sum()
+    weight = prior[None, :] * (counts > 0)
+    class_means = sums.view(slots, k, -1).sum(dim=0) / counts.sum(dim=0).clamp(min=1)[:, None]
+    overall = (prior[:, None] * class_means).sum(dim=0)
+    total = weight.sum(dim=1, keepdim=True)
+    pooled = counts.sum(dim=1, keepdim=True) >= SOURCE_MIN_ROWS
+    value = torch.where(pooled, (weight[..., None] * means).sum(dim=1) / total.clamp(min=1e-12),
+                        overall)  # fmt: skip
+    value = l2_normalize(value) if renormalize else value
+    state = {n: b for n, b in book.state_dict().items() if n != "values"}
+    fit = CellsFit(**state, values=value[key_of_cell].float())
+    return CellsModifier.from_fit(replace(book.spec, values=True), fit)

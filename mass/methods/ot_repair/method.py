@@ -23,11 +23,13 @@ from mass.methods.ot_repair.cells import (
     fit_partition,
     grid_cells,
     rank_cell_shape,
+    source_valued,
 )
 from mass.methods.ot_repair.params import RepairParams, check_knobs
 from mass.methods.ot_repair.predictors import fit_predictor, joint_label
 from mass.methods.ot_repair.transport import fit_transport
 from mass.modifiers import AffineModifier, AffineSpec, ChainModifier, l2_normalize
+from mass.modifiers.cells import CellsModifier
 from mass.modifiers.sliced_repair import (
     CellPartition,
     SlicedRepairModifier,
@@ -90,6 +92,22 @@ def _rank_cells(spec: SlicedRepairSpec, fitted: tuple, out: torch.Tensor, y: tor
     return mods, extra
 
 
+def _source_cells(parts: list[nn.Module], x: torch.Tensor, y: torch.Tensor, k: int,
+                  p: RepairParams) -> CellsModifier:  # fmt: skip
+    """The last part (the cells) releasing its fit rows' class-weighted source means
+    (:func:`mass.methods.ot_repair.cells.source_valued`); the rows it reads are the fit rows
+    ``x`` through every earlier part, as served."""
+    book = parts[-1]
+    if not isinstance(book, CellsModifier):
+        raise ConfigError("ot_repair: cell_value=source needs cells of kind 'cells' (k-means "
+                          "cells, or rank cells with cell_edges: common)")  # fmt: skip
+    z = x
+    with torch.no_grad():
+        for part in parts[:-1]:
+            z = part(z)
+    return source_valued(book, z, x, y, k, p.renormalize)
+
+
 @register_method("ot_repair")
 class OtRepair(Method):
     """Total repair of the suppressed label by sliced OT; see :mod:`mass.methods.ot_repair`."""
@@ -109,6 +127,8 @@ class OtRepair(Method):
         group, cells = (
             joint_label(train, preserve, "preserved") if by_r else (torch.zeros_like(y), 1)
         )
+        # cell_resolution_rows: cells counted as on that many training rows (held out or not)
+        scale = p.cell_resolution_rows / len(train) if p.cell_resolution_rows else 1.0
         held = None
         if p.cell_balance:  # the held-out rows judge the cells' S balance (FARE)
             fit_rows, held_rows = balance_split(y, group, p.cell_balance, p.seed)
@@ -119,7 +139,7 @@ class OtRepair(Method):
                                   f"fewer than two classes of {suppress} keep "
                                   f">= {p.min_class_rows} fit rows; hold out less")  # fmt: skip
         cur, parts, accuracy, moved = unit_x(train), [], [], []
-        ranks = rank_cell_shape(y, k, cells, p) if p.cell_axes else {}
+        ranks = rank_cell_shape(y, k, cells, p, scale) if p.cell_axes else {}
         extra_cells: dict[str, Any] = {}
         if p.pre_leace:
             from mass.methods.leace import leace_affine
@@ -159,8 +179,10 @@ class OtRepair(Method):
             extra.update({k: v for k, v in extra_cells.items() if k in BALANCE_EXTRA})
         elif p.cell_rows or p.cell_count:  # k-means cells
             r = (group, cells) if by_r else None
-            book = fit_cells(out, y, k, p, r)  # the last part's output, as served
+            book = fit_cells(out, y, k, p, r, scale)  # the last part's output, as served
             parts.append(book)
             extra["cells"] = book.spec.cells
+        if p.cell_value == "source":
+            parts[-1] = _source_cells(parts, unit_x(train), y, k, p)
         modifier = parts[0] if len(parts) == 1 else ChainModifier.of(*parts)
         return FitResult(modifier=modifier.eval(), extra=extra)

@@ -64,6 +64,17 @@ class RepairParams(Params):
                             "rows, or their coordinate-wise median (FARE's choice: a binary "
                             "column keeps the cell's majority value, which a reader fitted on "
                             "the original rows can read); unit-normalised when the output is")  # fmt: skip
+    cell_value: str = knob("repaired", choices=("repaired", "source"), help="what a cell's "
+                           "released vector is made of: its repaired fit rows (cell_centre), "
+                           "or 'source': the mean of its fit rows as they came in, each "
+                           "suppressed class weighted by its share of all fit rows (so a "
+                           "reader fitted on the original rows reads the cell as the rows it "
+                           "holds look, S averaged out); rows released alike stay alike")  # fmt: skip
+    cell_resolution_rows: int = knob(0, lo=0, help="with cell_rows: 0 = the cell count "
+                                     "follows the fit's own rows; else it is the count a fit "
+                                     "on this many training rows gets (calibration's fits on "
+                                     "part of the training rows judge the release model's "
+                                     "resolution, not a coarser one)")  # fmt: skip
     cell_balance: float = knob(0.0, lo=0.0, help="rank cells: 0 = off; else this fraction "
                                "of the training rows (per preserved class and suppressed "
                                "class, seeded) is held out of the fit, released through the "
@@ -86,4 +97,10 @@ def check_knobs(p: RepairParams) -> None:
                           "(cell_axes > 0) and a held-out fraction below 1")  # fmt: skip
     if p.cell_centre != "mean" and not (p.cell_rows or p.cell_count):
         raise ConfigError(f"ot_repair: cell_centre={p.cell_centre} needs cells (cell_rows or "
+                          "cell_count > 0): without them every row is released as repaired")  # fmt: skip
+    if p.cell_resolution_rows and not p.cell_rows:
+        raise ConfigError(f"ot_repair: cell_resolution_rows={p.cell_resolution_rows} needs "
+                          "cell_rows > 0 (a cell_count is a count already)")  # fmt: skip
+    if p.cell_value != "repaired" and not (p.cell_rows or p.cell_count):
+        raise ConfigError(f"ot_repair: cell_value={p.cell_value} needs cells (cell_rows or "
                           "cell_count > 0): without them every row is released as repaired")  # fmt: skip

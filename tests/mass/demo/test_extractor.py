@@ -169,8 +169,9 @@ def test_train_extractor_command_reads_colour_and_digit_linearly(tmp_path):
     cm.write_splits(str(raw), rho=0.1, seed=0)
     args = [
         "train-extractor",
-        "--data",
+        "--data",  # two splits' images (the demo trains on all three): the probe fits on the first
         str(raw / "train.parquet"),
+        str(raw / "val.parquet"),
         "--out",
         str(tmp_path / "m"),
         "--epochs",
