@@ -334,16 +334,6 @@ def _fit_parts(s: _Search, fit_on, c_fit, c_audit, c_folds, c_deadline: float, m
     return None, parts
 
 
-def at_release_resolution(params: dict[str, Any], rows: int, release_fit_rows: int) -> dict:
-    """``params`` for a fit on ``rows`` training rows that gets the cells of a fit on
-    ``release_fit_rows``: a ``cell_rows`` cell candidate (no ``cell_count``, not transductive)
-    gets ``cell_resolution_rows``; anything else, or a fit on every row, is unchanged."""
-    cells = params.get("cell_rows") and not params.get("cell_count")
-    if not cells or params.get("transductive") or rows >= release_fit_rows:
-        return params
-    return {**params, "cell_resolution_rows": int(release_fit_rows)}
-
-
 class _OverBudget(Exception):
     """A candidate's fits would run past its deadline (the message says by how much)."""
 
@@ -385,15 +375,9 @@ def _try(s: _Search, c: Candidate) -> bool:
     entry["params"] = params
     method = get_method(c.method)
 
-    # the release model is fitted on every training row out of fold, else on c_fit: a fit on
-    # fewer rows (a fold, a half of the release-shaped check) gets the release model's count
-    # of cell_rows cells, not a coarser one (docs/calibration.md, "The release model's cells")
-    n_release_fit = len(s.train) if c_folds else len(c_fit)
-
     def fit_on(ds, method=method, params=params):
         return method.fit(ds, suppress=list(s.suppress), preserve=list(s.preserve),
-                          params=at_release_resolution(params, len(ds), n_release_fit),
-                          seed=s.cfg.seed, progress=False)  # fmt: skip
+                          params=params, seed=s.cfg.seed, progress=False)  # fmt: skip
 
     tf = s.now()
     try:

@@ -632,12 +632,6 @@ MUTANTS = [
            ("tests/mass/calibrate/test_release_shape.py",),
            "a cell candidate is judged only on validation's releases, whose lookups see a third "
            "of the release's rows per cell (twoyear: chosen, then refused at the gate)"),
-    Mutant("calibrate-folds-at-their-own-resolution", "mass.calibrate.search:_try",
-           "params=at_release_resolution(params, len(ds), n_release_fit)", "params=params",
-           ("tests/mass/calibrate/test_release_shape.py::test_every_fit_on_fewer_rows_gets_the_"
-            "release_models_resolution",),
-           "validation's fold models and the release-shaped halves get coarser cells than the "
-           "release model (the demo: 20-cell halves passed, the 30-cell release was refused)"),
     Mutant("cells-source-of-too-few-rows", "mass.methods.ot_repair.cells:source_valued",
            "counts.sum(dim=1, keepdim=True) >= SOURCE_MIN_ROWS",
            "counts.sum(dim=1, keepdim=True) >= 1",

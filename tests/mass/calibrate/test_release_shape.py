@@ -48,11 +48,8 @@ class _Method:
     def __init__(self, axis: int, fits: list[int]):
         self.axis, self.fits = axis, fits
 
-    resolutions: list[tuple[int, int | None]] = []  # (fit rows, cell_resolution_rows)
-
     def fit(self, ds, suppress, preserve, params, seed, progress):
         self.fits.append(len(ds))
-        self.resolutions.append((len(ds), params.get("cell_resolution_rows")))
         v = np.sort(normalize_rows(ds.x)[:, self.axis])
         cells = max(2, len(ds) // int(params.get("cell_rows", CELL_ROWS)))
         edges = v[(np.arange(1, cells) * len(v)) // cells].astype(np.float32)
@@ -222,15 +219,3 @@ def test_the_release_shape_lookups_are_as_wide_as_the_gates_on_a_smaller_release
         pytest.approx(want.ci_high["lookup"]),
         pytest.approx(want.balanced_ci_high["lookup_balanced"]),
     )
-
-
-def test_every_fit_on_fewer_rows_gets_the_release_models_resolution(setup):
-    """The fold models and the halves are fitted at the cell count of the release model (all
-    2,000 rows), not at their own rows' coarser one (docs/calibration.md, "The release model's
-    cells"); the release model itself is fitted as configured."""
-    ds, fits, axis = setup
-    axis["axis"] = 1
-    _Method.resolutions.clear()
-    _calibrate(ds, (CELLS,))
-    assert fits == [1500] * 4 + [1000] * 2 + [2000], fits
-    assert _Method.resolutions == [(1500, 2000)] * 4 + [(1000, 2000)] * 2 + [(2000, None)]

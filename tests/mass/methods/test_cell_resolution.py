@@ -1,9 +1,7 @@
-"""``ot_repair``'s ``cell_resolution_rows`` and calibration's use of it: a fit on part of the
-training rows (a validation fold, a half of the release-shaped check) gets the cells of the
-fit on every row that is released, not a coarser partition whose cells pool more rows and
-read S less (on the demo's features the release-shaped check passed 20-cell halves at a
-lookup bound of 0.138 and the 30-cell release model failed the gate at 0.167:
-docs/calibration.md, "The release model's cells")."""
+"""``ot_repair``'s ``cell_resolution_rows``: a fit on part of the training rows gets the cells
+of a fit on more rows, not a coarser partition whose cells pool more rows and read S less.
+Calibration does not use it yet (docs/calibration.md, "The release model's cells": matching
+the count halves the rows per cell of the release-shaped check, which then under-reads)."""
 
 from __future__ import annotations
 
@@ -11,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-from mass.calibrate.search import at_release_resolution
 from mass.errors import ConfigError
 from mass.methods import get_method
 from mass.methods._common import subset, toy_dataset
@@ -19,7 +16,6 @@ from mass.methods._common import subset, toy_dataset
 KMEANS = {"cell_rows": 10, "cells_by_preserved": True}
 GRID = {"cell_rows": 10, "cell_axes": 1, "cells_by_preserved": True, "cell_edges": "common",
         "cell_basis": "within_s", "passes": 1}  # fmt: skip
-BALANCED = {**GRID, "cell_axes": 2, "cell_balance": 0.3, "cell_balance_rows": 10}
 
 
 @pytest.fixture(scope="module")
@@ -43,17 +39,6 @@ def test_a_half_fit_at_the_full_resolution_has_the_full_fits_cells(data, params)
     same = _cells(half, {**params, "cell_resolution_rows": len(data.x)})
     assert coarse < 0.8 * full  # the half's own count is coarser: what calibration judged
     assert abs(same - full) <= 0.1 * full, (full, coarse, same)
-
-
-def test_calibration_fits_on_fewer_rows_at_the_release_models_resolution():
-    assert at_release_resolution(KMEANS, 1500, 3000) == {**KMEANS, "cell_resolution_rows": 3000}
-    assert at_release_resolution(BALANCED, 2250, 3000)["cell_resolution_rows"] == 3000
-    assert at_release_resolution(KMEANS, 3000, 3000) == KMEANS  # the release model itself
-    certified = {**GRID, "cell_count": 40}
-    assert at_release_resolution(certified, 1500, 3000) == certified  # a count already
-    assert at_release_resolution({"steps": 30}, 1500, 3000) == {"steps": 30}
-    trans = {**KMEANS, "transductive": True}
-    assert at_release_resolution(trans, 1500, 3000) == trans
 
 
 def test_the_knob_needs_cell_rows(data):
