@@ -72,9 +72,9 @@ class RepairParams(Params):
                            "holds look, S averaged out); rows released alike stay alike")  # fmt: skip
     cell_resolution_rows: int = knob(0, lo=0, help="with cell_rows: 0 = the cell count "
                                      "follows the fit's own rows; else it is the count a fit "
-                                     "on this many training rows gets (calibration's fits on "
-                                     "part of the training rows judge the release model's "
-                                     "resolution, not a coarser one)")  # fmt: skip
+                                     "on this many training rows gets (a fit on part of the "
+                                     "rows at a larger fit's resolution; calibration does not "
+                                     "set it: docs/calibration.md)")  # fmt: skip
     cell_balance: float = knob(0.0, lo=0.0, help="rank cells: 0 = off; else this fraction "
                                "of the training rows (per preserved class and suppressed "
                                "class, seeded) is held out of the fit, released through the "

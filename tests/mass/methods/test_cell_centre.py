@@ -100,12 +100,17 @@ def test_median_of_a_slot_is_numpys_and_an_empty_slot_takes_its_fallback():
     assert mean[0].tolist() == [2.0, 2.0]
 
 
+def _cell_candidates() -> list:
+    """Calibration's cell candidates (``ot_repair`` with cell_rows or cell_count)."""
+    return [c for c in SEARCH_SPACE if c.method == "ot_repair"
+            and (c.params.get("cell_rows") or c.params.get("cell_count"))]  # fmt: skip
+
+
 def test_calibration_releases_its_cell_candidates_by_their_means():
     """The median made `alcohol`'s k-means cells readable to a retrained logistic regression
     on validation (docs/calibration.md, "What a cell releases"): calibration keeps the mean."""
     assert "cell_centre" not in PARTITION
-    cells = [c for c in SEARCH_SPACE if c.method == "ot_repair"
-             and (c.params.get("cell_rows") or c.params.get("cell_count"))]  # fmt: skip
+    cells = _cell_candidates()
     assert len(cells) >= 8 and all(c.params.get("cell_centre", "mean") == "mean" for c in cells)
 
 
@@ -114,8 +119,7 @@ def test_calibration_releases_every_cell_candidate_by_its_source_mean():
     certified partition inside out (`words`' word length -0.41, `names`' vowel ending -0.33)
     and their source means at 0.53 and 0.08, S and R unchanged (docs/calibration.md, "What a
     cell releases"): every cell candidate releases its cells' source means."""
-    cells = [c for c in SEARCH_SPACE if c.method == "ot_repair"
-             and (c.params.get("cell_rows") or c.params.get("cell_count"))]  # fmt: skip
+    cells = _cell_candidates()
     assert len(cells) >= 8 and all(c.params.get("cell_value") == "source" for c in cells)
 
 

@@ -12,10 +12,7 @@ import torch
 from mass.errors import ConfigError
 from mass.methods import get_method
 from mass.methods._common import subset, toy_dataset
-
-KMEANS = {"cell_rows": 10, "cells_by_preserved": True}
-GRID = {"cell_rows": 10, "cell_axes": 1, "cells_by_preserved": True, "cell_edges": "common",
-        "cell_basis": "within_s", "passes": 1}  # fmt: skip
+from tests.mass.methods.test_cell_centre import GRID, KMEANS
 
 
 @pytest.fixture(scope="module")
