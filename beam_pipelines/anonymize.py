@@ -59,7 +59,7 @@ from beam_pipelines.preflight import (
 from mass import fs
 from mass.batches.parquet import plan_row_groups
 from mass.batches.quarantine import quarantine_schema
-from mass.errors import InputError, QuarantineThresholdError, SchemaError
+from mass.errors import ConfigError, InputError, QuarantineThresholdError, ReleaseError, SchemaError
 from mass.io import read_table
 from mass.keys import state_dir
 from mass.pseudonym import describe, map_path, scope_label
@@ -122,12 +122,12 @@ def run_job(job: AnonymizeJob, *, test_pipeline=None, model_handler=None, model_
             log.info("the owner's pseudonym map (private): %s", job.pseudonym_map)
             summary["pseudonym_map"] = job.pseudonym_map
         return summary
-    except InputError as e:
+    except (InputError, ConfigError, ReleaseError) as e:  # name the user's files and rows
         if not names:
             raise
         from mass.batches.pseudonymize import unmask
 
-        raise type(e)(unmask(str(e), names)) from e
+        raise type(e)(unmask(str(e), names, job.id_col)) from e
     finally:
         for d in staging.dirs():
             discard_staging(d)  # never a version this run committed (object stores)
@@ -147,10 +147,11 @@ def _pseudonymize_inputs(job: AnonymizeJob, staging: Staging) -> tuple[Anonymize
     where = fs.join(private_dir(staging.aux), "ids")
     inp, names = pseudonymized_copy(job.input, where, tag="input", owner_map=owner_map or None,
                                     **kw)  # fmt: skip
+    names[inp] = job.input
     labels = job.labels
     if labels:
         labels, more = pseudonymized_copy(labels, where, tag="labels", **kw)
-        names.update(more)
+        names.update({**more, labels: job.labels})
     return dataclasses.replace(job, input=inp, labels=labels, pseudonym_map=owner_map), names
 
 

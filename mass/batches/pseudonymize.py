@@ -6,13 +6,16 @@ audited on the pseudonyms, and no row order or part boundary follows the origina
 from __future__ import annotations
 
 import os
+import re
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mass import fs
+from mass.errors import UnreadableInputError
 from mass.io import expand_paths
-from mass.pseudonym import pseudonymize
+from mass.pseudonym import HEX_DIGITS, pseudonymize
 
 BATCH_ROWS = 65536
 
@@ -48,13 +51,18 @@ def _map_writer(path: str, id_type: pa.DataType, label: str) -> pq.ParquetWriter
 
 def _copy_one(src, dest, names, *, id_col, key, label, owner_map, writer):
     with fs.open_input(src) as f:
-        pf = pq.ParquetFile(f)
+        try:
+            pf = pq.ParquetFile(f)
+        except (pa.ArrowInvalid, OSError) as e:  # the same refusal as an unpseudonymized read
+            raise UnreadableInputError(
+                f"{src}: not readable as Parquet ({e}); re-export the file or remove it"
+            ) from e
         schema = pf.schema_arrow
         at = schema.get_field_index(id_col)
         out_schema = schema.set(at, pa.field(id_col, pa.string(), nullable=False))
         names[dest] = src
         with fs.atomic_output(dest) as sink, pq.ParquetWriter(sink, out_schema) as w:
-            for batch in pf.iter_batches(batch_size=BATCH_ROWS):
+            for batch in _batches(pf, src):
                 cols = list(batch.columns)
                 if at >= 0:
                     ids = cols[at]
@@ -67,6 +75,22 @@ def _copy_one(src, dest, names, *, id_col, key, label, owner_map, writer):
     return writer
 
 
+def _batches(pf: pq.ParquetFile, src: str):
+    """``pf``'s record batches; a file whose footer reads but whose data does not (truncated,
+    corrupt pages) is refused naming ``src``, as at the footer."""
+    it = pf.iter_batches(batch_size=BATCH_ROWS)
+    while True:
+        try:
+            batch = next(it)
+        except StopIteration:
+            return
+        except (pa.ArrowInvalid, OSError) as e:
+            raise UnreadableInputError(
+                f"{src}: not readable as Parquet ({e}); re-export the file or remove it"
+            ) from e
+        yield batch
+
+
 def _id_type(ids: pa.Array) -> pa.DataType:
     return ids.type.value_type if pa.types.is_dictionary(ids.type) else ids.type
 
@@ -77,9 +101,40 @@ def _map_batch(ids: pa.Array, pseudonyms: pa.Array, schema: pa.Schema) -> pa.Rec
     return pa.RecordBatch.from_arrays([ids, pseudonyms], schema=schema)
 
 
-def unmask(message: str, names: dict[str, str]) -> str:
+def unmask(message: str, names: dict[str, str], id_col: str | None = None) -> str:
     """``message`` with each copy file named as the user's file it was made from (longest
-    first), and the copy's glob as the user's path."""
+    first), and the copy's glob as the user's path; with ``id_col``, each pseudonymous id it
+    quotes (``id '<pseudonym>'``) also gets its row in the user's file, found in the copies
+    (row for row as the user's files), which must still exist."""
+    quoted = set(_QUOTED.findall(message)) if id_col else set()
+    rows = _rows_of(quoted, names, id_col) if quoted else {}
     for copy in sorted(names, key=len, reverse=True):
         message = message.replace(copy, f"{names[copy]} (id pseudonymized)")
+    for p, (src, row) in rows.items():
+        message = message.replace(f"id '{p}'", f"id '{p}' (row {row} of {src})")
     return message
+
+
+# a pseudonym quoted as an id in an error message
+_QUOTED = re.compile(rf"id '([0-9a-f]{{{HEX_DIGITS}}})'")
+
+
+def _rows_of(pseudonyms: set[str], names: dict[str, str], id_col: str) -> dict:
+    """pseudonym -> (the user's file, row) for those found in the copy files of ``names``;
+    a copy that cannot be read any more is skipped (the message keeps the pseudonym)."""
+    import pyarrow.compute as pc
+
+    wanted = pa.array(sorted(pseudonyms), pa.string())
+    out: dict[str, tuple[str, int]] = {}
+    for copy, src in names.items():
+        if "*" in copy:
+            continue
+        try:
+            with fs.open_input(copy) as f:
+                ids = pq.read_table(f, columns=[id_col]).column(0).combine_chunks()
+        except (pa.ArrowInvalid, OSError, KeyError):
+            continue
+        hits = pc.index_in(ids, value_set=wanted)
+        for row in np.flatnonzero(hits.is_valid().to_numpy(zero_copy_only=False)):
+            out.setdefault(ids[int(row)].as_py(), (src, int(row)))
+    return out

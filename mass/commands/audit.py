@@ -131,8 +131,8 @@ def _owner_ids(args: argparse.Namespace) -> Iterator[argparse.Namespace]:
         )
         try:
             yield argparse.Namespace(**{**vars(args), "labels": labels, "input": inp})
-        except InputError as e:  # name the user's files, not the private copies
-            raise type(e)(unmask(str(e), names)) from e
+        except (InputError, ConfigError) as e:  # name the user's files, not the private copies
+            raise type(e)(unmask(str(e), names, args.id_col)) from e
 
 
 def run(args: argparse.Namespace) -> int:

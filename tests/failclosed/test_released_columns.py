@@ -186,3 +186,44 @@ def test_a_duplicate_id_is_refused_on_pseudonyms_naming_the_users_file(tmp_path)
     assert f"{src} (id pseudonymized) row 7, {src} (id pseudonymized) row 599" in msg
     assert ".tmp-" not in msg and not os.path.exists(out)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("release")] == []
+
+
+def test_a_non_finite_row_is_refused_on_pseudonyms_naming_the_users_file_and_row(tmp_path):
+    """A quarantined row of a pseudonymized job is named by its row in the user's file, not
+    only by a pseudonym of a private copy that is gone when the message is read."""
+    from mass.errors import QuarantineThresholdError
+    from mass.keys import write_key
+
+    src, out = tmp_path / "in.parquet", tmp_path / "release"
+    _write(src, _sequential)
+    t = pq.read_table(str(src))
+    x = np.stack(t.column("emb").to_numpy(zero_copy_only=False)).astype(np.float32)
+    x[321, 4] = np.nan
+    pq.write_table(t.set_column(1, "emb", embedding_array(x)), str(src))
+    write_key(str(tmp_path / "owner.key"))
+    with pytest.raises(QuarantineThresholdError) as info:
+        _run(tmp_path, src, out, "--pseudonymize-ids", "--noise-key-file",
+             str(tmp_path / "owner.key"))  # fmt: skip
+    msg = str(info.value)
+    assert f"(row 321 of {src}) (non-finite)" in msg, msg
+    assert msg.startswith(f"{src} (id pseudonymized): 1 rows quarantined")
+    assert ".tmp-" not in msg and not os.path.exists(out)
+
+
+@pytest.mark.parametrize("content", [b"", b"PAR1 not a parquet file"], ids=["empty", "garbage"])
+def test_an_unreadable_file_is_refused_on_pseudonyms_naming_it(tmp_path, content):
+    """A 0-byte or corrupt Parquet file met while pseudonymizing the ids gets the refusal an
+    unpseudonymized read gives (before: pyarrow's ArrowInvalid traceback)."""
+    from mass.errors import UnreadableInputError
+    from mass.keys import write_key
+
+    src, out = tmp_path / "in", tmp_path / "release"
+    src.mkdir()
+    _write(src / "part-0.parquet", _sequential)
+    (src / "part-1.parquet").write_bytes(content)
+    write_key(str(tmp_path / "owner.key"))
+    with pytest.raises(UnreadableInputError, match=f"^{src / 'part-1.parquet'}: not readable"):
+        _run(tmp_path, src, out, "--pseudonymize-ids", "--noise-key-file",
+             str(tmp_path / "owner.key"))  # fmt: skip
+    assert not os.path.exists(out)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("release")] == []
