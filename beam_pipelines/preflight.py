@@ -13,6 +13,7 @@ from beam_pipelines.gate import AllowCheck, AuditPlan, audit_plan, check_allowed
 from beam_pipelines.options import names_runner
 from beam_pipelines.plan import AnonymizeJob, Staging
 from mass.batches.id_index import IDS_DIR
+from mass.batches.reference import reference_check
 from mass.batches.validate import CheckedInput, check_dim, check_input
 from mass.errors import ConfigError
 from mass.fitrows import check_fitted_rows
@@ -21,7 +22,7 @@ from mass.noise import KeyedSeeds
 from mass.release.columns import resolve_allow_columns
 from mass.serving.staging import checked_export
 from mass.trained_classes import check_trained_classes
-from transforms.modify import model_seeds, needs_noise_key, reference_check
+from transforms.modify import model_seeds, needs_noise_key
 
 
 @dataclass(frozen=True)

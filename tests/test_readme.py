@@ -242,6 +242,8 @@ def test_the_own_parquet_route_and_the_notebook_block_run_as_written(tmp_path):
     later = json.loads((work / "reports" / "later" / "audit.json").read_text())
     assert gate["pass"] is True and later["pass"] is True
     assert later["rows"]["audited"] == rows, later["rows"]  # every pseudonym matched
+    # --model: the near rows were recomputed with the signed export (none is a bypass)
+    assert later["rows"]["recomputed_near"] == later["rows"]["verified_near"], later["rows"]
 
     notebook = _block("from mass.api import Suppressor")
     check = "\nassert report.passed, report\nprint('notebook block: audit passed')\n"

@@ -33,9 +33,10 @@ import os
 import apache_beam as beam
 import pyarrow as pa
 
+from mass.batches.reference import reference_check
 from mass.errors import AuditFailedError, ConfigError
 from mass.serving.tensors import ModifierInputs
-from transforms.modify import BatchModifier, model_seeds, needs_noise_key, reference_check
+from transforms.modify import BatchModifier, model_seeds, needs_noise_key
 
 QUARANTINED = "quarantined"
 ROWS = "rows"

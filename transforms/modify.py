@@ -24,7 +24,6 @@ quarantined ids and reasons.
 from __future__ import annotations
 
 import logging
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import apache_beam as beam
@@ -224,18 +223,6 @@ def model_seeds(key, info: dict, *, read_on_worker: bool = False):
     # bound to the modifier: two modifiers never share a row's noise (docs/threat-model.md)
     context = str(info.get("sha256") or "")
     return KeyedSeeds.of(key, context=context, read_on_worker=read_on_worker)
-
-
-def reference_check(repository: str, model: str, info: dict, *, carry: bool = True):
-    """The signed modifier of a verified export, for the in-process recompute of flagged and
-    sampled rows (:mod:`mass.batches.reference`); None for an export that is no modifier.
-    ``carry``: ship the checked bytes to the workers (any runner but the default local one)."""
-    from mass.batches.reference import ReferenceCheck
-
-    if not info.get("modifier") or not info.get("weights") or not info.get("sha256"):
-        return None
-    path = os.path.join(repository, model, str(info["version"]), info["weights"])
-    return ReferenceCheck(path, str(info["sha256"]), carry=carry)
 
 
 def pick(element, tag):

@@ -58,6 +58,9 @@ class AuditRequest:
     # rows at or above max_cosine the anonymize job verified as the signed modifier's own
     # output (mass.batches.reference); the cosine expectation lets at most this many through
     verified_near: int = 0
+    # `mass audit --model`: the signed modifier recomputes the near rows here, and those that
+    # are its own output are verified too (mass.audit.recompute.NearRecompute)
+    near: Any = None
 
 
 @dataclass
@@ -122,6 +125,9 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
             validator.validate_rows_part(i, frame)
 
     s = scan(req, sink, attrs=attrs, encodings=encodings)
+    if req.near is not None:  # the near rows this audit recomputed with the signed modifier
+        s.counts["recomputed_near"] = req.near.recomputed
+        req = replace(req, verified_near=req.verified_near + req.near.own)
     n_audit = 0 if s.x is None else len(s.x)
     extra = encode_columns(s.extra, n_audit, max_levels=pol.max_levels) if n_audit else None
     key_x, key_status, public_noise = _keyless(req, s, extra) if n_audit else (

@@ -85,6 +85,9 @@ def scan(req, rows_sink, *, attrs: list[str], encodings: dict | None) -> Scan:
             R, L = rel.part(i), lab.part(i)
             part = _read_part(req, R, L, inp, i, lab_has_x)
             rows, finite, both = _row_checks(part)
+            if getattr(req, "near", None) is not None:  # `mass audit --model`: recompute them
+                at = np.flatnonzero(both & (rows["cosine"].to_numpy() >= pol.max_cosine))
+                req.near.add(part.ids.take(pa.array(at)), part.x[at], part.xr[at])
             rows_sink(i, sc.n_parts, rows)
             use = (part.pos >= 0) & both
             counts["matched"] += int((part.pos >= 0).sum())

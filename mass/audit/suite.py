@@ -90,8 +90,8 @@ def cosine_expectation(spec: SuiteSpec, n_rows: int):
     kw, also = {}, ""
     if spec.verified_near and n_rows:
         kw["mostly"] = max(0.0, 1.0 - spec.verified_near / n_rows - 1e-12)
-        also = (f"; at most {spec.verified_near} row(s) the anonymize job recomputed with the "
-                "signed modifier and found to be its own output (a deterministic eraser leaves "
+        also = (f"; at most {spec.verified_near} row(s) recomputed with the signed modifier "
+                "(by the anonymize job, or `mass audit --model`) and found to be its own output (a deterministic eraser leaves "
                 "rows whose erased component is ~0 where they were)")  # fmt: skip
     return E.ExpectColumnValuesToBeBetween(
         column="cosine", max_value=spec.max_cosine, strict_max=True, **kw,

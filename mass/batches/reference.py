@@ -131,3 +131,15 @@ class ReferenceCheck:
         sub[other] = (sub[other] & ~NEAR) | MISMATCH
         out[rows] = sub
         return out
+
+
+def reference_check(repository: str, model: str, info: dict, *, carry: bool = True):
+    """The signed modifier of a verified export (``info``: its export.json), for the
+    in-process recompute of flagged and sampled rows; None for an export that is no modifier.
+    ``carry``: ship the checked bytes to the workers (any runner but the default local one)."""
+    import os
+
+    if not info.get("modifier") or not info.get("weights") or not info.get("sha256"):
+        return None
+    path = os.path.join(repository, model, str(info["version"]), info["weights"])
+    return ReferenceCheck(path, str(info["sha256"]), carry=carry)

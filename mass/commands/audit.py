@@ -62,6 +62,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "retrain the attackers on the release with its noise removed (the key-compromised "
         "figure); joins a pseudonymous release's ids to the labels",
     )
+    parser.add_argument("--model", help="the signed export that made the release (in "
+                        "--repository): every row at or above the policy's max_cosine is "
+                        "recomputed with it, and those that are its own output pass the bypass "
+                        "check, as in `mass anonymize`'s gate (needs the originals: --input or "
+                        "the labels' embeddings)")  # fmt: skip
+    parser.add_argument(
+        "--repository",
+        default="triton_models",
+        help="model repository holding --model (default: triton_models)",
+    )
+    parser.add_argument("--model-version", help="--model's version (default: the newest)")
+    parser.add_argument("--signing-key-file", help="the owner key --model's export was signed "
+                        "with (default $MASS_SIGNING_KEY_FILE, else .mass/local.yaml)")  # fmt: skip
 
 
 def _pseudonym_label(release: str) -> tuple[str, str] | None:
@@ -135,6 +148,26 @@ def _owner_ids(args: argparse.Namespace) -> Iterator[argparse.Namespace]:
             raise type(e)(unmask(str(e), names, args.id_col)) from e
 
 
+def _near(args: argparse.Namespace):
+    """--model: the signed export that recomputes the release's near rows
+    (:mod:`mass.audit.recompute`); None without it."""
+    if not args.model:
+        return None
+    from mass.audit.recompute import near_recompute
+    from mass.audit.stream import schema_of
+    from mass.io import expand_paths
+    from mass.keys import NOISE_KEY_ENV, SIGNING_KEY_ENV, resolve_key
+    from mass.serving.manifest import signing_key
+
+    meta = {k.decode(): v.decode(errors="replace")
+            for k, v in (schema_of(expand_paths(args.release)[0]).metadata or {}).items()}  # fmt: skip
+    key = signing_key(resolve_key(args.signing_key_file, SIGNING_KEY_ENV),
+                      flag="--signing-key-file")  # fmt: skip
+    return near_recompute(args.repository, args.model, args.model_version, signing_key=key,
+                          noise_key=resolve_key(args.noise_key_file, NOISE_KEY_ENV),
+                          release_meta=meta, release=args.release)  # fmt: skip
+
+
 def run(args: argparse.Namespace) -> int:
     from mass.audit import AuditRequest
     from mass.audit.into import audit_into
@@ -152,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
             release=a.release, labels=a.labels, suppress=a.suppress,
             preserve=a.preserve, watch=a.watch, policy=policy, report_dir=a.report,
             run_dir=a.run_dir, input=a.input, id_col=a.id_col, emb_col=a.emb_col,
-            allow=a.allow_columns, noise_key_file=a.noise_key_file,
+            allow=a.allow_columns, noise_key_file=a.noise_key_file, near=_near(a),
         )  # fmt: skip
         result, _ = audit_into(req, a.report, chart=not a.no_chart)  # local or a store
     print(format_table(result))

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from mass.errors import ServingError
 
-LOG = logging.getLogger("mass.serving")
+LOG = logging.getLogger(__name__)
 
 
 # The python backend creates its shared-memory regions (raw input embeddings) through boost,

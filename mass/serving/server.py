@@ -80,7 +80,7 @@ from mass.serving.process import (
 )
 from mass.serving.staging import StagedModel, stage_models, wanted_models
 
-LOG = logging.getLogger("mass.serving")
+LOG = logging.getLogger(__name__)
 _LOG_TAIL_LINES = 40
 
 

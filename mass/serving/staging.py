@@ -39,7 +39,7 @@ from mass.serving.contract import EXPORT_JSON, SHA256SUMS, SIGNATURE, STAGED_DIG
 from mass.serving.manifest import check_listed_files, verified_manifest, verify_version_dir
 from mass.serving.newest import check_not_rolled_back
 
-LOG = logging.getLogger("mass.serving")
+LOG = logging.getLogger(__name__)
 _MARKS = (EXPORT_JSON, SHA256SUMS, SIGNATURE)
 
 

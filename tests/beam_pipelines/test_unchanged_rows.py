@@ -129,3 +129,55 @@ def test_a_signed_identity_modifier_is_refused(served, tmp_path):
     with pytest.raises(ReleaseError, match=f"{ROWS} of {ROWS} released rows .*identity"):
         _anonymize(served, "ident", tmp_path / "release", "--no-audit")
     assert not (tmp_path / "release").exists()
+
+
+def _later_audit(served, release, report, *extra: str) -> int:
+    """`mass audit` of ``release`` by the key holder, the labels carrying the originals."""
+    from mass.cli import parse_command, run_command
+
+    base, src, _, _ = served
+    policy = base / "quick.yaml"
+    policy.write_text("audit:\n  families: [logreg, knn]\n  folds: 5\n  curve: false\n"
+                      "  attacker_margin: {logreg: 0.1, knn: 0.1}\n")  # fmt: skip
+    argv = ["audit", "--release", str(release), "--labels", str(src), "--suppress", "a",
+            "--preserve", "b", "--params", str(policy), "--report", str(report), "--no-chart",
+            *extra]  # fmt: skip
+    args, beam = parse_command(argv)
+    return run_command(args, beam)
+
+
+def test_a_later_audit_given_the_signed_model_verifies_its_near_rows(served, tmp_path):
+    """Without the model a standalone audit cannot tell the eraser's own near rows from a
+    bypass and fails them (docs/audit.md); with ``--model`` it recomputes them as the job did
+    and passes, and rows put back to their originals still fail; another export is refused."""
+    from mass.errors import ConfigError
+
+    base, src, _, _ = served
+    out = tmp_path / "release"
+    _anonymize(served, "lea", out, "--no-audit")
+    model = ["--model", "lea", "--repository", str(base / "repo")]
+    assert _later_audit(served, out, tmp_path / "plain") == 1
+    plain = json.loads((tmp_path / "plain" / "audit.json").read_text())
+    assert plain["rows"]["verified_near"] == 0
+    assert _later_audit(served, out, tmp_path / "model", *model) == 0
+    rows = json.loads((tmp_path / "model" / "audit.json").read_text())["rows"]
+    assert rows["recomputed_near"] == rows["verified_near"] > 0
+
+    # a release with five rows bypassed (their originals put back) fails with the model too
+    bypassed = tmp_path / "bypassed"
+    shutil.copytree(out, bypassed)
+    part = sorted(bypassed.glob("*.parquet"))[0]
+    t = pq.read_table(part)
+    orig = pq.read_table(src).to_pandas().set_index("id")["emb"]
+    emb = [np.asarray(v, np.float32) for v in t.column("emb").to_pylist()]
+    for k in range(5):
+        emb[k] = np.asarray(orig[t.column("id")[k].as_py()], np.float32)
+    pq.write_table(t.set_column(t.schema.get_field_index("emb"), "emb", embedding_array(
+        np.stack(emb))).replace_schema_metadata(t.schema.metadata), part)  # fmt: skip
+    assert _later_audit(served, bypassed, tmp_path / "bypass", *model) == 1
+    rows = json.loads((tmp_path / "bypass" / "audit.json").read_text())["rows"]
+    assert rows["recomputed_near"] == rows["verified_near"] + 5
+
+    with pytest.raises(ConfigError, match="is not the modifier that made --release"):
+        _later_audit(served, out, tmp_path / "other", "--model", "ident", "--repository",
+                     str(base / "repo"))  # fmt: skip

@@ -142,8 +142,9 @@ def test_a_bypassed_server_is_refused_by_both_routes(export, table, tmp_path):
 
 def test_the_core_flags_a_bypass_that_its_reference_check_confirms(export, table):
     """Unit level: the core's flags are what both routes refuse (UNMODIFIED here)."""
+    from mass.batches.reference import reference_check
     from mass.batches.spill import UNMODIFIED
-    from transforms.modify import REFUSED, reference_check
+    from transforms.modify import REFUSED
 
     repo, info, _ = export
     _, t = table
