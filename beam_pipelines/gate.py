@@ -20,6 +20,7 @@ from mass import fs
 from mass.batches.validate import CheckedInput
 from mass.errors import AuditFailedError, ConfigError, UnreadableInputError, VacuousPolicyError
 from mass.io import expand_paths, read_table
+from mass.metrics import column_of
 from mass.release.commit import private_dir
 from mass.report.view import unjudged_key_view
 
@@ -157,10 +158,11 @@ def audit_staged(
         ) from e
     path = fs.join(report, "audit.json")
     if not metrics.get("pass"):
+        kept = (f"a previous release at {job.output} is kept" if fs.exists(job.output)
+                else f"nothing is at {job.output}")  # fmt: skip
         raise AuditFailedError(
             f"{job.output}: the staged release failed its audit ({_failures(metrics)}); "
-            f"report: {report}; nothing published (a previous release at "
-            f"{job.output} is kept)"
+            f"report: {report}; nothing published ({kept})"
         )
     log.info("audit passed: %s", path)
     return {"verdict": "pass", "report": path, "policy": job.policy_source}
@@ -173,6 +175,25 @@ def _over_own_limit(what: str, bounds: dict, limits: dict) -> str:
         return f"no {what}95% upper bound with a limit"
     j = max(over, key=over.__getitem__)
     return f"{what}95% upper bound of {j} {bounds[j]:.3f} vs its limit {limits[j]:.3f}"
+
+
+def _column_verdict(row: dict, col: str) -> str:
+    """What a released column's judges (``family@col``) found: a reading over the limit, or
+    only bounds over it, their readings within it (too few rows to rule a leak out)."""
+    over, best = False, None
+    for key, points in (("limits", row), ("balanced_limits", row.get("balanced") or {})):
+        for j, limit in (row.get(key) or {}).items():
+            point = points.get(j)
+            if column_of(j) == col and isinstance(point, float) and isinstance(limit, float):
+                over = over or point > limit
+                if points is row:
+                    best = point if best is None else max(best, point)
+    if over or best is None:
+        return "alone predicts it"
+    return (
+        f"is read at most {best:.3f} by its judges, within the limit, but on {row.get('n')} "
+        "audited rows their 95% upper bounds exceed it: too few rows to rule a leak out"
+    )
 
 
 def _failures(metrics: dict) -> str:
@@ -201,7 +222,7 @@ def _failures(metrics: dict) -> str:
         id_col = (metrics.get("release") or {}).get("id_col")
         for col in row.get("leaking_columns") or []:
             what = "the id column" if col == id_col else "released column"
-            nums.append(f"{what} '{col}' alone predicts it")
+            nums.append(f"{what} '{col}' {_column_verdict(row, col)}")
         if row.get("role") != "suppressed" and isinstance(row.get("limit"), float):
             nums.append(f"limit {row['limit']:.3f}")
         key_status = unjudged_key_view(metrics, row)

@@ -15,7 +15,7 @@ from typing import Any
 
 from mass.errors import ConfigError
 
-ID_HELP = "row id column (int64, unique; what keyed noise and joins use)"
+ID_HELP = "row id column (unique integers or strings; what keyed noise and joins use)"
 EMB_HELP = "embedding column (fixed-size list of float32)"
 
 

@@ -136,9 +136,12 @@ def failure_message(report: dict, base: Baselines) -> str:
                                       "excess": float("nan")}]:  # fmt: skip
         lines.append(f"    {p['candidate']:<24} noise {p['noise']:<5} utility {p['fraction']:.3f} "
                      f"excess {p['excess']:+.3f}")  # fmt: skip
+    # more time helps only a search the budget stopped: an exhausted or infeasible one has
+    # nothing left to try
+    more = " raise --budget-minutes," if report["stopped"] == "budget" else ""
     lines.append(f"  calibration took {report['seconds']:.0f}s (stopped: {report['stopped']}); "
-                 "see calibration.json in the run directory; loosen the policy (--policy), pass "
-                 "--budget-minutes, or train an explicit --config")  # fmt: skip
+                 "see calibration.json in the run directory; loosen the policy (--policy),"
+                 f"{more} or train an explicit --config")  # fmt: skip
     return "\n".join(lines)
 
 

@@ -217,6 +217,10 @@ def test_labels_from_a_separate_file(src, tmp_path):
     assert not out.exists()
     _run(bare, out, ERASE, "--labels", str(labels), "--report", str(report))
     assert json.loads((out / RELEASE_MARKER).read_text())["audit"]["verdict"] == "pass"
+    # a refused run over it says the release there is kept (the first said nothing was there)
+    with pytest.raises(AuditFailedError, match=f"a previous release at {out} is kept"):
+        _run(bare, out, ROTATE, "--labels", str(labels), "--report", str(report))
+    assert json.loads((out / RELEASE_MARKER).read_text())["audit"]["verdict"] == "pass"
 
 
 @pytest.mark.slow

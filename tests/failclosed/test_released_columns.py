@@ -87,6 +87,7 @@ def test_ids_that_predict_a_suppressed_attribute_fail_the_gate(tmp_path, ids_of)
         _run(tmp_path, src, out)
     assert "attribute 'gender' (suppressed: worst 1.000" in str(info.value)
     assert "the id column 'id' alone predicts it" in str(info.value)
+    assert f"nothing published (nothing is at {out})" in str(info.value)  # no earlier release
     assert not os.path.exists(out)  # nothing published
 
 

@@ -25,3 +25,19 @@ def test_report_audits_at_the_widened_confidence():
     high = rep.ci_high["logreg"]
     assert high == pytest.approx(wilson_upper(correct, n, z_value(audit.confidence)))
     assert high > wilson_upper(correct, n, z_value(0.95)) + 1e-6
+
+
+@pytest.mark.parametrize("stopped, more", [("budget", True), ("search space exhausted", False),
+                                           ("infeasible request", False)])  # fmt: skip
+def test_a_refusal_advises_more_budget_only_when_the_budget_stopped_it(stopped, more):
+    """A search that tried everything (or found the request infeasible in seconds) is not
+    helped by more time: its refusal does not advise --budget-minutes."""
+    from mass.calibrate.judge import Baselines
+    from mass.calibrate.report import failure_message
+
+    base = Baselines(["s"], [], {"s": 0.5}, {"s": 0.5}, {"s": {"logreg": 0.9}}, 100, {})
+    report = {"verdict": "no configuration met the policy on validation", "seconds": 4.0,
+              "stopped": stopped, "frontier": []}  # fmt: skip
+    msg = failure_message(report, base)
+    assert f"(stopped: {stopped})" in msg and "loosen the policy (--policy)" in msg
+    assert ("--budget-minutes" in msg) is more
