@@ -211,6 +211,8 @@ class LabelEncoding:
     classes: tuple
 
     def encode(self, values: pa.Array, *, source: str) -> np.ndarray:
+        if pa.types.is_dictionary(values.type):  # a pandas 'category' column: its values
+            values = values.dictionary_decode()
         lookup = pa.array(list(self.classes), type=values.type)
         idx = pc.index_in(values, value_set=lookup)
         if idx.null_count:

@@ -31,10 +31,11 @@ from __future__ import annotations
 import os
 
 import apache_beam as beam
+import numpy as np
 import pyarrow as pa
 
 from mass.batches.reference import reference_check
-from mass.errors import AuditFailedError, ConfigError
+from mass.errors import AuditFailedError, ConfigError, InvalidValueError
 from mass.serving.tensors import ModifierInputs
 from transforms.modify import BatchModifier, model_seeds, needs_noise_key
 
@@ -91,6 +92,12 @@ class _AnonymizeBatchFn(beam.DoFn):
         if missing:
             raise ConfigError(f"Anonymize: rows have no column(s) {missing} (columns: "
                               f"{batch.schema.names}); pass id_col=/emb_col=/keep_columns=")  # fmt: skip
+        ids = batch.column(core.id_col)
+        if ids.null_count:  # as `mass anonymize` refuses one: a row without an id has no seed
+            row = int(np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))[0])
+            raise InvalidValueError(f"Anonymize: id column '{core.id_col}' is null in row {row} "
+                                    f"of a batch of {batch.num_rows} ({ids.null_count} null in "
+                                    "that batch); every row needs a unique id")  # fmt: skip
         out, flags, bad = core.process(batch)
         if bad.num_rows:
             for item in bad.to_pylist() if dicts else [bad]:
@@ -181,6 +188,8 @@ class AuditGate(beam.PTransform):
         self.labels, self.input, self.report_dir = labels, input, report_dir
         self.watch, self.noise_key_file = tuple(watch), noise_key_file
         self.meta = anonymize.release_metadata()
+        # the signed modifier and row seeds of the step: the audit recomputes the near rows
+        self._near = _NearOf(self.meta, anonymize._reference, anonymize.seeds)
         self.suppress = tuple(anonymize.info.get("suppress") or ())
         self.preserve = tuple(anonymize.info.get("preserve") or ())
         self.id_col, self.emb_col = anonymize.id_col, anonymize.emb_col
@@ -218,10 +227,27 @@ class AuditGate(beam.PTransform):
                                preserve=self.preserve, watch=self.watch, policy=self.policy,
                                report_dir=self.report_dir, id_col=self.id_col,
                                emb_col=self.emb_col, allow_columns=self.keep, input=self.input,
-                               noise_key_file=self.noise_key_file)  # fmt: skip
+                               noise_key_file=self.noise_key_file, model=self._near)  # fmt: skip
         if not report.passed:
             failed = "; ".join(report.audit.get("failed_expectations") or []) or "see the report"
             where = f" (report: {self.report_dir})" if self.report_dir else ""
             raise AuditFailedError(f"AuditGate: the audit of {len(items)} element(s) failed"
                                    f"{where}: {failed}; nothing passed the gate")  # fmt: skip
         yield from items
+
+
+class _NearOf:
+    """What :func:`mass.api.report.audit_release` reads of the model behind the gated rows:
+    the release metadata, and the signed modifier (None: no export to recompute with) with
+    the step's row seeds, which recompute the rows at or above the audit's ``max_cosine``."""
+
+    def __init__(self, meta: dict, reference, seeds) -> None:
+        self.meta, self.reference, self.seeds = meta, reference, seeds
+
+    def release_metadata(self) -> dict:
+        return self.meta
+
+    def near_recompute(self):
+        from mass.audit.recompute import NearRecompute
+
+        return None if self.reference is None else NearRecompute(self.reference, self.seeds)

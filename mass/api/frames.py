@@ -37,7 +37,11 @@ def as_table(obj, *, what: str) -> pa.Table | None:
     if isinstance(obj, pa.Table):
         return obj
     if is_pandas(obj) and hasattr(obj, "columns"):
-        numeric = all(np.issubdtype(t, np.number) for t in obj.dtypes)
+        from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+        # pandas' own test: its extension dtypes (str, category, boolean, Int64) are no numpy
+        # dtypes, and a column of booleans or strings is a label, not a coordinate
+        numeric = all(is_numeric_dtype(t) and not is_bool_dtype(t) for t in obj.dtypes)
         return None if numeric else pa.Table.from_pandas(obj, preserve_index=False)
     return None
 
@@ -75,16 +79,21 @@ def _list_matrix(arr: pa.Array, *, what: str) -> np.ndarray:
     if pa.types.is_fixed_size_list(arr.type):
         width = arr.type.list_size
     elif pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
+        _refuse_nulls(arr, what=what)
         lengths = set(arr.value_lengths().to_pylist())
         if len(lengths) != 1:
             raise ValueError(f"{what}: embedding rows of different lengths {sorted(lengths)}")
         width = lengths.pop()
     else:
         raise ValueError(f"{what}: an Arrow {arr.type} is no embedding (a list of floats)")
+    _refuse_nulls(arr, what=what)
+    return arr.flatten().to_numpy(zero_copy_only=False).reshape(len(arr), width)
+
+
+def _refuse_nulls(arr: pa.Array, *, what: str) -> None:
     if arr.null_count:
         row = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
         raise ValueError(f"{what}: row {row} is null; drop or fill it first")
-    return arr.flatten().to_numpy(zero_copy_only=False).reshape(len(arr), width)
 
 
 def label_columns(labels, names: list[str], n: int, *, what: str = "labels") -> dict:
@@ -109,6 +118,12 @@ def label_columns(labels, names: list[str], n: int, *, what: str = "labels") -> 
         col = col if isinstance(col, (pa.Array, pa.ChunkedArray)) else pa.array(np.asarray(col))
         if len(col) != n:
             raise ValueError(f"{what}: column '{name}' has {len(col)} rows, X has {n}")
+        if pa.types.is_dictionary(col.type):  # a pandas 'category': its values are the classes
+            col = col.cast(col.type.value_type)
+        if col.null_count:
+            rows = np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))
+            raise ValueError(f"{what}: column '{name}' has {len(rows)} null (first at row "
+                             f"{int(rows[0])}); drop those rows or fill them")  # fmt: skip
         out[name] = _classes(col, name, what=what)
     return out
 
@@ -134,9 +149,32 @@ def embedding_table(x: np.ndarray, ids, *, id_col: str, emb_col: str,
         ids = pa.array(np.asarray(ids))
     if len(ids) != n:
         raise ValueError(f"ids: {len(ids)} ids for {n} rows")
+    check_ids(ids, what=f"ids ({id_col})")
     emb = pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1), pa.float32()), d)
     cols = {id_col: ids, emb_col: emb, **(labels or {})}
     return pa.table(cols)
+
+
+def check_ids(ids, *, what: str) -> None:
+    """Refuse null or repeated ids, naming the rows: every row's seed and join is its id (two
+    rows of one id would share their release noise, `mass anonymize` refuses them too)."""
+    arr = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
+    if not isinstance(arr, pa.Array):  # numpy, a list, a pandas Series
+        arr = pa.array(arr, from_pandas=True)
+    if arr.null_count:
+        rows = np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))
+        raise ValueError(f"{what}: row {int(rows[0])} has no id ({len(rows)} null in all)")
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
+    import pyarrow.compute as pc
+
+    if pc.count_distinct(arr).as_py() == len(arr):
+        return
+    values = arr.to_numpy(zero_copy_only=False)
+    _, first, counts = np.unique(values, return_index=True, return_counts=True)
+    dup = values[first[np.argmax(counts > 1)]]
+    at = [int(r) for r in np.flatnonzero(values == dup)[:3]]
+    raise ValueError(f"{what}: id {dup!r} is repeated (rows {at}); ids must be unique")
 
 
 def write_private(table: pa.Table, directory: str, name: str) -> str:

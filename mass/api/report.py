@@ -104,8 +104,10 @@ def audit_release(release, labels, *, suppress, preserve=(), watch=(), policy=No
     the built-in policy, as `mass audit` without ``--params``. ``model``: the fitted
     :class:`mass.api.Suppressor` whose rows an in-memory release holds (its ``mass.*`` metadata,
     :meth:`~mass.api.Suppressor.release_metadata`, is what the audit reads of the model; a matrix
-    has none without it and fails the schema suite). A failed audit is a report
-    with ``passed`` False, not an exception."""
+    has none without it and fails the schema suite); its modifier also recomputes the rows the
+    release leaves at or above the policy's ``max_cosine``, and those that are its own output
+    pass the bypass check, as in `mass anonymize` (docs/audit.md, "The bypass check"). A failed
+    audit is a report with ``passed`` False, not an exception."""
     from mass.api.frames import names, private_dir
     from mass.audit import AuditPolicy, AuditRequest, load_policy
     from mass.audit.into import audit_into
@@ -125,6 +127,7 @@ def audit_release(release, labels, *, suppress, preserve=(), watch=(), policy=No
             suppress=tuple(names(suppress)), preserve=tuple(names(preserve)),
             watch=tuple(names(watch)), policy=policy, run_dir=run_dir, id_col=id_col,
             emb_col=emb_col, allow=tuple(names(allow_columns)), noise_key_file=noise_key_file,
+            near=None if model is None else model.near_recompute(),
         )  # fmt: skip
         where = report_dir or os.path.join(tmp, "report")
         result, _ = audit_into(req, where)

@@ -201,6 +201,8 @@ class Suppressor(TransformerMixin, BaseEstimator):
             raise ValueError(f"X has {x.shape[1]} features, but {type(self).__name__} is "
                              f"expecting {self.n_features_in_} features as input.")  # fmt: skip
         ids = self._ids(X, ids)
+        if ids is not None:
+            frames.check_ids(ids, what=f"ids ({self.id_col})")
         out = modify(self._model(), x, self._seeds(ids, len(x)))
         arrow = isinstance(X, (pa.Table, pa.RecordBatch))
         return _like(X, out, ids, id_col=self.id_col, emb_col=self.emb_col,
@@ -223,6 +225,21 @@ class Suppressor(TransformerMixin, BaseEstimator):
                                signing_key_file=signing_key_file, version=version)  # fmt: skip
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+    def near_recompute(self):
+        """This modifier as the audit's recompute of a release's near rows
+        (:class:`mass.audit.recompute.NearRecompute`, with the seeds :meth:`transform` uses)."""
+        from mass.audit.recompute import NearRecompute
+
+        check_is_fitted(self, "modifier_bytes_")
+
+        def seeds(ids) -> np.ndarray:
+            try:
+                return self._seeds(ids, len(ids))
+            except ValueError:  # noisy and no key: nothing recomputed agrees, nothing passes
+                return np.zeros(len(ids), np.int64)
+
+        return NearRecompute(_Outputs(self), seeds)
 
     def release_metadata(self) -> dict[bytes, bytes]:
         """The ``mass.*`` schema metadata of a release part of this model's rows, as `mass
@@ -257,3 +274,16 @@ def _like(X, out: np.ndarray, ids, *, id_col: str, emb_col: str, meta: dict):
     if isinstance(X, (pa.Table, pa.RecordBatch)):
         return result.replace_schema_metadata(meta)
     return result.to_pandas()
+
+
+class _Outputs:
+    """A fitted :class:`Suppressor`'s modifier as ``outputs(x, seeds)``, what the audit's
+    recompute calls (:class:`mass.batches.reference.ReferenceCheck` for a served export)."""
+
+    def __init__(self, sup: Suppressor) -> None:
+        self.sup = sup
+
+    def outputs(self, x: np.ndarray, seeds: np.ndarray) -> np.ndarray:
+        from mass.modifiers import modify
+
+        return modify(self.sup._model(), x, seeds)

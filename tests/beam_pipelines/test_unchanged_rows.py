@@ -181,3 +181,30 @@ def test_a_later_audit_given_the_signed_model_verifies_its_near_rows(served, tmp
     with pytest.raises(ConfigError, match="is not the modifier that made --release"):
         _later_audit(served, out, tmp_path / "other", "--model", "ident", "--repository",
                      str(base / "repo"))  # fmt: skip
+
+
+def test_the_beam_gate_verifies_the_near_rows_its_anonymize_step_served(served, tmp_path):
+    """transforms.api.AuditGate recomputes the rows at or above max_cosine with the step's
+    signed modifier (before: every such row failed the gate, though Anonymize released it)."""
+    import apache_beam as beam
+    from apache_beam.testing.test_pipeline import TestPipeline
+
+    from transforms.api import Anonymize, AuditGate
+
+    base, src, _, server = served
+    table = pq.read_table(src)
+    rows = [{"id": int(i), "emb": list(map(float, e))}
+            for i, e in zip(table.column("id").to_pylist(), table.column("emb").to_pylist(),
+                            strict=True)]  # fmt: skip
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("audit:\n  families: [logreg, knn]\n  folds: 5\n  curve: false\n"
+                      "  attacker_margin: {logreg: 0.1, knn: 0.1}\n")  # fmt: skip
+    anon = Anonymize("lea", repository=str(base / "repo"), triton_url=server.grpc_url)
+    with TestPipeline() as p:
+        gated = (p | beam.Create(rows) | anon).rows | AuditGate(
+            str(src), str(policy), anonymize=anon, report_dir=str(tmp_path / "report")
+        )
+        _ = gated | beam.combiners.Count.Globally()
+    audit = json.loads((tmp_path / "report" / "audit.json").read_text())
+    assert audit["rows"]["recomputed_near"] == audit["rows"]["verified_near"] > 0
+    assert audit["pass"] is True, audit["failed_expectations"]

@@ -171,3 +171,18 @@ def test_anonymize_refuses_the_newest_when_a_newer_signed_version_was_removed(tm
         Anonymize("erase", repository=str(repo), triton_url="127.0.0.1:1")
     assert Anonymize("erase", repository=str(repo), triton_url="127.0.0.1:1",
                      version="1").info["version"] == 1  # fmt: skip
+
+
+def test_anonymize_refuses_a_row_without_an_id(models, server, data):
+    """A row with a null id has no seed and no join: refused naming the column and its row in
+    the batch, as `mass anonymize` refuses one (before: it passed to the gate, which named a
+    private file it had written)."""
+    from mass.errors import InvalidValueError
+
+    repo, _ = models
+    rows = [{"id": int(data["id"][i]), "emb": data["x"][i].tolist()} for i in range(5)]
+    rows[3]["id"] = None
+    with pytest.raises(InvalidValueError, match=r"id column 'id' is null in row \d+ of a batch"):
+        with TestPipeline() as p:
+            _ = p | beam.Create(rows) | Anonymize("erase", repository=str(repo),
+                                                  triton_url=server.grpc_url)  # fmt: skip

@@ -118,6 +118,51 @@ def test_bad_input_names_the_row_and_the_column(leace, data):
         Suppressor(suppress="s").fit(data["x"][:10], np.zeros(10, int))
     with pytest.raises(ValueError, match="no column 'u'"):
         Suppressor(suppress="s", preserve="u").fit(data["x"], {"s": data["s"]})
+    # a null embedding row, a null label, a null or repeated id: named, not a TypeError or the
+    # private copy's file
+    rows = pd.DataFrame({"id": data["ids"][:20], "emb": [list(v) for v in data["x"][:20]]})
+    rows.loc[9, "emb"] = None
+    with pytest.raises(ValueError, match="X: row 9 is null"):
+        leace.transform(rows)
+    s = pd.Series(data["s"][:40], dtype="Int64")
+    s[7] = pd.NA
+    with pytest.raises(ValueError, match="y: column 's' has 1 null \\(first at row 7\\)"):
+        Suppressor(suppress="s").fit(data["x"][:40], pd.DataFrame({"s": s}))
+    ids = data["ids"][:40].copy()
+    ids[12] = ids[3]
+    with pytest.raises(ValueError, match=f"id {ids[3]} is repeated \\(rows \\[3, 12\\]\\)"):
+        leace.transform(data["x"][:40], ids=ids)
+
+
+def test_pandas_extension_dtypes_and_a_leace_release_pass_the_python_audit():
+    """pandas' str ids (what read_parquet gives under pandas 3), 'category' and nullable
+    'boolean' labels are read (before: numpy's TypeError on the dtype); and the rows LEACE
+    leaves (nearly) unchanged are recomputed with the model given, so its release passes the
+    bypass check as in `mass anonymize` (before: every such row failed)."""
+    from mass.api import audit_release
+    from mass.audit import policy_from_dict
+
+    rng = np.random.default_rng(0)
+    n, d = 2000, 16
+    x = rng.normal(size=(n, d)).astype(np.float32)
+    frame = pd.DataFrame({"id": pd.Series([f"row {i} é" for i in range(n)], dtype="str"),
+                          "emb": list(x)})  # fmt: skip
+    labels = pd.DataFrame({"id": frame["id"],
+                           "s": pd.Series(np.where(x[:, 0] > 0, "yes", "no")).astype("category"),
+                           "r": pd.Series(x[:, 1] > 0).astype("boolean")})  # fmt: skip
+    fit, held = slice(0, 1000), slice(1000, n)
+    sup = Suppressor(suppress="s", preserve="r", method="leace")
+    sup.fit(frame[fit], labels[fit][["s", "r"]])
+    release = sup.transform(frame[held].reset_index(drop=True))
+    assert release["id"].tolist() == frame["id"][held].tolist()
+    report = audit_release(release, labels[held].reset_index(drop=True), suppress="s",
+                           preserve="r", model=sup, input=frame[held].reset_index(drop=True),
+                           policy=policy_from_dict({"families": ["logreg", "knn"], "folds": 3,
+                                                    "curve": False}))  # fmt: skip
+    rows = report.audit["rows"]
+    assert rows["recomputed_near"] == rows["verified_near"] > 0, rows
+    failed = report.audit["failed_expectations"]
+    assert not [f for f in failed if f.startswith("release_rows")], failed
 
 
 def test_transform_is_byte_identical_to_mass_anonymize_of_the_export(noisy, data, tmp_path):
