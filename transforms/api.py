@@ -44,13 +44,15 @@ ROWS = "rows"
 _SOURCE = "__mass_input"  # the model's input, kept beside its output for the bypass check
 
 
-def _export(repository: str, model: str, version: str) -> dict:
+def _export(repository: str, model: str, version: str, signing_key_file: str | None) -> dict:
     """export.json of a signed, verified export, "the newest" (``version`` empty) never rolled
     back: the checks of `mass anonymize` (refused otherwise)."""
+    from mass.keys import SIGNING_KEY_ENV, resolve_key
     from mass.serving.manifest import signing_key
     from mass.serving.staging import checked_export
 
-    return checked_export(repository, model, version, signing_key())
+    key = signing_key(resolve_key(signing_key_file, SIGNING_KEY_ENV), flag="signing_key_file=")
+    return checked_export(repository, model, version, key)
 
 
 def _seeds(info: dict, noise_key_file: str | None):
@@ -119,21 +121,22 @@ class Anonymize(beam.PTransform):
     :mod:`transforms.inference` instead (e.g. an in-process FunctionModelHandler built with
     ``keep_input_as="__mass_input"``, the input copy the bypass check reads).
     ``noise_key_file``: the owner key (default as `mass anonymize`: $MASS_NOISE_KEY_FILE,
-    then .mass/local.yaml). Dict rows are batched by ``BatchElements`` (up to ``batch_rows``).
+    then .mass/local.yaml); ``signing_key_file``: the key the export was signed with (default
+    $MASS_SIGNING_KEY_FILE, then .mass/local.yaml). Dict rows are batched by ``BatchElements`` (up to ``batch_rows``).
     ``keep_columns``: columns released beside id and emb (nothing else ever is).
     """
 
     def __init__(self, model: str, *, repository: str, triton_url: str | None = None,
                  handler=None, version: str = "", id_col: str = "id", emb_col: str = "emb",
                  keep_columns=(), noise_key_file: str | None = None, batch_rows: int = 4096,
-                 timeout_s: float = 60.0) -> None:  # fmt: skip
+                 timeout_s: float = 60.0, signing_key_file: str | None = None) -> None:  # fmt: skip
         super().__init__()
         if (triton_url is None) == (handler is None):
             raise ConfigError("Anonymize: pass triton_url= (a server serving repository=) or "
                               "handler= (an in-process model handler), one of them")  # fmt: skip
         self.model, self.id_col, self.emb_col = model, id_col, emb_col
         self.keep_columns, self.batch_rows = tuple(keep_columns), int(batch_rows)
-        self.info = _export(repository, model, version)
+        self.info = _export(repository, model, version, signing_key_file)
         self.seeds = _seeds(self.info, noise_key_file)
         self._reference = reference_check(repository, model, self.info)
         dim = int(self.info["dim"])

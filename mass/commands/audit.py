@@ -69,7 +69,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "the labels' embeddings)")  # fmt: skip
     parser.add_argument(
         "--repository",
-        default="triton_models",
         help="model repository holding --model (default: triton_models)",
     )
     parser.add_argument("--model-version", help="--model's version (default: the newest)")
@@ -152,6 +151,15 @@ def _near(args: argparse.Namespace):
     """--model: the signed export that recomputes the release's near rows
     (:mod:`mass.audit.recompute`); None without it."""
     if not args.model:
+        given = [f for f, v in (("--repository", args.repository),
+                                ("--model-version", args.model_version),
+                                ("--signing-key-file", args.signing_key_file)) if v]  # fmt: skip
+        if given:
+            from mass.errors import ConfigError
+
+            raise ConfigError(f"{', '.join(given)}: only with --model (the signed export that "
+                              "recomputes the release's near rows); pass --model NAME or drop "
+                              "them")  # fmt: skip
         return None
     from mass.audit.recompute import near_recompute
     from mass.audit.stream import schema_of
@@ -163,7 +171,8 @@ def _near(args: argparse.Namespace):
             for k, v in (schema_of(expand_paths(args.release)[0]).metadata or {}).items()}  # fmt: skip
     key = signing_key(resolve_key(args.signing_key_file, SIGNING_KEY_ENV),
                       flag="--signing-key-file")  # fmt: skip
-    return near_recompute(args.repository, args.model, args.model_version, signing_key=key,
+    return near_recompute(args.repository or "triton_models", args.model, args.model_version,
+                          signing_key=key,
                           noise_key=resolve_key(args.noise_key_file, NOISE_KEY_ENV),
                           release_meta=meta, release=args.release)  # fmt: skip
 
