@@ -158,6 +158,16 @@ MUTANTS = [
            "own = agree & ((sub & UNMODIFIED) > 0)", "own = (sub & UNMODIFIED) > 0",
            ("tests/mass/batches/test_reference.py",),
            "a server returning its input passes as the modifier's own unchanged rows"),
+    Mutant("near-recompute-agreement-ignored", "mass.audit.recompute:NearRecompute.add",
+           "self.own += int(agree.sum())", "self.own += len(ids)",
+           ("tests/beam_pipelines/test_unchanged_rows.py::"
+            "test_a_later_audit_given_the_signed_model_verifies_its_near_rows",),
+           "a later audit with --model passes rows put back to their originals (a bypass)"),
+    Mutant("near-recompute-other-export", "mass.audit.recompute:near_recompute",
+           'if str(info.get("sha256") or "") != made_by:', "if False:",
+           ("tests/beam_pipelines/test_unchanged_rows.py::"
+            "test_a_later_audit_given_the_signed_model_verifies_its_near_rows",),
+           "a later audit recomputes with an export that did not make the release"),
     # --- release invariants and publication --------------------------------------------------
     Mutant("release-unmodified-allowed", "mass.release.verify:verify_release",
            'if s.get("unmodified"):', "if False:", RELEASE,
