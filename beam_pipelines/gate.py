@@ -143,6 +143,7 @@ def audit_staged(
         original = job.input
         if q_ids is not None:
             original = _valid_rows(job, aux, [job.id_col, job.emb_col], q_ids)
+        labels = _released_labels(job, aux, staged)
     report = str(job.report)
     req = AuditRequest(
         release=staged, labels=labels, suppress=plan.suppress, preserve=plan.preserve,
@@ -242,14 +243,33 @@ def _failures(metrics: dict) -> str:
     return "; ".join(parts) or "no passing verdict in audit.json"
 
 
+def _released_labels(job: AnonymizeJob, aux: str, staged: str) -> str:
+    """--labels as the audit reads them: the rows of the released ids only, as a private
+    Parquet file in ``aux`` when the labels hold others (the rows the job quarantined, ids a
+    wider labels table holds beyond this input), else the file itself. An id of the release
+    without labels stays missing, and the audit fails on it."""
+    from mass.audit.stream import footer_rows
+
+    if footer_rows(expand_paths(job.labels)) == footer_rows(expand_paths(staged)):
+        return job.labels  # as many rows: the audit checks they are the same ids
+    released = read_table(staged, columns=[job.id_col]).column(job.id_col).combine_chunks()
+    table = read_table(job.labels)
+    keep = pc.is_in(table.column(job.id_col), value_set=released)
+    return _private_table(aux, "labels", table.filter(keep))
+
+
+def _private_table(aux: str, name: str, table: pa.Table) -> str:
+    private_dir(aux)  # the labels (and the input's embeddings) of the audited rows
+    n = len(fs.listdir(aux)) if fs.isdir(aux) else 0
+    path = fs.join(aux, f"{name}-{n}.parquet")
+    with fs.atomic_output(path) as f:
+        pq.write_table(table, f)
+    return path
+
+
 def _valid_rows(job: AnonymizeJob, aux: str, columns: list[str], q_ids: pa.Array) -> str:
     """The input's ``columns`` without the quarantined rows, as a private Parquet file in
     ``aux`` for the audit (its readers refuse the NaN/ragged rows the job quarantined)."""
     table = read_table(job.input, columns=columns)
     keep = pc.invert(pc.is_in(table.column(job.id_col), value_set=q_ids))
-    private_dir(aux)  # the labels (and the input's embeddings) of the audited rows
-    n = len(fs.listdir(aux)) if fs.isdir(aux) else 0
-    path = fs.join(aux, f"valid-{n}.parquet")
-    with fs.atomic_output(path) as f:
-        pq.write_table(table.filter(keep), f)
-    return path
+    return _private_table(aux, "valid", table.filter(keep))

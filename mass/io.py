@@ -241,6 +241,17 @@ class EmbeddingDataset:
         return len(self.encodings[attr].classes)
 
 
+def refuse_null_labels(values: pa.Array, col: str, *, source: str) -> None:
+    """A label column with a null value is refused naming its first row (a row without a class
+    is neither trained on nor judged)."""
+    if values.null_count:
+        row = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0])
+        raise InvalidValueError(
+            f"{source}: label column '{col}' has {values.null_count} null"
+            f"{'s' if values.null_count > 1 else ''} (first at row {row})"
+        )
+
+
 def decode_labels(
     table: pa.Table,
     col: str,
@@ -261,12 +272,7 @@ def decode_labels(
             f"{source}: no label column '{col}' (columns: {table.column_names}); {hint}"
         )
     values = table.column(col).combine_chunks()
-    if values.null_count:
-        row = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0])
-        raise InvalidValueError(
-            f"{source}: label column '{col}' has {values.null_count} null"
-            f"{'s' if values.null_count > 1 else ''} (first at row {row})"
-        )
+    refuse_null_labels(values, col, source=source)
     if encoding is None:
         classes = sorted(pc.unique(values).to_pylist())
         if require_multiclass and len(classes) < 2:

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mass.errors import LabelError
-from mass.io import expand_paths, read_table
+from mass.io import expand_paths, read_table, refuse_null_labels
 
 
 def _columns(spec: str) -> list[str]:
@@ -53,6 +53,7 @@ def check_trained_classes(info: dict, sources: list[str]) -> None:
         if src is None:
             continue  # not in this job's data: nothing to compare (the audit needs it anyway)
         values = read_table(src, columns=[attr]).column(attr).combine_chunks()
+        refuse_null_labels(values, attr, source=src)  # before any class is compared
         if pa.types.is_dictionary(values.type):
             values = values.dictionary_decode()
         lookup = _lookup(list(known), values.type, src, attr)

@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -250,6 +251,31 @@ def test_quarantined_rows_are_left_out_of_the_audit(tmp_path):
     assert summary["audited"] and (summary["rows_out"], summary["quarantined"]) == (ROWS - 2, 2)
     audit = json.loads((tmp_path / "rel_report" / "audit.json").read_text())
     assert audit["pass"] is True and audit["rows"]["audited"] == ROWS - 2
+
+
+@pytest.mark.slow
+def test_separate_labels_of_quarantined_rows_and_of_other_ids_are_left_out(tmp_path):
+    """--labels (the README's route) holding the rows the job quarantined and ids of rows not
+    in this input: the audit reads the released ids' labels only, and the release passes
+    (before: "Row count equals the labels'" failed it after the whole run)."""
+    path = tmp_path / "in.parquet"
+    _write(path)
+    table = pq.read_table(path)
+    x = np.stack(table.column("emb").to_numpy(zero_copy_only=False))
+    x[[3, 30]] = np.nan
+    pq.write_table(table.select(["id"]).append_column("emb", embedding_array(x.astype(
+        np.float32))), str(path))  # fmt: skip
+    wider = pq.read_table(_write(tmp_path / "more.parquet", rows=2 * ROWS, seed=1))
+    others = wider.filter(pc.greater_equal(wider.column("id"), ROWS)).select(["id", "digit",
+                                                                             "colour"])  # fmt: skip
+    labels = tmp_path / "labels.parquet"
+    pq.write_table(pa.concat_tables([table.select(["id", "digit", "colour"]), others]), labels)
+    summary = _run(str(path), tmp_path / "rel", ERASE, "--labels", str(labels),
+                   "--max-quarantined", "2")  # fmt: skip
+    assert summary["audited"] and (summary["rows_out"], summary["quarantined"]) == (ROWS - 2, 2)
+    audit = json.loads((tmp_path / "rel_report" / "audit.json").read_text())
+    assert audit["pass"] is True, audit["failed_expectations"]
+    assert audit["rows"]["labels"] == audit["rows"]["audited"] == ROWS - 2
 
 
 @pytest.mark.parametrize("factor", [None, 1.0000001, 3.0], ids=["normalised", "1+1e-7", "x3"])

@@ -63,6 +63,22 @@ def test_a_class_unseen_at_training_is_refused_by_name(tmp_path, column, value, 
     assert not out.exists() and not (tmp_path / "rel_quarantine").exists()
 
 
+def test_a_null_label_is_refused_by_name_before_any_work(tmp_path):
+    """A null class in a judged label column: refused naming file, column and row, as `mass
+    train` and `mass audit` refuse it (before: a TypeError from the unseen-class count)."""
+    from mass.errors import InvalidValueError
+
+    rng = np.random.default_rng(1)
+    g = [int(v) for v in rng.integers(0, 2, ROWS)]
+    g[5] = None
+    src, out = tmp_path / "in.parquet", tmp_path / "rel"
+    _write(src, g, ["a"] * ROWS)
+    with pytest.raises(InvalidValueError, match=rf"^{src}: label column 'g' has 1 null \(first "
+                                                r"at row 5\)"):  # fmt: skip
+        _run(src, out, "--no-audit")
+    assert not out.exists() and not (tmp_path / "rel_quarantine").exists()
+
+
 def test_export_records_the_trained_classes(tmp_path):
     import torch
 
