@@ -70,12 +70,23 @@ class CalibratedRun:
     calibration: dict  # the modifier.pt metadata block `mass export` carries
 
 
+def calibrated_hash(config: dict, chosen: dict) -> str:
+    """The config hash of a calibrated run: its configuration and what calibration chose,
+    without how long that took (config.yaml keeps ``seconds``): the same data, policy and seed
+    give the same hash, so the same modifier bytes, export sha256 and release metadata (a
+    `dvc repro -f` that chose the same reproduces them; the release noise is keyed by that
+    sha256, so a retrain that changed it would redraw the noise of the same rows)."""
+    from mass.config import config_hash
+
+    return config_hash({**config, "calibration": {k: v for k, v in chosen.items()
+                                                  if k != "seconds"}})  # fmt: skip
+
+
 def run_calibration(job, train_ds, sample_note, val) -> CalibratedRun:
     """`mass train` without an explicit config (``job``: :class:`mass.training.TrainJob`):
     search a configuration that meets the policy on validation data (writes calibration.json
     / .png into ``job.out``; raises CalibrationError with the frontier when nothing passes)."""
     from mass.calibrate.search import calibrate
-    from mass.config import config_hash
 
     if job.epochs is not None or job.resume:
         log.warning("--epochs/--resume apply to an explicit --config/--mode/--method run; "
@@ -97,7 +108,7 @@ def run_calibration(job, train_ds, sample_note, val) -> CalibratedRun:
     if res.report["chosen"].get("last_resort"):  # the release keeps R and nothing else
         chosen["last_resort"] = res.report["chosen"]["last_resort"]
     resolved = {**res.config, "calibration": chosen}
-    chash = config_hash(resolved)
+    chash = calibrated_hash(res.config, chosen)
     metrics = {
         "method": res.candidate.method, "config_hash": chash, "train_seconds": seconds,
         "calibration_seconds": seconds, "calibration": chosen,

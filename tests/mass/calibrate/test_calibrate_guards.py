@@ -41,3 +41,17 @@ def test_a_refusal_advises_more_budget_only_when_the_budget_stopped_it(stopped, 
     msg = failure_message(report, base)
     assert f"(stopped: {stopped})" in msg and "loosen the policy (--policy)" in msg
     assert ("--budget-minutes" in msg) is more
+
+
+def test_the_calibrated_config_hash_ignores_how_long_calibration_took():
+    """Two runs that chose the same differ only in their seconds: the same hash, so the same
+    modifier bytes and export sha256 (before: `dvc repro -f` changed both, and with them the
+    key of the release noise of the same rows)."""
+    from mass.calibrate.flow import calibrated_hash
+
+    config = {"method": "ot_repair", "params": {"cell_rows": 10}}
+    chosen = {"candidate": "ot-repair+cells", "output_noise": 0.0, "seconds": 13.7}
+    assert calibrated_hash(config, chosen) == calibrated_hash(config, {**chosen, "seconds": 13.3})
+    assert calibrated_hash(config, chosen) != calibrated_hash(
+        config, {**chosen, "candidate": "ot-repair+cells|R"}
+    )
