@@ -72,14 +72,19 @@ class CalibratedRun:
 
 def calibrated_hash(config: dict, chosen: dict) -> str:
     """The config hash of a calibrated run: its configuration and what calibration chose,
-    without how long that took (config.yaml keeps ``seconds``): the same data, policy and seed
-    give the same hash, so the same modifier bytes, export sha256 and release metadata (a
+    without how long that took (config.yaml and metrics.json keep ``seconds``, the modifier's
+    metadata does not): the same data, policy and seed give the same hash, so the same
+    modifier bytes, export sha256 and release metadata (a
     `dvc repro -f` that chose the same reproduces them; the release noise is keyed by that
     sha256, so a retrain that changed it would redraw the noise of the same rows)."""
     from mass.config import config_hash
 
-    return config_hash({**config, "calibration": {k: v for k, v in chosen.items()
-                                                  if k != "seconds"}})  # fmt: skip
+    return config_hash({**config, "calibration": timeless(chosen)})
+
+
+def timeless(chosen: dict) -> dict:
+    """Calibration's choice as the modifier records it: without its ``seconds``."""
+    return {k: v for k, v in chosen.items() if k != "seconds"}
 
 
 def run_calibration(job, train_ds, sample_note, val) -> CalibratedRun:
@@ -120,4 +125,4 @@ def run_calibration(job, train_ds, sample_note, val) -> CalibratedRun:
     log.info("calibrated %s: %s, output noise %s (%.0fs); report %s/calibration.json",
              job.out, res.candidate.name, res.noise, seconds, job.out)  # fmt: skip
     return CalibratedRun(res.modifier, res.fit.extra.get("branches_obj"), res.candidate.method,
-                         resolved, chash, metrics, chosen)  # fmt: skip
+                         resolved, chash, metrics, timeless(chosen))  # fmt: skip

@@ -47,7 +47,7 @@ def test_the_calibrated_config_hash_ignores_how_long_calibration_took():
     """Two runs that chose the same differ only in their seconds: the same hash, so the same
     modifier bytes and export sha256 (before: `dvc repro -f` changed both, and with them the
     key of the release noise of the same rows)."""
-    from mass.calibrate.flow import calibrated_hash
+    from mass.calibrate.flow import calibrated_hash, timeless
 
     config = {"method": "ot_repair", "params": {"cell_rows": 10}}
     chosen = {"candidate": "ot-repair+cells", "output_noise": 0.0, "seconds": 13.7}
@@ -55,3 +55,5 @@ def test_the_calibrated_config_hash_ignores_how_long_calibration_took():
     assert calibrated_hash(config, chosen) != calibrated_hash(
         config, {**chosen, "candidate": "ot-repair+cells|R"}
     )
+    # and the modifier's metadata records the choice without them
+    assert timeless(chosen) == {"candidate": "ot-repair+cells", "output_noise": 0.0}
