@@ -122,7 +122,8 @@ class Anonymize(beam.PTransform):
     ``keep_input_as="__mass_input"``, the input copy the bypass check reads).
     ``noise_key_file``: the owner key (default as `mass anonymize`: $MASS_NOISE_KEY_FILE,
     then .mass/local.yaml); ``signing_key_file``: the key the export was signed with (default
-    $MASS_SIGNING_KEY_FILE, then .mass/local.yaml). Dict rows are batched by ``BatchElements`` (up to ``batch_rows``).
+    $MASS_SIGNING_KEY_FILE, then .mass/local.yaml). Dict rows are batched by
+    ``BatchElements`` (up to ``batch_rows``).
     ``keep_columns``: columns released beside id and emb (nothing else ever is).
     """
 
