@@ -93,15 +93,18 @@ GRPC_HEADER_PREFIX = "triton-grpc-protocol-"  # Triton prefixes gRPC restricted 
 def export_info(repository: str, model: str, version: str | int | None = None) -> dict:
     """``export.json`` of ``repository/model/<version>`` (latest numeric version if None)."""
     base = os.path.join(repository, model)
+    versions = (
+        sorted((int(v) for v in os.listdir(base) if v.isdigit()), reverse=True)
+        if os.path.isdir(base)
+        else []
+    )
     if version in (None, ""):
-        versions = (
-            sorted((int(v) for v in os.listdir(base) if v.isdigit()), reverse=True)
-            if os.path.isdir(base)
-            else []
-        )
         if not versions:
             raise ServingError(f"{base}: no numeric version folder; run `mass export` first")
         version = versions[0]
+    elif str(version).isdigit() and int(version) not in versions:
+        raise ServingError(f"{base}: no version {version} (versions there: "
+                           f"{sorted(versions) or 'none'}); name one of them or re-export")  # fmt: skip
     path = os.path.join(base, str(version), EXPORT_JSON)
     try:
         with open(path) as f:

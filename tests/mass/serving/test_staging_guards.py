@@ -34,3 +34,17 @@ def test_a_copy_that_differs_from_the_verified_source_is_refused(tmp_path, monke
         staging.stage_models(tmp_path / "repo", tmp_path / "staged", {"mod": None}, key)
     assert changed  # the weights were changed in the copy only
     assert res.version_dir.exists()
+
+
+def test_a_version_the_model_folder_lacks_is_named_with_those_it_has(tmp_path):
+    """`--model-version 7` where only 1 and 2 exist: the message lists them (before: "…/7/
+    export.json: missing; re-export", as if the export had been damaged)."""
+    from mass.errors import ServingError
+    from mass.serving.contract import export_info
+
+    for v in (1, 2):
+        (tmp_path / "m" / str(v)).mkdir(parents=True)
+        (tmp_path / "m" / str(v) / "export.json").write_text("{}")
+    assert export_info(str(tmp_path), "m")["version"] == 2
+    with pytest.raises(ServingError, match=r"no version 7 \(versions there: \[1, 2\]\)"):
+        export_info(str(tmp_path), "m", "7")
