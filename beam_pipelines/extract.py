@@ -152,11 +152,34 @@ def run_job(job: ExtractJob, *, test_pipeline=None) -> dict:
     return summary
 
 
+def _check_texts(job: ExtractJob, schema) -> None:
+    """A text extractor's --raw-col holds strings, none null: refused by name before the
+    pipeline (before: an AttributeError inside Beam's RunInference)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from mass.errors import InvalidValueError
+
+    typ = schema.field(job.raw_col).type
+    typ = typ.value_type if pa.types.is_dictionary(typ) else typ
+    if not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
+        raise SchemaError(f"{job.input}: --raw-col '{job.raw_col}' is {typ}; the text "
+                          f"extractor '{job.model}' reads strings")  # fmt: skip
+    col = read_table(job.input, columns=[job.raw_col]).column(job.raw_col).combine_chunks()
+    if col.null_count:
+        row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+        raise InvalidValueError(f"{job.input}: --raw-col '{job.raw_col}' row {row} is null "
+                                f"({col.null_count} in all); give every row a text or drop "
+                                "it")  # fmt: skip
+
+
 def _extract(job: ExtractJob, url: str, schema, ids, stage: str, test_pipeline) -> tuple[int, int]:
     """(rows published, embedding dimension): the pipeline through the served extractor."""
     srv = job.serving
     in_name, in_type, out_name, dim = model_io(url, job.model, srv.model_version)
     text = in_type in ("STRING", "BYTES")
+    if text:
+        _check_texts(job, schema)
     inputs = (TextInputs if text else ImageInputs)(raw_col=job.raw_col, name=in_name)
     handler = TritonModelHandler(
         url,

@@ -93,6 +93,9 @@ def write_key(path: str) -> OwnerKey:
             f"{path}: already exists; a key is never overwritten (rotating it changes every "
             "future release's noise: move the old key away yourself if that is what you want)"
         ) from e
+    except OSError as e:  # a directory, no permission, a path the system refuses
+        raise ConfigError(f"{path}: cannot create a key file there ({e.strerror}); name a new "
+                          "file in a directory you own") from e  # fmt: skip
     with os.fdopen(fd, "w") as f:
         f.write(PREFIX + key.secret.hex() + "\n")
     os.chmod(path, 0o600)  # in case the umask widened nothing, keep it explicit
@@ -146,7 +149,10 @@ def read_key(path: str) -> OwnerKey:
                 f"{path}: key file is readable by others (mode {stat.S_IMODE(st.st_mode):o}); "
                 f"run `chmod 600 {path}`"
             )
-        text = f.read(4096).strip()
+        try:
+            text = f.read(4096).strip()
+        except UnicodeDecodeError:  # binary content: no key file of ours
+            text = ""
     if not text.startswith(PREFIX):
         raise ConfigError(f"{path}: not a MaSS key file (expected '{PREFIX}...'); use mass keygen")
     try:

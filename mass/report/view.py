@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mass import fs
-from mass.errors import MissingInputError
+from mass.errors import InputError, MissingInputError
 
 AUDIT_NAME = "audit.json"
 
@@ -28,7 +28,11 @@ def read_audit(report_dir: str) -> dict:
             f"{path}: no audit.json; run `mass audit --report {report_dir}` first (or pass the "
             "report directory the audit wrote)"
         )
-    return fs.read_json_object(path, remedy="re-run `mass audit`")
+    doc = fs.read_json_object(path, remedy="re-run `mass audit`")
+    if not isinstance(doc.get("pass"), bool):  # a page saying "nothing failed" would mislead
+        raise InputError(f"{path}: no verdict in it (no boolean 'pass'): not an audit.json "
+                         "`mass audit` wrote; re-run `mass audit`")  # fmt: skip
+    return doc
 
 
 def num(v: Any) -> float | None:

@@ -63,6 +63,9 @@ def export_kind(
     from mass.keys import SIGNING_KEY_ENV, resolve_key
 
     check_model_name(name)
+    if os.path.exists(repository) and not os.path.isdir(repository):
+        raise ConfigError(f"--repository {repository}: a file, not a directory; name a model "
+                          "repository directory (made if it does not exist)")  # fmt: skip
     common: dict = {"version": version, "instances": instances, "gpu_variant": gpu_variant}
     found = resolve_key(signing_key_file, SIGNING_KEY_ENV)
     key = signing_key(found, purpose="sign", flag="--signing-key-file")

@@ -72,8 +72,17 @@ def test_corrupt_or_missing_key_files_are_named(tmp_path, monkeypatch):
     os.chmod(bad, 0o600)
     with pytest.raises(ConfigError, match="not a MaSS key file"):
         read_key(str(bad))
+    binary = tmp_path / "random"  # random bytes, not UTF-8 (before: UnicodeDecodeError)
+    binary.write_bytes(b"\xfb\x00\xff" * 11)
+    os.chmod(binary, 0o600)
+    with pytest.raises(ConfigError, match="not a MaSS key file"):
+        read_key(str(binary))
     with pytest.raises(ConfigError, match="mass keygen"):
         read_key(str(tmp_path / "missing"))
+    # where the system refuses the new file (here a path through a missing directory that
+    # `..` hides from the parent check): named, not an OSError traceback
+    with pytest.raises(ConfigError, match="cannot create a key file there"):
+        write_key(str(tmp_path / "nodir" / ".." / "k.key"))
     monkeypatch.delenv("MASS_NOISE_KEY_FILE", raising=False)
     assert resolve_key(None, "MASS_NOISE_KEY_FILE") is None
     write_key(str(tmp_path / "env"))

@@ -240,3 +240,12 @@ def test_a_suppressed_attribute_failed_for_want_of_a_key_view_says_so_on_the_pag
     assert "no mass.modifier metadata: not computed" in page
     audit["policy"]["gate_key_compromised"] = False
     assert "key-compromised view not judged" not in render_html(audit, charts=False)
+
+
+def test_mass_report_refuses_an_audit_json_without_a_verdict(tmp_path, capsys):
+    """`{}` is no audit: refused, not rendered as "Audit UNKNOWN ... Nothing failed. The
+    release may be published under this policy"."""
+    (tmp_path / "audit.json").write_text("{}")
+    assert main(["report", str(tmp_path)]) == 2
+    assert "no verdict in it" in capsys.readouterr().err
+    assert not (tmp_path / "report.html").exists()

@@ -152,6 +152,9 @@ def test_cli_export_contract(tmp_path):
         )
         == 2
     )
+    # a repository path that is a file: named, not a NotADirectoryError traceback
+    (tmp_path / "afile").write_text("")
+    assert main(["export", str(run), "--repository", str(tmp_path / "afile"), "--name", "m"]) == 2
 
 
 def test_cli_exports_extractor_and_ensemble(tmp_path):
