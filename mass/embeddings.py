@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mass.errors import InvalidValueError, SchemaError
+from mass.errors import InvalidValueError, SchemaError, first_null
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ def decode(
         taken = arr if right.all() else arr.filter(pa.array(right))
         values = taken.flatten() if len(taken) else pa.array([], type=pa.float32())
     if values.null_count and policy.nonfinite == "error":
-        pos = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0])
+        pos = first_null(values)
         raise InvalidValueError(f"{where}column '{column}' row {pos // max(d, 1)} has a null value")
     if values.null_count:
         values = pc.fill_null(values.cast(pa.float32()), np.nan)

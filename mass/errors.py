@@ -7,6 +7,14 @@ Callers catch :class:`MassError` to handle any product failure; the CLI maps it 
 from __future__ import annotations
 
 
+def first_null(arr) -> int:
+    """The first null row of an Arrow array or chunked array that has one (the row a refusal
+    names)."""
+    import numpy as np
+
+    return int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
+
+
 class MassError(Exception):
     """Base class of every error this product raises on purpose."""
 
@@ -40,6 +48,11 @@ class MissingInputError(InputError):
 
 class UnreadableInputError(InputError):
     """A file exists but is not readable Parquet (truncated, corrupt, wrong format)."""
+
+    @classmethod
+    def parquet(cls, path: str, cause: BaseException) -> UnreadableInputError:
+        """The one refusal of a file that does not read as Parquet, at its footer or pages."""
+        return cls(f"{path}: not readable as Parquet ({cause}); re-export the file or remove it")
 
 
 class SchemaError(InputError):

@@ -9,12 +9,16 @@ Parquet file of it in a private directory, :func:`write_private`). Every refusal
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 
 import numpy as np
 import pyarrow as pa
 
+from mass.errors import InputError, first_null
+from mass.io import check_ids as io_check_ids
+from mass.io import refuse_null_labels
 from mass.names import parse_names
 
 
@@ -92,7 +96,7 @@ def _list_matrix(arr: pa.Array, *, what: str) -> np.ndarray:
 
 def _refuse_nulls(arr: pa.Array, *, what: str) -> None:
     if arr.null_count:
-        row = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
+        row = first_null(arr)
         raise ValueError(f"{what}: row {row} is null; drop or fill it first")
 
 
@@ -120,10 +124,8 @@ def label_columns(labels, names: list[str], n: int, *, what: str = "labels") -> 
             raise ValueError(f"{what}: column '{name}' has {len(col)} rows, X has {n}")
         if pa.types.is_dictionary(col.type):  # a pandas 'category': its values are the classes
             col = col.cast(col.type.value_type)
-        if col.null_count:
-            rows = np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))
-            raise ValueError(f"{what}: column '{name}' has {len(rows)} null (first at row "
-                             f"{int(rows[0])}); drop those rows or fill them")  # fmt: skip
+        with _as_value_error():
+            refuse_null_labels(col, name, source=what)
         out[name] = _classes(col, name, what=what)
     return out
 
@@ -149,32 +151,29 @@ def embedding_table(x: np.ndarray, ids, *, id_col: str, emb_col: str,
         ids = pa.array(np.asarray(ids))
     if len(ids) != n:
         raise ValueError(f"ids: {len(ids)} ids for {n} rows")
-    check_ids(ids, what=f"ids ({id_col})")
+    check_ids(ids, column=id_col)
     emb = pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1), pa.float32()), d)
     cols = {id_col: ids, emb_col: emb, **(labels or {})}
     return pa.table(cols)
 
 
-def check_ids(ids, *, what: str) -> None:
-    """Refuse null or repeated ids, naming the rows: every row's seed and join is its id (two
-    rows of one id would share their release noise, `mass anonymize` refuses them too)."""
-    arr = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
-    if not isinstance(arr, pa.Array):  # numpy, a list, a pandas Series
-        arr = pa.array(arr, from_pandas=True)
-    if arr.null_count:
-        rows = np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))
-        raise ValueError(f"{what}: row {int(rows[0])} has no id ({len(rows)} null in all)")
-    if pa.types.is_dictionary(arr.type):
-        arr = arr.dictionary_decode()
-    import pyarrow.compute as pc
+def check_ids(ids, *, column: str) -> None:
+    """Refuse null or repeated ids, naming the rows, as `mass anonymize` does
+    (:func:`mass.io.check_ids`): every row's seed and join is its id (two rows of one id would
+    share their release noise)."""
+    arr = ids if isinstance(ids, (pa.Array, pa.ChunkedArray)) else pa.array(ids, from_pandas=True)
+    with _as_value_error():
+        io_check_ids(pa.table({column: arr}), column, source="ids")
 
-    if pc.count_distinct(arr).as_py() == len(arr):
-        return
-    values = arr.to_numpy(zero_copy_only=False)
-    _, first, counts = np.unique(values, return_index=True, return_counts=True)
-    dup = values[first[np.argmax(counts > 1)]]
-    at = [int(r) for r in np.flatnonzero(values == dup)[:3]]
-    raise ValueError(f"{what}: id {dup!r} is repeated (rows {at}); ids must be unique")
+
+@contextlib.contextmanager
+def _as_value_error():
+    """The shared readers' refusals (:class:`mass.errors.InputError`) as the ``ValueError``
+    scikit-learn's contract asks of an estimator given bad data."""
+    try:
+        yield
+    except InputError as e:
+        raise ValueError(str(e)) from e
 
 
 def write_private(table: pa.Table, directory: str, name: str) -> str:

@@ -202,7 +202,7 @@ class Suppressor(TransformerMixin, BaseEstimator):
                              f"expecting {self.n_features_in_} features as input.")  # fmt: skip
         ids = self._ids(X, ids)
         if ids is not None:
-            frames.check_ids(ids, what=f"ids ({self.id_col})")
+            frames.check_ids(ids, column=self.id_col)
         out = modify(self._model(), x, self._seeds(ids, len(x)))
         arrow = isinstance(X, (pa.Table, pa.RecordBatch))
         return _like(X, out, ids, id_col=self.id_col, emb_col=self.emb_col,

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mass.embeddings import release_matrix
-from mass.errors import InvalidValueError, LabelError
+from mass.errors import InvalidValueError, LabelError, first_null
 from mass.io import LabelEncoding
 
 
@@ -102,8 +102,7 @@ class LabelStats:
         for attr in self.attrs:
             col = batch.column(attr)
             if col.null_count and attr not in self.first_null:
-                at = np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0]
-                self.first_null[attr] = first_row + int(at)
+                self.first_null[attr] = first_row + first_null(col)
             self.nulls[attr] += col.null_count
             g = pa.table({"v": col, "r": rows}).group_by("v").aggregate(
                 [("r", "min"), ("r", "count")])  # fmt: skip

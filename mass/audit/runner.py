@@ -192,8 +192,7 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
 
 
 def _label_columns(spec: str) -> list[str]:
-    from mass.audit.stream import schema_of
-    from mass.io import expand_paths
+    from mass.io import expand_paths, schema_of
 
     try:
         return list(schema_of(expand_paths(spec)[0]).names)

@@ -25,11 +25,10 @@ from mass.audit.stream import (
     check_unique,
     footer_rows,
     partition,
-    schema_of,
 )
 from mass.embeddings import embedding_matrix, release_matrix
 from mass.errors import InputError, SchemaError
-from mass.io import LabelEncoding, expand_paths
+from mass.io import LabelEncoding, expand_paths, schema_of
 from mass.noise import row_seeds
 from mass.rows import normalize_rows
 
@@ -85,7 +84,7 @@ def scan(req, rows_sink, *, attrs: list[str], encodings: dict | None) -> Scan:
             R, L = rel.part(i), lab.part(i)
             part = _read_part(req, R, L, inp, i, lab_has_x)
             rows, finite, both = _row_checks(part)
-            if getattr(req, "near", None) is not None:  # `mass audit --model`: recompute them
+            if req.near is not None:  # `mass audit --model`: recompute them
                 at = np.flatnonzero(both & (rows["cosine"].to_numpy() >= pol.max_cosine))
                 req.near.add(part.ids.take(pa.array(at)), part.x[at], part.xr[at])
             rows_sink(i, sc.n_parts, rows)

@@ -22,8 +22,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mass import fs
-from mass.errors import InvalidValueError, SchemaError, UnreadableInputError
-from mass.io import decode_ids, expand_paths, parquet_batches
+from mass.errors import InvalidValueError, SchemaError, first_null
+from mass.io import decode_ids, expand_paths, parquet_batches, schema_of
 from mass.noise import row_seeds
 from mass.scratch import PrivateDir
 
@@ -40,16 +40,6 @@ def footer_rows(paths: list[str]) -> int:
         with fs.open_input(path) as f:
             n += pq.ParquetFile(f).metadata.num_rows
     return n
-
-
-def schema_of(path: str) -> pa.Schema:
-    try:
-        with fs.open_input(path) as f:
-            return pq.read_schema(f)
-    except (pa.ArrowInvalid, OSError) as e:
-        raise UnreadableInputError(
-            f"{path}: not readable as Parquet ({e}); re-export the file or remove it"
-        ) from e
 
 
 @dataclass
@@ -107,7 +97,7 @@ def partition(
             for batch in parquet_batches(path, columns=cols, batch_rows=BATCH_ROWS):
                 ids = decode_ids(batch.column(id_col), id_col, source=spec)
                 if ids.null_count:
-                    at = int(np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))[0])
+                    at = first_null(ids)
                     raise InvalidValueError(f"{spec}: id column '{id_col}' row {row + at} is null")
                 if on_batch is not None:
                     on_batch(path, batch, row)

@@ -28,7 +28,7 @@ from mass.batches.spill import (
     merge_sorted_spills,
     reduce_spills,
 )
-from mass.errors import InvalidValueError, UnreadableInputError
+from mass.errors import InvalidValueError, UnreadableInputError, first_null
 
 FILE, ROW = "__file", "__row"
 
@@ -64,9 +64,7 @@ def build_id_index(files: list[str], id_col: str, num_shards: int, directory: st
                 if pa.types.is_dictionary(ids.type):  # a pandas category: its values key
                     ids = ids.dictionary_decode()
                 if ids.null_count:
-                    row = offset + int(
-                        np.flatnonzero(ids.is_null().to_numpy(zero_copy_only=False))[0]
-                    )
+                    row = offset + first_null(ids)
                     raise InvalidValueError(
                         f"{path}: id column '{id_col}' row {row} is null; every row needs a "
                         "unique id"

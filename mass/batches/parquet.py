@@ -67,10 +67,7 @@ def footer(path: str) -> pq.FileMetaData:
                 _FOOTER_CACHE[key] = meta
         return meta
     except (pa.ArrowInvalid, OSError) as e:
-        raise UnreadableInputError(
-            f"{path}: not readable as Parquet ({e}); the file is truncated or not Parquet: "
-            "re-export it or remove it from the input"
-        ) from e
+        raise UnreadableInputError.parquet(path, e) from e
 
 
 def open_parquet(path: str) -> pq.ParquetFile:
@@ -79,9 +76,7 @@ def open_parquet(path: str) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(fs.open_input(path), metadata=meta)
     except (pa.ArrowInvalid, OSError) as e:
-        raise UnreadableInputError(
-            f"{path}: not readable as Parquet ({e}); re-export the file or remove it"
-        ) from e
+        raise UnreadableInputError.parquet(path, e) from e
 
 
 def plan_row_groups(

@@ -13,8 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mass import fs
-from mass.errors import UnreadableInputError
-from mass.io import expand_paths
+from mass.io import expand_paths, parquet_batches, schema_of
 from mass.pseudonym import HEX_DIGITS, pseudonymize
 
 BATCH_ROWS = 65536
@@ -50,45 +49,22 @@ def _map_writer(path: str, id_type: pa.DataType, label: str) -> pq.ParquetWriter
 
 
 def _copy_one(src, dest, names, *, id_col, key, label, owner_map, writer):
-    with fs.open_input(src) as f:
-        try:
-            pf = pq.ParquetFile(f)
-        except (pa.ArrowInvalid, OSError) as e:  # the same refusal as an unpseudonymized read
-            raise UnreadableInputError(
-                f"{src}: not readable as Parquet ({e}); re-export the file or remove it"
-            ) from e
-        schema = pf.schema_arrow
-        at = schema.get_field_index(id_col)
-        out_schema = schema.set(at, pa.field(id_col, pa.string(), nullable=False))
-        names[dest] = src
-        with fs.atomic_output(dest) as sink, pq.ParquetWriter(sink, out_schema) as w:
-            for batch in _batches(pf, src):
-                cols = list(batch.columns)
-                if at >= 0:
-                    ids = cols[at]
-                    cols[at] = pseudonymize(ids, key, label)
-                    if owner_map is not None:
-                        if writer is None:
-                            writer = _map_writer(owner_map, _id_type(ids), label)
-                        writer.write_batch(_map_batch(ids, cols[at], writer.schema))
-                w.write_batch(pa.RecordBatch.from_arrays(cols, schema=out_schema))
+    schema = schema_of(src)  # an unreadable file: the same refusal as an unpseudonymized read
+    at = schema.get_field_index(id_col)
+    out_schema = schema.set(at, pa.field(id_col, pa.string(), nullable=False))
+    names[dest] = src
+    with fs.atomic_output(dest) as sink, pq.ParquetWriter(sink, out_schema) as w:
+        for batch in parquet_batches(src, columns=None, batch_rows=BATCH_ROWS):
+            cols = list(batch.columns)
+            if at >= 0:
+                ids = cols[at]
+                cols[at] = pseudonymize(ids, key, label)
+                if owner_map is not None:
+                    if writer is None:
+                        writer = _map_writer(owner_map, _id_type(ids), label)
+                    writer.write_batch(_map_batch(ids, cols[at], writer.schema))
+            w.write_batch(pa.RecordBatch.from_arrays(cols, schema=out_schema))
     return writer
-
-
-def _batches(pf: pq.ParquetFile, src: str):
-    """``pf``'s record batches; a file whose footer reads but whose data does not (truncated,
-    corrupt pages) is refused naming ``src``, as at the footer."""
-    it = pf.iter_batches(batch_size=BATCH_ROWS)
-    while True:
-        try:
-            batch = next(it)
-        except StopIteration:
-            return
-        except (pa.ArrowInvalid, OSError) as e:
-            raise UnreadableInputError(
-                f"{src}: not readable as Parquet ({e}); re-export the file or remove it"
-            ) from e
-        yield batch
 
 
 def _id_type(ids: pa.Array) -> pa.DataType:

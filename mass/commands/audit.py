@@ -76,17 +76,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "with (default $MASS_SIGNING_KEY_FILE, else .mass/local.yaml)")  # fmt: skip
 
 
+def _release_meta(release: str) -> dict[str, str]:
+    """The key-value metadata of ``release``'s first part (``mass.*``: how it was made)."""
+    from mass.io import expand_paths, schema_of
+
+    return {k.decode(): v.decode(errors="replace")
+            for k, v in (schema_of(expand_paths(release)[0]).metadata or {}).items()}  # fmt: skip
+
+
 def _pseudonym_label(release: str) -> tuple[str, str] | None:
     """The pseudonym scope label of ``release``'s ids (:mod:`mass.pseudonym`; "" = stable) and
     the fingerprint of the key that made them, or None when its ids are released verbatim.
     Read from the first part's ``mass.ids`` and ``mass.noise_key_fingerprint``."""
-    from mass.audit.stream import schema_of
     from mass.errors import ConfigError
-    from mass.io import expand_paths
     from mass.pseudonym import DESCRIPTION
 
-    meta = {k.decode(): v.decode(errors="replace")
-            for k, v in (schema_of(expand_paths(release)[0]).metadata or {}).items()}  # fmt: skip
+    meta = _release_meta(release)
     ids = meta.get("mass.ids", "")
     if not ids.startswith("pseudonymous"):
         return None
@@ -162,13 +167,10 @@ def _near(args: argparse.Namespace):
                               "them")  # fmt: skip
         return None
     from mass.audit.recompute import near_recompute
-    from mass.audit.stream import schema_of
-    from mass.io import expand_paths
     from mass.keys import NOISE_KEY_ENV, SIGNING_KEY_ENV, resolve_key
     from mass.serving.manifest import signing_key
 
-    meta = {k.decode(): v.decode(errors="replace")
-            for k, v in (schema_of(expand_paths(args.release)[0]).metadata or {}).items()}  # fmt: skip
+    meta = _release_meta(args.release)
     key = signing_key(resolve_key(args.signing_key_file, SIGNING_KEY_ENV),
                       flag="--signing-key-file")  # fmt: skip
     return near_recompute(args.repository or "triton_models", args.model, args.model_version,

@@ -126,11 +126,17 @@ def test_bad_input_names_the_row_and_the_column(leace, data):
         leace.transform(rows)
     s = pd.Series(data["s"][:40], dtype="Int64")
     s[7] = pd.NA
-    with pytest.raises(ValueError, match="y: column 's' has 1 null \\(first at row 7\\)"):
+    with pytest.raises(ValueError, match="y: label column 's' has 1 null \\(first at row 7\\)"):
         Suppressor(suppress="s").fit(data["x"][:40], pd.DataFrame({"s": s}))
     ids = data["ids"][:40].copy()
     ids[12] = ids[3]
-    with pytest.raises(ValueError, match=f"id {ids[3]} is repeated \\(rows \\[3, 12\\]\\)"):
+    with pytest.raises(
+        ValueError, match=f"id column 'id' has duplicate id {ids[3]} at rows \\[3, 12"
+    ):
+        leace.transform(data["x"][:40], ids=ids)
+    ids = pd.Series(data["ids"][:40], dtype="Int64")
+    ids[5] = pd.NA
+    with pytest.raises(ValueError, match="ids: id column 'id' row 5 is null"):
         leace.transform(data["x"][:40], ids=ids)
 
 
