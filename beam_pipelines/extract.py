@@ -98,14 +98,16 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
     return run_job(plan_extract(args, beam_args), test_pipeline=test_pipeline)
 
 
-def model_io(url: str, model: str, version: str = "") -> tuple[str, str, str, int]:
-    """(input name, input datatype, output name, output dim) from the served config."""
+def model_io(url: str, model: str, version: str = "") -> tuple[str, str, str, int, str]:
+    """(input name, input datatype, output name, output dim, the version served: ``version``,
+    else the newest the server has loaded) from the served config and metadata."""
     try:
-        cfg = grpcclient.InferenceServerClient(url).get_model_config(model, version, as_json=True)[
-            "config"
-        ]
+        client = grpcclient.InferenceServerClient(url)
+        cfg = client.get_model_config(model, version, as_json=True)["config"]
+        loaded = client.get_model_metadata(model, version, as_json=True).get("versions", [])
     except Exception as e:
         raise ServingError(f"Triton at {url}: no config for extractor '{model}' ({e})") from e
+    served = version or max(loaded, key=int, default="")
     if len(cfg["input"]) != 1 or len(cfg["output"]) != 1:
         raise ServingError(
             f"extractor '{model}' must have one input and one output; it has "
@@ -113,7 +115,8 @@ def model_io(url: str, model: str, version: str = "") -> tuple[str, str, str, in
             f"{[o['name'] for o in cfg['output']]}"
         )
     inp, out = cfg["input"][0], cfg["output"][0]
-    return (inp["name"], inp["data_type"].removeprefix("TYPE_"), out["name"], int(out["dims"][-1]))
+    dim = int(out["dims"][-1])
+    return inp["name"], inp["data_type"].removeprefix("TYPE_"), out["name"], dim, served
 
 
 def run_job(job: ExtractJob, *, test_pipeline=None) -> dict:
@@ -155,10 +158,9 @@ def run_job(job: ExtractJob, *, test_pipeline=None) -> dict:
 def _check_texts(job: ExtractJob, schema) -> None:
     """A text extractor's --raw-col holds strings, none null: refused by name before the
     pipeline (before: an AttributeError inside Beam's RunInference)."""
-    import numpy as np
     import pyarrow as pa
 
-    from mass.errors import InvalidValueError
+    from mass.errors import InvalidValueError, first_null
 
     typ = schema.field(job.raw_col).type
     typ = typ.value_type if pa.types.is_dictionary(typ) else typ
@@ -167,7 +169,7 @@ def _check_texts(job: ExtractJob, schema) -> None:
                           f"extractor '{job.model}' reads strings")  # fmt: skip
     col = read_table(job.input, columns=[job.raw_col]).column(job.raw_col).combine_chunks()
     if col.null_count:
-        row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+        row = first_null(col)
         raise InvalidValueError(f"{job.input}: --raw-col '{job.raw_col}' row {row} is null "
                                 f"({col.null_count} in all); give every row a text or drop "
                                 "it")  # fmt: skip
@@ -176,7 +178,7 @@ def _check_texts(job: ExtractJob, schema) -> None:
 def _extract(job: ExtractJob, url: str, schema, ids, stage: str, test_pipeline) -> tuple[int, int]:
     """(rows published, embedding dimension): the pipeline through the served extractor."""
     srv = job.serving
-    in_name, in_type, out_name, dim = model_io(url, job.model, srv.model_version)
+    in_name, in_type, out_name, dim, served = model_io(url, job.model, srv.model_version)
     text = in_type in ("STRING", "BYTES")
     if text:
         _check_texts(job, schema)
@@ -195,7 +197,7 @@ def _extract(job: ExtractJob, url: str, schema, ids, stage: str, test_pipeline) 
     )
     meta = {
         b"mass.extractor": job.model.encode(),
-        b"mass.extractor_version": (srv.model_version or "latest").encode(),
+        b"mass.extractor_version": (served or "unknown").encode(),
     }
     out_schema = release_schema(schema, id_col=job.id_col, emb_col=job.emb_col, dim=dim,
                                 columns=list(job.keep_columns), metadata=meta)  # fmt: skip

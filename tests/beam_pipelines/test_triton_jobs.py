@@ -149,6 +149,8 @@ def test_extract_on_triton_matches_the_in_process_extractor(repo, server, tmp_pa
     )
     feats = pq.read_table(out).sort_by("id")
     assert feats.column_names == ["id", "emb", "digit"]  # the raw image is not copied
+    # the version served, not "latest" (export_extractor wrote version 1)
+    assert feats.schema.metadata[b"mass.extractor_version"] == b"1"
     with torch.no_grad():
         ref = load_extractor(str(repo / "extractor.pt"))(torch.from_numpy(images)).numpy()
     got = np.stack(feats.column("emb").to_numpy(zero_copy_only=False))
