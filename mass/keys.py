@@ -89,6 +89,9 @@ def write_key(path: str) -> OwnerKey:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
                      0o600)  # fmt: skip
     except FileExistsError as e:
+        if os.path.isdir(path):
+            raise ConfigError(f"{path}: is a directory; name a new key file (e.g. "
+                              f"{os.path.join(path, 'owner.key')})") from e  # fmt: skip
         raise ConfigError(
             f"{path}: already exists; a key is never overwritten (rotating it changes every "
             "future release's noise: move the old key away yourself if that is what you want)"

@@ -86,6 +86,8 @@ def sweep(prefix: str, root: str | None = None) -> list[Path]:
 
 
 def _exit_on_sigterm(signum, frame) -> None:
+    logging.getLogger(__name__).error("stopped by SIGTERM (exit %d): removing this run's private "
+                                      "files", 128 + signum)  # fmt: skip
     raise SystemExit(128 + signum)
 
 

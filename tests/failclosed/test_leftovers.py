@@ -65,8 +65,9 @@ def test_a_killed_audit_leaves_no_spill(sig, tmp_path, monkeypatch, child):
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     env = {**os.environ, "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1"}
+    err = open(tmp_path / "stderr", "w")  # noqa: SIM115 (closed below)
     proc = subprocess.Popen([sys.executable, "-c", AUDIT, str(tmp_path), "400000"], env=env,
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+                            stdout=subprocess.PIPE, stderr=err, text=True)  # fmt: skip
     try:
         assert child.first_line(proc, "the audit (writing its input)").strip() == "written"
         spill = _spill_seen(scratch, proc)
@@ -75,7 +76,11 @@ def test_a_killed_audit_leaves_no_spill(sig, tmp_path, monkeypatch, child):
         code = child.exit_code(proc, f"the audit after {sig.name}")
     finally:
         child.stop(proc)
+    err.close()
     assert code == (143 if sig == signal.SIGTERM else -9)
+    # a SIGTERM says so on stderr (before: exit 143 and no line)
+    said = "stopped by SIGTERM (exit 143)" in (tmp_path / "stderr").read_text()
+    assert said == (sig == signal.SIGTERM)
     if sig == signal.SIGKILL:
         assert spill.exists()  # nothing in the process could run: the next run sweeps it
         foreign = scratch / "mass-audit-999999-notours"  # no marker: never touched

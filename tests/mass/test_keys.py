@@ -33,6 +33,8 @@ def test_keygen_writes_0600_and_refuses_to_overwrite(tmp_path, capsys):
     assert key.secret.hex() not in repr(key)
     assert main(["keygen", str(path)]) == 2
     assert path.read_bytes() == first
+    assert main(["keygen", str(tmp_path)]) == 2  # a directory: named as one
+    assert f"{tmp_path}: is a directory; name a new key file" in capsys.readouterr().err
 
 
 def test_key_file_readable_by_others_is_refused(tmp_path):
