@@ -92,11 +92,23 @@ def pseudonymize(ids: pa.Array | pa.ChunkedArray, key, label: str = "") -> pa.Ar
         arr = arr.dictionary_decode()
     if arr.null_count:
         raise SchemaError("--pseudonymize-ids: null ids cannot be pseudonymized; fix the input")
-    # one HMAC state keyed once, copied per id (the per-id cost is two SHA-256 blocks)
-    base = hmac.new(_id_key(key, label), digestmod=hashlib.sha256)
+    inner, outer = _hmac_states(_id_key(key, label))
     out = []
-    for data in _canonical(arr):
-        h = base.copy()
+    for data in _canonical(arr):  # HMAC-SHA256(key, data), from the two keyed states
+        h = inner.copy()
         h.update(data)
-        out.append(h.hexdigest()[:HEX_DIGITS])
+        o = outer.copy()
+        o.update(h.digest())
+        out.append(o.hexdigest()[:HEX_DIGITS])
     return pa.array(out, pa.string())
+
+
+def _hmac_states(key: bytes) -> tuple:
+    """HMAC-SHA256's inner and outer SHA-256 states after the padded key (RFC 2104), to be
+    copied per message: the same digests as an ``hmac`` object, at less than half its cost per
+    id (docs/performance.md, "How the job's hot path is built")."""
+    if len(key) > 64:
+        key = hashlib.sha256(key).digest()
+    key = key.ljust(64, b"\0")
+    return (hashlib.sha256(bytes(b ^ 0x36 for b in key)),
+            hashlib.sha256(bytes(b ^ 0x5C for b in key)))  # fmt: skip

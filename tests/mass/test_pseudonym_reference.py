@@ -59,3 +59,18 @@ def test_the_key_fingerprint_equals_its_documented_construction():
     ref = hashlib.blake2b(b"", key=SECRET, person=b"fingerprint", digest_size=8).hexdigest()
     assert ref == "82423389851ff3b3"
     assert OwnerKey(SECRET, "<test>").fingerprint == ref
+
+
+@pytest.mark.parametrize("key_len", [0, 1, 32, 63, 64, 65, 200])
+def test_the_keyed_states_give_the_hmac_of_any_key_length(key_len):
+    """pseudonymize copies HMAC-SHA256's inner and outer states (RFC 2104) instead of an hmac
+    object: the digest equals hmac's for keys shorter than, equal to and longer than a block."""
+    from mass.pseudonym import _hmac_states
+
+    key = bytes(range(key_len % 256)) * (key_len // 256 + 1)
+    key = key[:key_len]
+    for msg in (b"", b"i:7", b"s:" + b"x" * 300):
+        inner, outer = _hmac_states(key)
+        inner.update(msg)
+        outer.update(inner.digest())
+        assert outer.hexdigest() == hmac.new(key, msg, hashlib.sha256).hexdigest()
