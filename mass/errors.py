@@ -52,7 +52,10 @@ class UnreadableInputError(InputError):
     @classmethod
     def parquet(cls, path: str, cause: BaseException) -> UnreadableInputError:
         """The one refusal of a file that does not read as Parquet, at its footer or pages."""
-        return cls(f"{path}: not readable as Parquet ({cause}); re-export the file or remove it")
+        return cls(
+            f"{path}: not readable as Parquet ({cause}); the file is truncated, corrupt "
+            "or not Parquet: re-export it or remove it from the input"
+        )
 
 
 class SchemaError(InputError):
