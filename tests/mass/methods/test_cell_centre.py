@@ -150,7 +150,9 @@ def test_a_source_cell_releases_its_fit_rows_source_mean_each_class_at_its_share
     _, vec_r = np.unique(rel_r, axis=0, return_inverse=True)
     _, vec_s = np.unique(rel_s, axis=0, return_inverse=True)
     pairs = np.unique(np.c_[vec_r.ravel(), vec_s.ravel()], axis=0)
-    assert len(pairs) == vec_r.max() + 1 == vec_s.max() + 1  # the same rows released alike
+    # each cell releases one vector (cells too small to stand for their rows all release the
+    # same overall mean, so there may be fewer source vectors: checked by hand below)
+    assert len(pairs) == vec_r.max() + 1
     if "cell_balance" in params:
         return  # the fit rows are a seeded part of the data: the hand check below is the others'
     unit = data.x / np.linalg.norm(data.x, axis=1, keepdims=True)
@@ -158,8 +160,8 @@ def test_a_source_cell_releases_its_fit_rows_source_mean_each_class_at_its_share
     prior = np.bincount(s) / len(s)
     overall = sum(prior[c] * unit[s == c].mean(axis=0) for c in np.unique(s))
     few = 0
-    for v in np.unique(vec_s):
-        rows = vec_s.ravel() == v
+    for v in np.unique(vec_r):
+        rows = vec_r.ravel() == v
         present = [c for c in np.unique(s) if (rows & (s == c)).any()]
         w = np.array([prior[c] for c in present])
         mean = (
@@ -170,7 +172,7 @@ def test_a_source_cell_releases_its_fit_rows_source_mean_each_class_at_its_share
             mean, few = overall, few + 1
         got = rel_s[rows][0]
         assert np.allclose(got, mean / np.linalg.norm(mean), atol=1e-5), v
-    assert few < len(np.unique(vec_s)) / 4
+    assert few < len(np.unique(vec_r)) / 4
     assert not np.allclose(rel_s, rel_r, atol=1e-3)
 
 
