@@ -72,12 +72,30 @@ def _std(v: np.ndarray) -> np.ndarray:
     return (v - v.mean()) / (s if s > 0 else 1.0)
 
 
+def _int_values(arr: pa.Array) -> np.ndarray:
+    """An integer or boolean column as int64 (nulls 0), or as uint64 when it holds values past
+    int64's range."""
+    if pa.types.is_uint64(arr.type) and (pc.max(arr).as_py() or 0) > np.iinfo(np.int64).max:
+        return pc.fill_null(arr, 0).to_numpy(zero_copy_only=False)
+    return pc.fill_null(arr.cast(pa.int64()), 0).to_numpy(zero_copy_only=False)
+
+
+def _order(v: np.ndarray) -> np.ndarray:
+    """The neighbours' order of integers: their value, or past 2**53 (where float64 would tie
+    neighbours) their rank among the distinct values."""
+    if np.abs(v.astype(np.float64)).max(initial=0) < 2.0**53:
+        return v.astype(np.float64)
+    return np.unique(v, return_inverse=True)[1].reshape(-1).astype(np.float64)
+
+
 def _integer(v: np.ndarray, missing: np.ndarray, prefix: str):
-    """(dense features, keys) of int64 values ``v`` (``missing`` rows hold 0)."""
-    dense = [_std(v.astype(np.float64)), _rank(v.astype(np.float64))]
+    """(dense features, keys) of int64 (or uint64) values ``v`` (``missing`` rows hold 0); the
+    rank, bits and residues are exact at any width, ids past 2**53 included."""
+    dense = [_std(v.astype(np.float64)), _rank(v)]
     dense += [((v >> b) & 1).astype(np.float64) for b in range(BITS)]
     dense += [np.mod(v, m).astype(np.float64) / m for m in MODULI]
-    keys = {f"{prefix}mod{m}": np.where(missing, -1, np.mod(v, m)) for m in MODULI}
+    keys = {f"{prefix}mod{m}": np.where(missing, -1, np.mod(v, m).astype(np.int64))
+            for m in MODULI}  # fmt: skip
     if missing.any():
         dense.append(missing.astype(np.float64))
     return np.stack(dense, axis=1), keys
@@ -136,11 +154,11 @@ def column_codes(arr: pa.Array, *, max_levels: int = 32) -> ColumnCodes:
     blocks, keys, order = [base], ({} if nested else {"value": _codes(arr)}), None
     if pa.types.is_integer(typ) or pa.types.is_boolean(typ):
         missing = arr.is_null().to_numpy(zero_copy_only=False)
-        v = pc.fill_null(arr.cast(pa.int64()), 0).to_numpy(zero_copy_only=False)
+        v = _int_values(arr)
         d, k = _integer(v, missing, "")
         blocks.append(d)
         keys.update(k)
-        order = np.where(missing, np.nan, v.astype(np.float64))
+        order = np.where(missing, np.nan, _order(v))
     elif pa.types.is_floating(typ) or pa.types.is_temporal(typ) or pa.types.is_decimal(typ):
         try:
             order = arr.cast(pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64)

@@ -40,6 +40,17 @@ def _one_hot(values: np.ndarray, max_levels: int) -> np.ndarray:
     return np.eye(width, dtype=np.float64)[inv.reshape(-1)]
 
 
+def _value_codes(arr: pa.Array) -> np.ndarray:
+    """The rank of each integer value of ``arr`` among its distinct values, exact at any width
+    (uint64 included), null after every value."""
+    missing = arr.is_null().to_numpy(zero_copy_only=False)
+    v = pc.fill_null(arr, 0).to_numpy(zero_copy_only=False)
+    codes = np.unique(v[~missing], return_inverse=True)[1].reshape(-1)
+    out = np.full(len(arr), codes.max(initial=-1) + 1, dtype=np.int64)
+    out[~missing] = codes
+    return out
+
+
 def encode_columns(
     columns: dict[str, pa.Array], n_rows: int, *, max_levels: int = 32
 ) -> np.ndarray:
@@ -64,14 +75,14 @@ def encode_columns(
             m = release_matrix(pa.table({name: arr}), name, source=f"release column '{name}'")
             m = m.astype(np.float64)
             block = _standardise(m.reshape(n, -1))
+        elif pa.types.is_integer(typ) and pc.count_distinct(arr).as_py() <= max_levels:
+            block = _one_hot(_value_codes(arr), max_levels)  # exact, ids past 2**53 included
         elif pa.types.is_floating(typ) or pa.types.is_integer(typ) or pa.types.is_temporal(typ):
-            vals = arr.cast(pa.float64()) if not pa.types.is_temporal(typ) else \
+            # an integer past 2**53 (hashed ids) is standardised at float64's precision
+            vals = arr.cast(pa.float64(), safe=False) if not pa.types.is_temporal(typ) else \
                 arr.cast(pa.int64()).cast(pa.float64())  # fmt: skip
-            v = vals.to_numpy(zero_copy_only=False).astype(np.float64)
-            if pa.types.is_integer(typ) and np.unique(v[np.isfinite(v)]).size <= max_levels:
-                block = _one_hot(np.where(np.isfinite(v), v, np.inf), max_levels)
-            else:
-                block = _standardise(v.reshape(n, 1))
+            block = _standardise(vals.to_numpy(zero_copy_only=False).astype(np.float64)
+                                 .reshape(n, 1))  # fmt: skip
         else:
             try:
                 strs = arr.cast(pa.string())

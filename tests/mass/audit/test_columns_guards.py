@@ -62,3 +62,24 @@ def test_training_rows_statistics_never_include_their_own_label():
     own = y[train]
     gap = np.abs(tr[own == 1].mean(axis=0) - tr[own == 0].mean(axis=0)).max()
     assert gap < 0.05, gap
+
+
+def test_ids_past_2_53_and_uint64_are_read_exactly():
+    """Hashed or snowflake ids past 2**53 (int64) or 2**63 (uint64) are judged, not an
+    ArrowInvalid from a float64 cast (before: the gate's traceback after the whole job), and
+    read exactly: a label in the ids' lowest bit, below float64's resolution there, is found
+    by the bit and parity features, and the order ranks ids that a float64 would tie."""
+    from mass.audit.data import encode_columns
+
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 2, 600)
+    for typ, base in ((pa.int64(), 2**53 + 1), (pa.uint64(), 2**64 - 2**20)):
+        ids = np.uint64(base) + 2 * np.arange(600, dtype=np.uint64) + y.astype(np.uint64)
+        arr = pa.array(ids, pa.uint64()).cast(typ)  # the label is the lowest bit
+        codes = column_codes(arr)
+        assert np.unique(codes.order).size == 600  # float64 would tie neighbours
+        assert _read_by_statistics(arr, y) > 0.95
+        assert encode_columns({"id": arr}, 600).shape[0] == 600
+        few = pa.array([base, base + 1, None, base], typ)  # <= max_levels values: one-hot
+        assert encode_columns({"id": few}, 4).tolist() == [[1, 0, 0], [0, 1, 0], [0, 0, 1],
+                                                           [1, 0, 0]]  # fmt: skip
