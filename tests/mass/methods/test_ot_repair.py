@@ -102,44 +102,63 @@ def test_ot_repair_refuses_a_label_with_one_usable_class_naming_the_parameter():
         get_method("ot_repair").fit(ds, suppress=["s"], preserve=["u"], params={"knots": 2})
 
 
-def styles_case(n: int = 3000, dim: int = 8, styles: int = 150, seed: int = 0):
+def styles_case(fit_rows: int = 2000, release_rows: int = 20000, dim: int = 8,
+                styles: int = 150, seed: int = 0):  # fmt: skip
     """Each class of s is a mixture of many tight "styles" (blobs at class-specific centres
     drawn from one common distribution), like the writing styles of a digit: the classes
-    agree at a coarse scale and differ only at the scale of a style. u is linear, independent."""
-    rng = np.random.default_rng(seed)
-    s, u = rng.integers(0, 2, (2, n))
-    centres = rng.normal(size=(2, styles, dim - 2))
-    x = np.zeros((n, dim))
-    x[:, 0] = 1.5 * (2 * u - 1) + rng.normal(scale=0.3, size=n)
-    x[:, 1] = 4.0  # off the origin: unit normalisation keeps the geometry
-    x[:, 2:] = centres[s, rng.integers(0, styles, n)] + rng.normal(scale=0.15, size=(n, dim - 2))
-    labels = {"s": s.astype(np.int64), "u": u.astype(np.int64)}
-    ds = EmbeddingDataset(
-        ids=pa.array(np.arange(n, dtype=np.int64)), x=x.astype(np.float32), labels=labels,
-        encodings={k: LabelEncoding(k, (0, 1)) for k in labels}, source="styles",
-    )  # fmt: skip
-    return subset(ds, np.arange(2 * n // 3)), subset(ds, np.arange(2 * n // 3, n))
+    agree at a coarse scale and differ only at the scale of a style. u is linear, independent.
+    Returns (fit rows, fresh release rows) drawn from the same styles."""
+    centres = np.random.default_rng(seed).normal(size=(2, styles, dim - 2))
+
+    def draw(n: int, rng: np.random.Generator) -> EmbeddingDataset:
+        s, u = rng.integers(0, 2, (2, n))
+        x = np.zeros((n, dim))
+        x[:, 0] = 1.5 * (2 * u - 1) + rng.normal(scale=0.3, size=n)
+        x[:, 1] = 4.0  # off the origin: unit normalisation keeps the geometry
+        x[:, 2:] = centres[s, rng.integers(0, styles, n)] + rng.normal(
+            scale=0.15, size=(n, dim - 2)
+        )
+        labels = {"s": s.astype(np.int64), "u": u.astype(np.int64)}
+        return EmbeddingDataset(
+            ids=pa.array(np.arange(n, dtype=np.int64)), x=x.astype(np.float32), labels=labels,
+            encodings={k: LabelEncoding(k, (0, 1)) for k in labels}, source="styles",
+        )  # fmt: skip
+
+    return draw(fit_rows, np.random.default_rng(seed + 1)), draw(
+        release_rows, np.random.default_rng(seed + 2)
+    )
 
 
+@pytest.mark.slow
 def test_cells_remove_what_the_repair_leaves_at_a_fine_scale_and_keep_u():
-    """The audit's view: attackers trained on one half of the held-out rows' release, tested
-    on the other. The repair alone leaves the styles (gradient boosting reads s well above
-    chance); with ``cell_rows`` every family is at chance, and u is kept."""
+    """The audit's view at the size users release: attackers trained on one half of 20,000
+    fresh rows' release, tested on the other. The repair alone leaves the styles (every
+    nonlinear family reads s near 0.9). Cells remove most of it, and how much depends on the
+    resolution: 10 fit rows per cell still read s at about 0.64 (on 500 rows it looked like
+    chance, a claim that failed at scale), 100 rows per cell are within 0.04 of chance for
+    every family, and u is kept. Hence the gate judges the release rows, never a sample."""
     torch.set_num_threads(1)
     tr, te = styles_case()
     a, b = np.arange(len(te) // 2), np.arange(len(te) // 2, len(te))
-    base = chance(te.labels["s"])
+    base = chance(te.labels["s"][b])
     read = {}
-    for name, params in (("repair", {}), ("cells", {"cell_rows": 10})):
+    for name, params in (
+        ("repair", {}),
+        ("fine", {"cell_rows": 10}),
+        ("coarse", {"cell_rows": 100}),
+    ):
         fit = get_method("ot_repair").fit(tr, suppress=["s"], preserve=["u"], seed=0,
                                           progress=False, params=params)  # fmt: skip
         r = release(fit.modifier, te.x, 2)
         read[name] = {a_: attack(r[a], te.labels[a_][a], r[b], te.labels[a_][b]) for a_ in "su"}
-    assert fit.extra["cells"] == round(len(tr) / (10 * 2))
-    assert read["repair"]["s"]["gboost"] > base + 0.08, read
-    assert all(v <= base + 0.05 for v in read["cells"]["s"].values()), read
+    assert fit.extra["cells"] == round(len(tr) / (100 * 2))
+    assert min(read["repair"]["s"][f] for f in ("mlp", "knn", "gboost")) > base + 0.3, read
+    worst = {k: max(read[k]["s"].values()) for k in read}
+    assert worst["fine"] < worst["repair"] - 0.2, read  # most of it removed...
+    assert worst["fine"] > base + 0.06, read  # ...but not all: 10 rows per cell is too fine
+    assert worst["coarse"] <= base + 0.04, read
     original_u = attack(te.x[a], te.labels["u"][a], te.x[b], te.labels["u"][b])
-    assert all(read["cells"]["u"][f] >= 0.9 * original_u[f] for f in ATTACKERS), read
+    assert all(read["coarse"]["u"][f] >= 0.9 * original_u[f] for f in ATTACKERS), read
 
 
 def many_r_case(n: int = 2400, dim: int = 8, seed: int = 0):
