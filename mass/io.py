@@ -233,7 +233,8 @@ class LabelEncoding:
             row = first_null(idx)
             raise LabelError(
                 f"{source}: label column '{self.name}' row {row} has value "
-                f"{values[row].as_py()!r}, unseen at training time (known: {list(self.classes)})"
+                f"{values[row].as_py()!r}, unseen at training time (known: "
+                f"{some_classes(self.classes)})"
             )
         return idx.to_numpy(zero_copy_only=False).astype(np.int64)
 
@@ -253,6 +254,30 @@ class EmbeddingDataset:
 
     def num_classes(self, attr: str) -> int:
         return len(self.encodings[attr].classes)
+
+
+def some_classes(classes, limit: int = 12) -> str:
+    """A class list for a message: all of it, or its first ``limit`` and how many there are."""
+    classes = list(classes)
+    if len(classes) <= limit:
+        return repr(classes)
+    return f"{classes[:limit]!r} and {len(classes) - limit} more, {len(classes)} in all"
+
+
+def refuse_continuous_labels(values: pa.Array, col: str, *, source: str) -> None:
+    """A float label column is a class only where every value is a whole number: a
+    measurement (0.37, NaN) would become thousands of one-row classes; refused naming a row."""
+    if not pa.types.is_floating(values.type):
+        return
+    v = values.to_numpy(zero_copy_only=False)
+    bad = ~np.isfinite(v) | (v != np.round(v))
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise LabelError(
+            f"{source}: label column '{col}' is {values.type} with {int(bad.sum())} values that "
+            f"are not whole numbers (first at row {row}: {v[row]!r}); labels are classes "
+            "(ints, strings or booleans): bin a measurement into classes before naming it"
+        )
 
 
 def refuse_null_labels(values: pa.Array, col: str, *, source: str) -> None:
@@ -287,6 +312,7 @@ def decode_labels(
         )
     values = table.column(col).combine_chunks()
     refuse_null_labels(values, col, source=source)
+    refuse_continuous_labels(values, col, source=source)
     if encoding is None:
         classes = sorted(pc.unique(values).to_pylist())
         if require_multiclass and len(classes) < 2:

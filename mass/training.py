@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import time
 from collections.abc import Mapping
@@ -55,7 +56,8 @@ def plan_train(args: argparse.Namespace) -> TrainJob:
     """The plan of `mass train` from its parsed flags and --config; every check that needs
     no data runs here (and the suppress/preserve names against the data's schema)."""
     method, suppress, preserve, params = resolve(args)
-    check_out(args.out)
+    check_out(args.out, inputs={"--data": args.data, "--val": args.val})
+    check_search_flags(args)
     if not suppress:
         raise ConfigError("suppress: empty; pass --suppress or set train.suppress in --config")
     calibrate = not (args.config or args.mode or args.method)
@@ -165,8 +167,28 @@ def check_columns(spec: str, suppress: list[str], preserve: list[str],
                               f"(columns: {sorted(cols)})")  # fmt: skip
 
 
-def check_out(out: str) -> None:
-    """``--out`` is a run directory: a path that exists as anything else is refused up front."""
+def check_search_flags(args: argparse.Namespace) -> None:
+    """--attackers names known families; --budget-minutes is a positive number of minutes."""
+    from mass.metrics.scores import ATTACKER_FAMILIES
+
+    for family in parse_names(args.attackers, where="--attackers"):
+        if family not in ATTACKER_FAMILIES:
+            raise ConfigError(f"--attackers: unknown family {family!r}; choose from "
+                              f"{', '.join(ATTACKER_FAMILIES)}")  # fmt: skip
+    budget = args.budget_minutes
+    if budget is not None and not (math.isfinite(budget) and budget > 0):
+        raise ConfigError(f"--budget-minutes {budget}: must be a positive number of minutes")
+
+
+def check_out(out: str, inputs: Mapping[str, str | None] | None = None) -> None:
+    """``--out`` is a run directory: a path that exists as anything else is refused up front,
+    and so is one that is, or is inside, an input directory (its files would join the data)."""
+    from mass.release.ownership import lies_inside
+
+    for flag, path in (inputs or {}).items():
+        if path and os.path.isdir(path) and lies_inside(out, path):
+            raise ConfigError(f"--out {out}: is inside {flag} {path}; the run's files would be "
+                              "read as data there; pass a directory outside it")  # fmt: skip
     if os.path.lexists(out) and not os.path.isdir(out):
         kind = "a symlink to nothing" if os.path.islink(out) else "a file"
         raise ConfigError(
@@ -213,10 +235,16 @@ def _train_explicit(job: TrainJob, train_ds, sample_note) -> int:
     hp = method.parse(dict(job.params), suppress=suppress, preserve=preserve)
     resolved = method.resolve(hp, suppress=suppress, preserve=preserve)
     chash = config_hash(resolved)
+    made = not os.path.lexists(job.out)
     os.makedirs(job.out, exist_ok=True)
     t0 = time.perf_counter()
-    res = method.fit(train_ds, suppress=suppress, preserve=preserve, params=hp, val=val,
-                     progress=job.progress, run_dir=job.out, resume=job.resume)  # fmt: skip
+    try:
+        res = method.fit(train_ds, suppress=suppress, preserve=preserve, params=hp, val=val,
+                         progress=job.progress, run_dir=job.out, resume=job.resume)  # fmt: skip
+    except BaseException:  # interrupted or failed: a run directory this run made and left
+        if made and not os.listdir(job.out):  # empty is removed (a checkpoint is kept)
+            os.rmdir(job.out)
+        raise
     seconds = time.perf_counter() - t0
     metrics = {
         "method": job.method, "config_hash": chash, "train_seconds": seconds,

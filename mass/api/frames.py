@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from mass.errors import InputError, first_null
 from mass.io import check_ids as io_check_ids
-from mass.io import refuse_null_labels
+from mass.io import refuse_continuous_labels, refuse_null_labels
 from mass.names import parse_names
 
 
@@ -132,13 +132,14 @@ def label_columns(labels, names: list[str], n: int, *, what: str = "labels") -> 
 
 def _classes(col, name: str, *, what: str):
     """A float label column whose values are all whole numbers (pandas turns ints into floats)
-    as int64; any other float column is refused (classes, not measurements)."""
+    as int64; any other float column is refused (classes, not measurements:
+    :func:`mass.io.refuse_continuous_labels`, as a ValueError)."""
     if not pa.types.is_floating(col.type):
         return col
+    with _as_value_error():
+        refuse_continuous_labels(pa.array(col) if not isinstance(col, pa.Array) else col,
+                                 name, source=what)  # fmt: skip
     v = col.to_numpy(zero_copy_only=False) if hasattr(col, "to_numpy") else np.asarray(col)
-    if not np.isfinite(v).all() or (v != np.round(v)).any():
-        raise ValueError(f"{what}: column '{name}' is {col.type} with values that are not whole "
-                         "numbers (or NaN); labels are ints, strings or booleans")  # fmt: skip
     return pa.array(v.astype(np.int64))
 
 

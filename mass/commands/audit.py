@@ -179,6 +179,19 @@ def _near(args: argparse.Namespace):
                           release_meta=meta, release=args.release)  # fmt: skip
 
 
+def _check_report_outside(report: str, release: str) -> None:
+    """The report names the suppressed attributes' verdicts and per-class figures: written
+    inside the release it would be published to the release's readers; refused up front."""
+    from mass.errors import OutputPathError
+    from mass.release.ownership import input_roots, lies_inside
+
+    for root in input_roots(release):
+        if lies_inside(report, root):
+            raise OutputPathError(f"--report {report}: lies inside --release {release}; the "
+                                  "report would reach the release's readers: pass a directory "
+                                  "outside it (nothing was written)")  # fmt: skip
+
+
 def run(args: argparse.Namespace) -> int:
     from mass.audit import AuditRequest
     from mass.audit.into import audit_into
@@ -188,6 +201,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.suppress:
         raise ConfigError("--suppress: name at least one attribute")
+    _check_report_outside(args.report, args.release)
     # the gate's default: --params, else ./params.yaml when present, else built-in
     policy, source = resolve_policy(args.params, flag="--params")
     print(f"audit: {args.release}: policy from {source}", flush=True)

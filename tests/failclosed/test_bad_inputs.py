@@ -223,6 +223,21 @@ def _train_out_file(c: Ctx) -> list[str]:
     return argv
 
 
+def _train_out_inside_data(c: Ctx) -> list[str]:
+    data = c.tmp / "data"
+    data.mkdir()
+    c.fc.write_input(data / "part-0.parquet")
+    argv = _train(c, str(data), "--suppress", "digit")
+    argv[argv.index("--out") + 1] = str(data / "run")
+    return argv
+
+
+def _audit_report_in_release(c: Ctx) -> list[str]:
+    labels = c.input("labels.parquet", image=None)
+    return ["audit", "--release", str(c.out), "--labels", labels, "--suppress", "digit",
+            "--report", str(c.out / "report"), "--no-chart"]  # fmt: skip
+
+
 A = Ctx.anonymize
 CASES = [
     # -- files -----------------------------------------------------------------------------
@@ -325,6 +340,22 @@ CASES = [
          E.ConfigError, ("suppress/preserve", "digit")),
     Case("train-out-is-a-file", _train_out_file, E.ConfigError, ("--out", "run.txt",
                                                                   "is a file")),
+    Case("train-out-inside-data", _train_out_inside_data, E.ConfigError,
+         ("--out", "inside --data", "data/run")),
+    Case("train-unknown-attacker", lambda c: _train(c, c.input(), "--suppress", "digit",
+                                                    "--attackers", "logreg,forest"),
+         E.ConfigError, ("--attackers", "'forest'", "gboost")),
+    Case("train-nan-budget", lambda c: _train(c, c.input(), "--suppress", "digit",
+                                              "--budget-minutes", "nan"),
+         E.ConfigError, ("--budget-minutes", "nan", "positive")),
+    Case("train-attribute-named-twice", lambda c: _train(c, c.input(), "--suppress",
+                                                         "digit,digit"),
+         E.ConfigError, ("--suppress", "'digit'", "more than once")),
+    Case("train-continuous-label", lambda c: _train(c, c.input(
+        digit=pa.array(np.random.default_rng(0).random(600))), "--suppress", "digit"),
+         E.LabelError, ("in.parquet", "'digit'", "not whole numbers", "row 0", "bin")),
+    Case("audit-report-inside-release", _audit_report_in_release, E.OutputPathError,
+         ("--report", "inside --release")),
     Case("audit-unseen-class", _audit_unseen, E.LabelError, ("labels.parquet", "'digit'",
                                                               "row 4", "11")),
     Case("audit-single-class-label", _audit_single_class, E.LabelError,
@@ -642,3 +673,41 @@ def test_new_input_errors_reach_the_user_as_named_cli_errors(tmp_path, fc, capsy
     err = capsys.readouterr().err
     assert rc == 2 and "mass anonymize: error: MissingInputError:" in err and "holds no rows" in err
     assert (tmp_path / "run.txt").read_text() == "notes" and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, OSError])
+def test_a_passing_report_says_when_nothing_was_published(stop, tmp_path, monkeypatch, fc):
+    """The gate passed and wrote audit.json ("pass": true), then the commit was stopped (Ctrl-C,
+    a failing rename): audit.json records ``published: false`` and why, so a passing report is
+    never read as a published release; the previous release stays. The audit here is a stand-in
+    that passes (the stand-in model suppresses nothing), the commit's failure a real raise."""
+    import beam_pipelines.anonymize as job
+    from mass import fs
+    from mass.release import publish
+
+    def passing_audit(j, plan, staged, q_ids, **kw):
+        fs.makedirs(str(j.report))
+        path = fs.join(str(j.report), "audit.json")
+        fs.write_json(path, {"pass": True})
+        return {"verdict": "pass", "report": path, "policy": "stand-in"}
+
+    swap = publish.swap_into_place
+
+    def stopped(staging, to, **kw):
+        if to != str(out):  # the quarantine is published first
+            return swap(staging, to, **kw)
+        raise stop("stopped at the commit")
+
+    src, out = tmp_path / "in.parquet", tmp_path / "release"
+    monkeypatch.setattr(job, "audit_staged", passing_audit)
+    monkeypatch.setattr(publish, "swap_into_place", stopped)
+    fc.write_input(src)
+    before = fc.fake_previous_release(out)
+    with pytest.raises(stop) as info:
+        _anonymize_in_process(str(src), out)
+    assert str(info.value) == "stopped at the commit"
+    doc = json.loads((tmp_path / "release_report" / "audit.json").read_text())
+    assert doc["pass"] is True and doc["published"] is False, doc
+    why = "interrupted (SIGINT)" if stop is KeyboardInterrupt else "OSError: stopped at the commit"
+    assert doc["not_published"].endswith(why) and str(out) in doc["not_published"], doc
+    assert fc.snapshot(out) == before
