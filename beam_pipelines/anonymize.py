@@ -40,7 +40,7 @@ import time
 import apache_beam as beam
 import pyarrow as pa
 
-from beam_pipelines.gate import audit_staged
+from beam_pipelines.gate import audit_staged, mark_not_published
 from beam_pipelines.options import (
     counter,
     parse_job_argv,
@@ -235,7 +235,19 @@ def _run(job: AnonymizeJob, staging: Staging, test_pipeline, handler, decided: D
                                     verified=verified))  # fmt: skip
         return verdict
 
-    rows_out = publish_release(
+    try:
+        rows_out = _publish(job, staging, checked, q_ids, q_doc, out_schema, gate, unchanged)
+    except BaseException as e:
+        if verdict:  # the gate passed, yet nothing was published
+            mark_not_published(verdict, job.output, e)
+        raise
+    secs = time.monotonic() - t0
+    unchanged["verified_in_process"] = reference is not None
+    return _summary(job, decided, result, rows_out, q_doc["rows"], secs, verdict, unchanged)
+
+
+def _publish(job, staging, checked, q_ids, q_doc, out_schema, gate, unchanged) -> int:
+    return publish_release(
         staging.stage,
         job.output,
         expected_ids=checked.index,
@@ -251,9 +263,6 @@ def _run(job: AnonymizeJob, staging: Staging, test_pipeline, handler, decided: D
         quarantine={"rows": q_doc["rows"], "sha256": [p["sha256"] for p in q_doc["parts"]]},
         unchanged=unchanged,
     )
-    secs = time.monotonic() - t0
-    unchanged["verified_in_process"] = reference is not None
-    return _summary(job, decided, result, rows_out, q_doc["rows"], secs, verdict, unchanged)
 
 
 def _build(p, job, staging, handler, decided, *, dim, out_schema, q_schema, reference) -> None:

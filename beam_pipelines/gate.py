@@ -161,12 +161,31 @@ def audit_staged(
     if not metrics.get("pass"):
         kept = (f"a previous release at {job.output} is kept" if fs.exists(job.output)
                 else f"nothing is at {job.output}")  # fmt: skip
+        hopeless = [w for w in metrics.get("warnings") or [] if "can pass" in w]
         raise AuditFailedError(
             f"{job.output}: the staged release failed its audit ({_failures(metrics)}); "
-            f"report: {report}; nothing published ({kept})"
+            f"report: {report}; nothing published ({kept})" + "".join(f"; {w}" for w in hopeless)
         )
     log.info("audit passed: %s", path)
     return {"verdict": "pass", "report": path, "policy": job.policy_source}
+
+
+def mark_not_published(verdict: dict, output: str, error: BaseException) -> None:
+    """The audit passed but the release was not published (interrupted, or the commit
+    failed): its audit.json says so (``published: false`` and why), so that a passing report
+    is never read as a published release. Best effort: the original error is what propagates."""
+    path = verdict.get("report")
+    if not path:
+        return
+    why = "interrupted (SIGINT)" if isinstance(error, KeyboardInterrupt) else (
+        f"{type(error).__name__}: {error}")  # fmt: skip
+    try:
+        doc = fs.read_json(path)
+        doc.update(published=False, not_published=f"{output}: nothing published after the "
+                   f"audit passed: {why}")  # fmt: skip
+        fs.write_json(path, doc)
+    except Exception as e:  # noqa: BLE001 - the report is secondary to the error raised
+        log.error("could not mark %s as not published: %s", path, e)
 
 
 def _over_own_limit(what: str, bounds: dict, limits: dict) -> str:

@@ -148,6 +148,11 @@ def main(argv: list[str] | None = None) -> int:
     except MassError as e:
         print(f"mass {command}: error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C / SIGINT: the same unwinding as SIGTERM, no traceback
+        print(f"mass {command}: interrupted (SIGINT, exit 130): stopped before finishing; "
+              "nothing was published, and this run's private and staged files were removed",
+              file=sys.stderr)  # fmt: skip
+        return 130
 
 
 if __name__ == "__main__":

@@ -162,3 +162,51 @@ def _cmd(p: psutil.Process) -> list[str]:
         return p.cmdline()
     except psutil.Error:
         return []
+
+
+TRAIN = """
+import sys
+import numpy as np, pyarrow as pa, pyarrow.parquet as pq
+from mass.cli import main
+from mass.embeddings import embedding_array
+
+tmp = sys.argv[1]
+rng = np.random.default_rng(0)
+n = 20000
+x = rng.normal(size=(n, 16)).astype(np.float32)
+pq.write_table(pa.table({"id": np.arange(n), "emb": embedding_array(x),
+                         "s": rng.integers(0, 2, n), "u": rng.integers(0, 3, n)}),
+               tmp + "/train.parquet")
+print("written", flush=True)
+sys.exit(main(["train", "--data", tmp + "/train.parquet", "--suppress", "s", "--preserve", "u",
+               "--method", "mass", "--epochs", "500", "--no-progress", "--out", tmp + "/run"]))
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_command_by_name_without_a_traceback(tmp_path, child):
+    """SIGINT (Ctrl-C, or a scheduler's interrupt) unwinds like SIGTERM: `mass train` exits 130
+    with one line saying so, no traceback, and a run directory it made is not left empty
+    (before: a KeyboardInterrupt traceback, exit 1 and an empty --out)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASS_LOCAL_CONFIG": ""}
+    err = open(tmp_path / "stderr", "w")  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen([sys.executable, "-c", TRAIN, str(tmp_path)], env=env,
+                            stdout=subprocess.PIPE, stderr=err, text=True)  # fmt: skip
+    run = tmp_path / "run"
+    try:
+        assert child.first_line(proc, "the training (writing its input)").strip() == "written"
+        deadline = time.monotonic() + 120
+        while not run.exists() and time.monotonic() < deadline:  # made just before the fit
+            assert proc.poll() is None, "mass train ended before it made --out"
+            time.sleep(0.01)
+        time.sleep(1.0)  # inside the fit
+        proc.send_signal(signal.SIGINT)
+        code = child.exit_code(proc, "mass train after SIGINT")
+    finally:
+        child.stop(proc)
+    err.close()
+    said = (tmp_path / "stderr").read_text()
+    assert code == 130, said
+    assert "mass train: interrupted (SIGINT, exit 130)" in said
+    assert "Traceback" not in said and "KeyboardInterrupt" not in said
+    assert not run.exists() or {p.name for p in run.iterdir()} <= {"checkpoint.pt"}
