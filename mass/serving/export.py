@@ -117,6 +117,7 @@ def export_modifier(
     check_model_name(name)
     key = signing_key(key, purpose="sign")  # before any work: an unsigned export is useless
     weights = _checkpoint(run_dir, "modifier.pt")
+    _refuse_after_refused_calibration(weights)
     try:
         model = load_modifier(str(weights))
         meta = modifier_meta(str(weights))
@@ -315,6 +316,23 @@ ensemble_scheduling {{
     atomic_write(model_dir / "1" / C.EXPORT_JSON, json.dumps(meta, indent=2, sort_keys=True) + "\n")
     sign_version_dir(model_dir / "1", key)
     return model_dir
+
+
+def _refuse_after_refused_calibration(weights: Path) -> None:
+    """A calibration that found nothing writes its calibration.json (``chosen: null``) and no
+    model, so a modifier.pt an earlier run left in the same directory is not what that run
+    decided: exporting it would serve a model the latest calibration refused."""
+    cal = weights.parent / "calibration.json"
+    if not cal.is_file() or cal.stat().st_mtime_ns < weights.stat().st_mtime_ns:
+        return
+    try:
+        doc = json.loads(cal.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # not ours to judge here: the modifier's own checks follow
+    if isinstance(doc, dict) and "chosen" in doc and doc["chosen"] is None:
+        raise ConfigError(f"{weights}: {cal.name} beside it records a calibration that found "
+                          "no configuration meeting the policy, written after this modifier.pt "
+                          "(an earlier run's): nothing to export; retrain into a new --out")  # fmt: skip
 
 
 def _checkpoint(path: str | os.PathLike[str], default_name: str) -> Path:

@@ -116,6 +116,24 @@ def test_missing_run_and_bad_parameters_name_the_problem(tmp_path):
         export_modifier(run, tmp_path / "repo", "a/b")
 
 
+def test_a_modifier_left_before_a_refused_calibration_is_not_exported(tmp_path):
+    """A calibration that found nothing writes calibration.json (chosen null) and no model:
+    the modifier.pt an earlier run left there is refused, not signed; once a later run writes
+    its own modifier.pt, it exports again."""
+    import os
+
+    run = make_run(tmp_path)
+    cal = run / "calibration.json"
+    cal.write_text(json.dumps({"chosen": None, "verdict": "nothing passes"}))
+    old = (run / "modifier.pt").stat().st_mtime_ns
+    os.utime(cal, ns=(old + 10**9, old + 10**9))
+    with pytest.raises(ConfigError, match="calibration.json.*no configuration meeting"):
+        export_modifier(run, tmp_path / "repo", "mod")
+    assert not (tmp_path / "repo").exists()
+    os.utime(run / "modifier.pt", ns=(old + 2 * 10**9, old + 2 * 10**9))  # a later run's model
+    assert export_modifier(run, tmp_path / "repo", "mod").version == 1
+
+
 def test_ensemble_chains_extractor_into_modifier(tmp_path):
     from mass.demo.extractor import EncoderConfig, ImageEncoder, save_extractor
 
