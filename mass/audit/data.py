@@ -159,11 +159,20 @@ class LabelStats:
         return encs
 
 
+def _textual(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_dictionary(t)
+
+
 def positions(ids: pa.Array, reference: pa.Array) -> np.ndarray:
-    """Row of each ``ids`` value in ``reference`` (-1 where absent), by Arrow hash lookup."""
+    """Row of each ``ids`` value in ``reference`` (-1 where absent), by Arrow hash lookup.
+    Ids of another type are compared as their text when either side is text (the integer 7
+    is the string "7", never "007" or " 7"), else cast to ``ids``' type."""
     if ids.type != reference.type:
         try:
-            reference = reference.cast(ids.type)
+            if _textual(ids.type) or _textual(reference.type):
+                ids, reference = ids.cast(pa.string()), reference.cast(pa.string())
+            else:
+                reference = reference.cast(ids.type)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return np.full(len(ids), -1, dtype=np.int64)  # incomparable ids match nothing
     idx = pc.index_in(ids, value_set=reference)

@@ -83,3 +83,17 @@ def test_ids_past_2_53_and_uint64_are_read_exactly():
         few = pa.array([base, base + 1, None, base], typ)  # <= max_levels values: one-hot
         assert encode_columns({"id": few}, 4).tolist() == [[1, 0, 0], [0, 1, 0], [0, 0, 1],
                                                            [1, 0, 0]]  # fmt: skip
+
+
+def test_labels_join_ids_of_another_type_by_their_exact_text():
+    """A labels table whose ids are text joins integer release ids only where the text is the
+    integer's own ("7"), never a padded or spaced look-alike ("007", " 8"), and a text id that
+    is no integer does not stop the others from joining (before: "007" was cast to 7, and one
+    such value made every row unmatched)."""
+    from mass.audit.data import positions
+
+    release = pa.array([7, 8, 9, 10], pa.int64())
+    labels = pa.array(["007", " 8", "9", "x10", "10"])
+    assert positions(release, labels).tolist() == [-1, -1, 2, 4]
+    assert positions(pa.array(["9", "007"]), pa.array([7, 9], pa.int32())).tolist() == [1, -1]
+    assert positions(pa.array([7, 9], pa.int32()), pa.array([9, 7], pa.int64())).tolist() == [1, 0]
