@@ -222,6 +222,32 @@ def _spec(req: AuditRequest, n_labels: int, n_input: int | None, reports, *,
     )  # fmt: skip
 
 
+def none_can_pass(r: AttributeReport, y: np.ndarray | None, encoding=None) -> str | None:
+    """Why no release of these audited rows can pass suppressed attribute ``r``, if none can:
+    a judge at chance (the constant guess of the commonest class, what a retrained attacker of a
+    perfectly suppressed release predicts) already has a balanced 95% upper bound over the
+    limit, because a class has too few rows to bound its recall. None when one could pass."""
+    if r.role != "suppressed" or y is None or not r.balanced_ci_high or not len(y):
+        return None
+    from mass.metrics.scores import balanced_upper
+
+    classes, counts = np.unique(y, return_counts=True)
+    guess = np.full(len(y), classes[np.argmax(counts)])
+    bound = balanced_upper(y, guess, z_value(r.confidence))
+    limit = r.balanced_baseline + min(r.margins.values(), default=0.05)
+    if bound <= limit:
+        return None
+    rare = int(np.argmin(counts))
+    name = encoding.classes[int(classes[rare])] if encoding is not None else classes[rare]
+    return (
+        f"{r.name}: no release of these {len(y)} audited rows can pass: even a judge at "
+        f"chance (a constant guess) has a balanced 95% upper bound of {bound:.3f}, over the "
+        f"limit {limit:.3f}, because class {name!r} has only {int(counts[rare])} "
+        f"row{'' if counts[rare] == 1 else 's'}; "
+        "audit more rows of it, merge it into another class, or drop the attribute"
+    )
+
+
 def min_rows(chance: float, margin: float, confidence: float) -> int:
     """Rows from which a judge at ``chance`` keeps its upper bound 2 standard errors below
     chance + margin: ((z + 2) / margin)^2 p (1 - p)."""
@@ -338,6 +364,8 @@ def run_audit(req: AuditRequest) -> AuditResult:
                 f"~2 standard errors below the limit from {need} rows on: with fewer, a clean "
                 "release can fail by chance (audit more rows, not a wider margin)"
             )
+    warnings += [w for r in reports
+                 if (w := none_can_pass(r, s.y.get(r.name), s.encodings.get(r.name)))]  # fmt: skip
     warnings += calibrated_size_hint(reports, req.run_dir)
     for w in warnings:
         log.warning("%s", w)

@@ -43,6 +43,9 @@ class Shape:
     joint_rare: tuple[str, ...] = ()  # calibration.json's rare S x R cells ("s=1, r=0")
     rows: int = ROWS
     watch: str = ""  # a --watch attribute (neither suppressed nor preserved)
+    # the audited S has a class too small for any release to pass (its balanced bound at
+    # chance is over the limit): audit.json's warnings say so, naming the class
+    none_pass: str = ""
 
 
 def _base(rng, n):
@@ -117,15 +120,20 @@ def nulls(rng, n):
 
 
 SHAPES = [
-    Shape("singleton-in-S", singleton_s, "s", "r", rare={"s": {"5"}}, joint_rare=("s=5, r=",)),
+    Shape("singleton-in-S", singleton_s, "s", "r", rare={"s": {"5"}}, joint_rare=("s=5, r=",),
+          none_pass="class 5 has only 1 row"),
     Shape("singleton-in-R", singleton_r, "s", "r", rare={"r": {"9"}}),
     Shape("singleton-joint-SxR", singleton_joint, "s", "r", joint_rare=("s=0, r=1",)),
-    Shape("majority-99.9", majority_999, "s", "r", rare={"s": {"1"}}, rows=1000),
+    Shape("majority-99.9", majority_999, "s", "r", rare={"s": {"1"}}, rows=1000,
+          none_pass="class 1 has only 1 row"),
     Shape("class-only-in-validation", only_in_val, "s", "r", val=val_with_new_class,
-          train_refusal=E.LabelError, rare={"s": {"7"}}),
-    Shape("string-labels", strings, "s", "r", rare={"s": {"pacific islander", "native"}}),
-    Shape("integer-labels", integers, "s", "r", rare={"s": {"99", "98"}}),
-    Shape("boolean-labels", booleans, "s", "r", rare={"s": {"True"}}),
+          train_refusal=E.LabelError, rare={"s": {"7"}}, none_pass="class 7 has only 1 row"),
+    Shape("string-labels", strings, "s", "r", rare={"s": {"pacific islander", "native"}},
+          none_pass="has only 1 row"),
+    Shape("integer-labels", integers, "s", "r", rare={"s": {"99", "98"}},
+          none_pass="class 99 has only 1 row"),
+    Shape("boolean-labels", booleans, "s", "r", rare={"s": {"True"}},
+          none_pass="class True has only 1 row"),
     Shape("null-labels", nulls, "s", "r", refusal=E.InvalidValueError),
     Shape("singleton-in-watch", singleton_w, "s", "r", watch="w", rare={"w": {"8"}}),
 ]  # fmt: skip
@@ -218,6 +226,13 @@ def test_audit_reaches_a_verdict_and_lists_rare_classes(shape, tmp_path, fc):
     assert err is None and rc in (0, 1), f"{shape.name}: {rc} {err!r}"
     audit = json.loads((out / "audit.json").read_text())
     assert audit["rare_classes"]["rule"]
+    hopeless = [w for w in audit["warnings"] if "no release of these" in w]
+    assert bool(hopeless) == bool(shape.none_pass), (shape.name, audit["warnings"])
+    if shape.none_pass:  # the attribute, the rows, the class and its count
+        assert hopeless[0].startswith(f"{shape.suppress}: no release of these {shape.rows} "), (
+            hopeless
+        )
+        assert shape.none_pass in hopeless[0] and rc == 1, (hopeless, rc)
     for attr, classes in shape.rare.items():
         row = (audit["unnamed"]["watch"] if attr == shape.watch else audit["attributes"])[attr]
         listed = row["rare_classes"]
