@@ -190,8 +190,11 @@ def test_ctrl_c_stops_a_command_by_name_without_a_traceback(tmp_path, child):
     (before: a KeyboardInterrupt traceback, exit 1 and an empty --out)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MASS_LOCAL_CONFIG": ""}
     err = open(tmp_path / "stderr", "w")  # noqa: SIM115 (closed below)
+    # a shell's background job (CI's, nohup's) starts with SIGINT ignored, and Python then
+    # installs no handler: the child gets the default disposition, as at a terminal
     proc = subprocess.Popen([sys.executable, "-c", TRAIN, str(tmp_path)], env=env,
-                            stdout=subprocess.PIPE, stderr=err, text=True)  # fmt: skip
+                            stdout=subprocess.PIPE, stderr=err, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     run = tmp_path / "run"
     try:
         assert child.first_line(proc, "the training (writing its input)").strip() == "written"
