@@ -231,10 +231,17 @@ def read_yaml(path: str, *, flag: str = "--config", missing: type[Exception] = M
     import yaml
 
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             doc = yaml.load(f, Loader=_unique_key_loader())  # noqa: S506 (a SafeLoader)
     except FileNotFoundError as e:
         raise missing(f"{path}: no such {what}; check {flag}") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"{path}: not UTF-8 (byte {e.start}: {e.object[e.start : e.start + 1]!r}); "
+            f"save the {what} as UTF-8 ({flag})"
+        ) from e
+    except IsADirectoryError as e:
+        raise ConfigError(f"{path}: is a directory, not a {what}; check {flag}") from e
     except _DuplicateKey as e:
         raise ConfigError(
             f"{path}: duplicate key {e.key!r} (line {e.line}, first at line {e.first}); YAML "
@@ -249,9 +256,12 @@ def read_yaml(path: str, *, flag: str = "--config", missing: type[Exception] = M
 
 
 def read_section(path: str | None, section: str = "train", *, flag: str = "--config") -> dict:
-    """The ``section`` of a params.yaml (or the whole file when it has no such section)."""
-    if not path:
+    """The ``section`` of a params.yaml (or the whole file when it has no such section);
+    None: no file. An empty path is refused (it would silently mean no config)."""
+    if path is None:
         return {}
+    if not str(path).strip():
+        raise ConfigError(f"{flag} '{path}': empty; name a params.yaml or drop {flag}")
     doc = read_yaml(path, flag=flag)
     sub = doc.get(section, doc)
     if not isinstance(sub, dict):

@@ -264,13 +264,26 @@ def some_classes(classes, limit: int = 12) -> str:
     return f"{classes[:limit]!r} and {len(classes) - limit} more, {len(classes)} in all"
 
 
+def refuse_label_type(values: pa.Array, col: str, *, source: str) -> None:
+    """A label is one class per row: a nested value (list, struct, map) is refused naming the
+    column and its type, and so is a float column that is no class
+    (:func:`refuse_continuous_labels`)."""
+    t = values.type
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if pa.types.is_nested(t):
+        raise LabelError(f"{source}: label column '{col}' is {t}: a label is one class per row "
+                         "(an int, string or boolean); flatten or pick one value per row")  # fmt: skip
+    refuse_continuous_labels(values, col, source=source)
+
+
 def refuse_continuous_labels(values: pa.Array, col: str, *, source: str) -> None:
     """A float label column is a class only where every value is a whole number: a
     measurement (0.37, NaN) would become thousands of one-row classes; refused naming a row."""
     if not pa.types.is_floating(values.type):
         return
     v = values.to_numpy(zero_copy_only=False)
-    bad = ~np.isfinite(v) | (v != np.round(v))
+    bad = (~np.isfinite(v) | (v != np.round(v))) & ~values.is_null().to_numpy(zero_copy_only=False)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         raise LabelError(
@@ -312,7 +325,7 @@ def decode_labels(
         )
     values = table.column(col).combine_chunks()
     refuse_null_labels(values, col, source=source)
-    refuse_continuous_labels(values, col, source=source)
+    refuse_label_type(values, col, source=source)
     if encoding is None:
         classes = sorted(pc.unique(values).to_pylist())
         if require_multiclass and len(classes) < 2:

@@ -185,6 +185,8 @@ def check_out(out: str, inputs: Mapping[str, str | None] | None = None) -> None:
     and so is one that is, or is inside, an input directory (its files would join the data)."""
     from mass.release.ownership import lies_inside
 
+    if not out.strip():
+        raise ConfigError(f"--out '{out}': empty; name the run directory to write")
     for flag, path in (inputs or {}).items():
         if path and os.path.isdir(path) and lies_inside(out, path):
             raise ConfigError(f"--out {out}: is inside {flag} {path}; the run's files would be "

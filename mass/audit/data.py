@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 
 from mass.embeddings import release_matrix
 from mass.errors import InvalidValueError, LabelError, first_null
-from mass.io import LabelEncoding
+from mass.io import LabelEncoding, refuse_label_type
 
 
 def _standardise(m: np.ndarray) -> np.ndarray:
@@ -112,6 +112,7 @@ class LabelStats:
         rows = pa.array(np.arange(first_row, first_row + batch.num_rows, dtype=np.int64))
         for attr in self.attrs:
             col = batch.column(attr)
+            refuse_label_type(col, attr, source=path)
             if col.null_count and attr not in self.first_null:
                 self.first_null[attr] = first_row + first_null(col)
             self.nulls[attr] += col.null_count

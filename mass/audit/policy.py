@@ -107,9 +107,11 @@ def _number(key: str, value: Any, *, lo: float, hi: float) -> float:
     return float(value)
 
 
-def _int(key: str, value: Any, *, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise ConfigError(f"audit.{key}: expected an integer >= {lo}, got {value!r}")
+def _int(key: str, value: Any, *, lo: int, hi: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo or (
+            hi is not None and value > hi):  # fmt: skip
+        within = f">= {lo}" if hi is None else f"from {lo} to {hi}"
+        raise ConfigError(f"audit.{key}: expected an integer {within}, got {value!r}")
     return int(value)
 
 
@@ -149,7 +151,11 @@ def policy_from_dict(section: Mapping[str, Any] | None) -> AuditPolicy:
             **{f: _number(f"attacker_margin.{f}", m, lo=0.0, hi=1.0) for f, m in am.items()},
         }
     suppress: dict[str, dict[str, float]] = {}
-    for attr, per in (sec.get("suppress") or {}).items():
+    overrides = sec.get("suppress") or {}
+    if not isinstance(overrides, Mapping):
+        raise ConfigError("audit.suppress: expected {attribute: margin or {judge: margin}}, "
+                          f"got {overrides!r}")  # fmt: skip
+    for attr, per in overrides.items():
         if isinstance(per, int | float) and not isinstance(per, bool):
             per = dict.fromkeys(judges, per)
         if not isinstance(per, Mapping):
@@ -168,9 +174,9 @@ def policy_from_dict(section: Mapping[str, Any] | None) -> AuditPolicy:
         str(a): _number(f"preserve.{a}", f, lo=0.0, hi=2.0) for a, f in preserve.items()
     }
     if "folds" in sec:
-        kw["folds"] = _int("folds", sec["folds"], lo=2)
+        kw["folds"] = _int("folds", sec["folds"], lo=2, hi=100)  # more is leave-one-out
     if "seed" in sec:
-        kw["seed"] = _int("seed", sec["seed"], lo=0)
+        kw["seed"] = _int("seed", sec["seed"], lo=0, hi=2**32 - 1)  # numpy's seed range
     if "max_rows" in sec:  # explicit null = every row
         m = sec["max_rows"]
         kw["max_rows"] = None if m is None else _int("max_rows", m, lo=10)

@@ -16,22 +16,14 @@ log = logging.getLogger(__name__)
 
 
 def read_policy(path: str | None):
-    """(policy, source): the audit's own policy (mass.audit.policy, the gate's) from
-    ``path``'s ``audit:`` section, else ./params.yaml's, else the built-in defaults."""
-    from mass.audit.policy import AuditPolicy, load_policy
-    from mass.config import read_yaml
-    from mass.errors import MassError
+    """(policy, source): the gate's own default (:func:`mass.audit.policy.resolve_policy`):
+    ``path``'s ``audit:`` section, else ./params.yaml's, else the built-in defaults. A
+    ./params.yaml the gate would refuse (a misspelt ``audti:``, a duplicate key, bad YAML)
+    is refused here too: calibrating to looser defaults than the user wrote is a silent
+    wrong result."""
+    from mass.audit.policy import resolve_policy
 
-    if path is None and os.path.exists("params.yaml"):
-        try:
-            doc = read_yaml("params.yaml")
-        except MassError:
-            doc = {}
-        if isinstance(doc.get("audit"), dict):
-            path = "params.yaml"
-    if path is None:
-        return AuditPolicy(), "built-in defaults"
-    return load_policy(path), f"{path} (audit:)"
+    return resolve_policy(path, flag="--policy")
 
 
 def resolve_watch(args, suppress, preserve, columns) -> list[str]:

@@ -185,6 +185,9 @@ def _check_report_outside(report: str, release: str) -> None:
     from mass.errors import OutputPathError
     from mass.release.ownership import input_roots, lies_inside
 
+    if not report.strip():
+        raise OutputPathError(f"--report '{report}': empty; name the report directory to write "
+                              "(nothing was written)")  # fmt: skip
     for root in input_roots(release):
         if lies_inside(report, root):
             raise OutputPathError(f"--report {report}: lies inside --release {release}; the "

@@ -238,6 +238,31 @@ def _audit_report_in_release(c: Ctx) -> list[str]:
             "--report", str(c.out / "report"), "--no-chart"]  # fmt: skip
 
 
+def _audit_with_policy(c: Ctx, policy: bytes) -> list[str]:
+    (c.tmp / "policy.yaml").write_bytes(policy)
+    labels = c.input("labels.parquet", image=None)
+    return ["audit", "--release", str(c.tmp / "rel.parquet"), "--labels", labels, "--suppress",
+            "digit", "--report", str(c.out), "--params", str(c.tmp / "policy.yaml"),
+            "--no-chart"]  # fmt: skip
+
+
+def _nested(rows=600):
+    return pa.array([[i % 10] for i in range(rows)], pa.list_(pa.int64()))
+
+
+def _audit_nested(c: Ctx) -> list[str]:
+    rel = c.tmp / "rel.parquet"
+    c.fc.write_input(rel, digit=None, parity=None, image=None, note=None)
+    labels = c.input("nested.parquet", digit=_nested(), image=None)
+    return ["audit", "--release", str(rel), "--labels", labels, "--suppress", "digit",
+            "--report", str(c.out), "--no-chart"]  # fmt: skip
+
+
+def _set(argv: list[str], flag: str, value: str) -> list[str]:
+    argv[argv.index(flag) + 1] = value
+    return argv
+
+
 A = Ctx.anonymize
 CASES = [
     # -- files -----------------------------------------------------------------------------
@@ -354,6 +379,29 @@ CASES = [
     Case("train-continuous-label", lambda c: _train(c, c.input(
         digit=pa.array(np.random.default_rng(0).random(600))), "--suppress", "digit"),
          E.LabelError, ("in.parquet", "'digit'", "not whole numbers", "row 0", "bin")),
+    Case("policy-not-utf8", lambda c: _audit_with_policy(c, b"# caf\xe9\naudit:\n  folds: 3\n"),
+         E.ConfigError, ("policy.yaml", "not UTF-8", "--params")),
+    Case("policy-suppress-as-list", lambda c: _audit_with_policy(
+        c, b"audit:\n  suppress: [digit]\n"), E.ConfigError, ("audit.suppress", "expected")),
+    Case("policy-seed-past-2-32", lambda c: _audit_with_policy(
+        c, b"audit:\n  seed: 99999999999\n"), E.ConfigError, ("audit.seed", "4294967295")),
+    Case("policy-folds-past-100", lambda c: _audit_with_policy(
+        c, b"audit:\n  folds: 5000\n"), E.ConfigError, ("audit.folds", "from 2 to 100")),
+    Case("train-policy-not-utf8", lambda c: (c.tmp / "p.yaml").write_bytes(b"# caf\xe9\n")
+         and _train(c, c.input(), "--suppress", "digit", "--policy", str(c.tmp / "p.yaml")),
+         E.ConfigError, ("p.yaml", "not UTF-8", "--policy")),
+    Case("train-nested-label", lambda c: _train(c, c.input(digit=_nested()), "--suppress",
+                                                "digit"),
+         E.LabelError, ("in.parquet", "'digit'", "list<", "one class per row")),
+    Case("audit-nested-label", lambda c: _audit_nested(c), E.LabelError,
+         ("nested.parquet", "'digit'", "list<")),
+    Case("train-empty-out", lambda c: _set(_train(c, c.input(), "--suppress", "digit"), "--out",
+                                           ""), E.ConfigError, ("--out", "empty")),
+    Case("train-empty-config", lambda c: _train(c, c.input(), "--suppress", "digit", "--config",
+                                                ""), E.ConfigError, ("--config", "empty")),
+    Case("audit-empty-report", lambda c: _set(_audit_with_policy(c, b"audit:\n  folds: 3\n"),
+                                              "--report", ""), E.OutputPathError,
+         ("--report", "empty")),
     Case("audit-report-inside-release", _audit_report_in_release, E.OutputPathError,
          ("--report", "inside --release")),
     Case("audit-unseen-class", _audit_unseen, E.LabelError, ("labels.parquet", "'digit'",

@@ -73,6 +73,14 @@ def test_mass_audit_and_the_gate_read_the_same_default_policy(tmp_path, monkeypa
     pol, source = resolve_policy(None)
     assert pol.attacker_margin["gboost"] == 0.07 and source == "params.yaml (audit:)"
     assert getattr(plan, "resolve_policy", resolve_policy) is resolve_policy  # one reader
+    from mass.calibrate.flow import read_policy  # mass train's calibration: the same reader
+
+    assert read_policy(None)[1] == "params.yaml (audit:)"
+    (tmp_path / "params.yaml").write_text("audti:\n  attacker_margin: 0.01\n")
+    with pytest.raises(ConfigError, match="audti"):  # was: calibrated to the built-in 0.05
+        read_policy(None)
+    with pytest.raises(ConfigError, match="audti"):
+        resolve_policy(None)
 
 
 def test_mass_audit_prints_its_policy_source(tmp_path, monkeypatch, capsys):

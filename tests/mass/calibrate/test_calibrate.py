@@ -77,7 +77,7 @@ def test_calibration_picks_a_passing_configuration_on_easy_data(files, tmp_path,
     assert (out / "calibration.png").stat().st_size > 1000
     cfg = yaml.safe_load((out / "config.yaml").read_text())["train"]
     assert cfg["calibration"]["candidate"] == chosen["candidate"]
-    assert cfg["calibration"]["policy_source"] == "built-in defaults"
+    assert cfg["calibration"]["policy_source"].startswith("built-in defaults")
     assert cfg["calibration"]["policy"]["confidence"] == 0.95  # the audit's policy object
     # the release of unseen rows holds up against attackers retrained on it
     test = load_embeddings(str(files / "test.parquet"), label_cols=["s", "u"])
