@@ -161,7 +161,9 @@ def audit_staged(
     if not metrics.get("pass"):
         kept = (f"a previous release at {job.output} is kept" if fs.exists(job.output)
                 else f"nothing is at {job.output}")  # fmt: skip
-        hopeless = [w for w in metrics.get("warnings") or [] if "can pass" in w]
+        from mass.audit.runner import NONE_CAN_PASS  # the audit's own phrase, read lazily
+
+        hopeless = [w for w in metrics.get("warnings") or [] if NONE_CAN_PASS in w]
         raise AuditFailedError(
             f"{job.output}: the staged release failed its audit ({_failures(metrics)}); "
             f"report: {report}; nothing published ({kept})" + "".join(f"; {w}" for w in hopeless)

@@ -4,8 +4,9 @@ A list of names is ``"a,b"`` (a flag, a params.yaml string) or a list of strings
 Python API); blanks around and between the commas are dropped. Every command, the config, the
 audit policy and the API read it through :func:`parse_names` (flags: :func:`split_names` as
 argparse's ``type``), so a list means the same everywhere and a bad one gets one error naming
-where it was given; a name given twice is refused there too. :func:`add_column_arguments` adds ``--id-col`` / ``--emb-col``, the data
-contract's two columns, to every command that reads embeddings.
+where it was given; a name given twice is refused there too. :func:`add_column_arguments` adds
+``--id-col`` / ``--emb-col``, the data contract's two columns, to every command that reads
+embeddings.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ def plan_train(args: argparse.Namespace) -> TrainJob:
     no data runs here (and the suppress/preserve names against the data's schema)."""
     method, suppress, preserve, params = resolve(args)
     check_out(args.out, inputs={"--data": args.data, "--val": args.val})
-    check_search_flags(args)
+    attackers = check_search_flags(args)
     if not suppress:
         raise ConfigError("suppress: empty; pass --suppress or set train.suppress in --config")
     calibrate = not (args.config or args.mode or args.method)
@@ -87,7 +87,7 @@ def plan_train(args: argparse.Namespace) -> TrainJob:
         epochs=args.epochs,
         seed=args.seed,
         resume=args.resume,
-        attackers=parse_names(args.attackers, where="--attackers"),
+        attackers=attackers,
         progress=not args.no_progress,
         policy=args.policy,
         calibration=cfg,
@@ -167,17 +167,20 @@ def check_columns(spec: str, suppress: list[str], preserve: list[str],
                               f"(columns: {sorted(cols)})")  # fmt: skip
 
 
-def check_search_flags(args: argparse.Namespace) -> None:
-    """--attackers names known families; --budget-minutes is a positive number of minutes."""
+def check_search_flags(args: argparse.Namespace) -> tuple[str, ...]:
+    """--attackers names known families (returned); --budget-minutes is a positive number of
+    minutes."""
     from mass.metrics.scores import ATTACKER_FAMILIES
 
-    for family in parse_names(args.attackers, where="--attackers"):
+    families = parse_names(args.attackers, where="--attackers")
+    for family in families:
         if family not in ATTACKER_FAMILIES:
             raise ConfigError(f"--attackers: unknown family {family!r}; choose from "
                               f"{', '.join(ATTACKER_FAMILIES)}")  # fmt: skip
     budget = args.budget_minutes
     if budget is not None and not (math.isfinite(budget) and budget > 0):
         raise ConfigError(f"--budget-minutes {budget}: must be a positive number of minutes")
+    return families
 
 
 def check_out(out: str, inputs: Mapping[str, str | None] | None = None) -> None:

@@ -26,7 +26,7 @@ from mass.errors import ConfigError, VacuousPolicyError
 from mass.keys import LOCAL_CONFIG, NOISE_KEY_ENV, OwnerKey, resolve_key
 from mass.metrics import KEYED, AttributeReport, attribute_report, z_value
 from mass.metrics.certificate import cells_of
-from mass.metrics.rules import FROZEN_READER
+from mass.metrics.rules import FROZEN_READER, judge_limit
 from mass.metrics.scores import FROZEN
 from mass.noise_streams import is_stochastic, modifier_parts
 from mass.rundir import load_judges
@@ -222,6 +222,10 @@ def _spec(req: AuditRequest, n_labels: int, n_input: int | None, reports, *,
     )  # fmt: skip
 
 
+# the phrase that starts :func:`none_can_pass`'s warning (the gate repeats such warnings)
+NONE_CAN_PASS = "no release of these"
+
+
 def none_can_pass(r: AttributeReport, y: np.ndarray | None, encoding=None) -> str | None:
     """Why no release of these audited rows can pass suppressed attribute ``r``, if none can:
     a judge at chance (the constant guess of the commonest class, what a retrained attacker of a
@@ -234,13 +238,13 @@ def none_can_pass(r: AttributeReport, y: np.ndarray | None, encoding=None) -> st
     classes, counts = np.unique(y, return_counts=True)
     guess = np.full(len(y), classes[np.argmax(counts)])
     bound = balanced_upper(y, guess, z_value(r.confidence))
-    limit = r.balanced_baseline + min(r.margins.values(), default=0.05)
+    limit = judge_limit(r.balanced_baseline, min(r.margins.values(), default=0.05))
     if bound <= limit:
         return None
     rare = int(np.argmin(counts))
     name = encoding.classes[int(classes[rare])] if encoding is not None else classes[rare]
     return (
-        f"{r.name}: no release of these {len(y)} audited rows can pass: even a judge at "
+        f"{r.name}: {NONE_CAN_PASS} {len(y)} audited rows can pass: even a judge at "
         f"chance (a constant guess) has a balanced 95% upper bound of {bound:.3f}, over the "
         f"limit {limit:.3f}, because class {name!r} has only {int(counts[rare])} "
         f"row{'' if counts[rare] == 1 else 's'}; "
