@@ -33,9 +33,13 @@ def is_pandas(obj) -> bool:
     return type(obj).__module__.split(".")[0] == "pandas"
 
 
-def as_table(obj, *, what: str) -> pa.Table | None:
+def as_table(obj, *, what: str, need=None) -> pa.Table | None:
     """An Arrow table of ``obj`` when it is one (a Table, RecordBatch or pandas DataFrame whose
-    columns are not all numeric), else None (a matrix)."""
+    columns are not all numeric), else None (a matrix).
+
+    A DataFrame column Arrow cannot hold as one type (an object column mixing ints and text)
+    is refused by name when it is one of ``need`` (None: every column), and otherwise left
+    out: an unused column never stops a fit."""
     if isinstance(obj, pa.RecordBatch):
         return pa.Table.from_batches([obj])
     if isinstance(obj, pa.Table):
@@ -46,14 +50,50 @@ def as_table(obj, *, what: str) -> pa.Table | None:
         # pandas' own test: its extension dtypes (str, category, boolean, Int64) are no numpy
         # dtypes, and a column of booleans or strings is a label, not a coordinate
         numeric = all(is_numeric_dtype(t) and not is_bool_dtype(t) for t in obj.dtypes)
-        return None if numeric else pa.Table.from_pandas(obj, preserve_index=False)
+        return None if numeric else _from_pandas(obj, what=what, need=need)
     return None
+
+
+def _from_pandas(df, *, what: str, need) -> pa.Table:
+    try:
+        return pa.Table.from_pandas(df, preserve_index=False)
+    except (pa.ArrowTypeError, pa.ArrowInvalid):
+        pass  # find the column: refuse it by name if it is needed, else leave it out
+    dup = sorted({str(c) for c in df.columns[df.columns.duplicated()]})
+    if dup:
+        raise ValueError(f"{what}: column names {dup} appear more than once; rename them")
+    keep = []
+    for pos, c in enumerate(df.columns):
+        try:
+            pa.Table.from_pandas(df.iloc[:, [pos]], preserve_index=False)
+        except (pa.ArrowTypeError, pa.ArrowInvalid) as e:
+            if need is None or str(c) in need:
+                raise ValueError(_mixed(df.iloc[:, pos], str(c), what=what)) from e
+            continue
+        keep.append(pos)
+    return pa.Table.from_pandas(df.iloc[:, keep], preserve_index=False)
+
+
+def _mixed(col, name: str, *, what: str) -> str:
+    """Why Arrow cannot hold ``col``: the first two rows whose values differ in type."""
+    seen: dict[type, int] = {}
+    for row, v in enumerate(col.tolist()):
+        if v is None or (isinstance(v, float) and v != v):
+            continue
+        kind = bool if isinstance(v, (bool, np.bool_)) else type(v)
+        seen.setdefault(kind, row)
+        if len(seen) == 2:
+            (a, ra), (b, rb) = seen.items()
+            return (f"{what}: column '{name}' mixes types: row {ra} is {a.__name__} "
+                    f"({col.iloc[ra]!r}), row {rb} is {b.__name__} ({col.iloc[rb]!r}); "
+                    "give the column one type (e.g. .astype(str))")  # fmt: skip
+    return f"{what}: column '{name}' ({col.dtype}) cannot be read as one Arrow type"
 
 
 def matrix(x, *, what: str = "X", emb_col: str = "emb") -> np.ndarray:
     """``x`` as a finite float32 [n, d] matrix: a 2-d array (numpy, pandas, lists), an Arrow
     table/batch or DataFrame holding ``emb_col``, or an Arrow (fixed-size) list array."""
-    table = as_table(x, what=what)
+    table = as_table(x, what=what, need=(emb_col,))
     if table is not None:
         if emb_col not in table.column_names:
             raise ValueError(f"{what}: no embedding column '{emb_col}' (columns: "
@@ -103,7 +143,7 @@ def _refuse_nulls(arr: pa.Array, *, what: str) -> None:
 def label_columns(labels, names: list[str], n: int, *, what: str = "labels") -> dict:
     """``{name: Arrow array}`` of the ``names`` columns of ``labels``: a mapping, a pandas
     DataFrame or an Arrow table; a 1-d array-like is the one attribute when ``names`` is one."""
-    table = as_table(labels, what=what)
+    table = as_table(labels, what=what, need=names)
     if table is None and is_pandas(labels) and hasattr(labels, "columns"):
         table = pa.Table.from_pandas(labels, preserve_index=False)
     if table is not None:

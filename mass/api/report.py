@@ -56,9 +56,10 @@ class AuditReport:
 
 
 def _as_path(obj, tmp: str, name: str, *, id_col: str, emb_col: str, ids=None,
-             meta: dict | None = None) -> str:  # fmt: skip
+             meta: dict | None = None, need=None) -> str:  # fmt: skip
     """A Parquet path of ``obj`` (a path as it is; a table, DataFrame or matrix written; a
-    DataFrame of labels is a table even when every column is a number)."""
+    DataFrame of labels is a table even when every column is a number). ``need``: the
+    columns a DataFrame must hold (:func:`mass.api.frames.as_table`; None: all)."""
     import pyarrow as pa
 
     from mass.api import frames
@@ -67,7 +68,7 @@ def _as_path(obj, tmp: str, name: str, *, id_col: str, emb_col: str, ids=None,
         raise ValueError(f"{name}: None; pass a path, a table, a DataFrame or a matrix")
     if isinstance(obj, (str, os.PathLike)):
         return os.fspath(obj)
-    table = frames.as_table(obj, what=name)
+    table = frames.as_table(obj, what=name, need=need)
     if table is None and frames.is_pandas(obj) and id_col in getattr(obj, "columns", ()):
         table = pa.Table.from_pandas(obj, preserve_index=False)
     if table is None:  # a matrix: the embedding, ids 0..n-1 unless given
@@ -76,6 +77,15 @@ def _as_path(obj, tmp: str, name: str, *, id_col: str, emb_col: str, ids=None,
     if meta:
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
     return frames.write_private(table, tmp, name)
+
+
+def _label_need(id_col: str, suppress, preserve, watch, policy) -> tuple[str, ...]:
+    """The label columns the audit reads: the id, the named attributes and the watch
+    attributes (``watch``, else the policy's ``audit.watch``, mass.audit.unnamed)."""
+    from mass.api.frames import names
+
+    watched = names(watch) or list(policy.watch)
+    return (id_col, *names(suppress), *names(preserve), *watched)
 
 
 def _figures(audit: dict) -> dict[str, bytes]:
@@ -121,7 +131,8 @@ def audit_release(release, labels, *, suppress, preserve=(), watch=(), policy=No
         req = AuditRequest(
             release=_as_path(release, tmp, "release", id_col=id_col, emb_col=emb_col, ids=ids,
                              meta=None if model is None else model.release_metadata()),
-            labels=_as_path(labels, tmp, "labels", id_col=id_col, emb_col=emb_col),
+            labels=_as_path(labels, tmp, "labels", id_col=id_col, emb_col=emb_col,
+                            need=_label_need(id_col, suppress, preserve, watch, policy)),
             input=None if input is None else _as_path(input, tmp, "input", id_col=id_col,
                                                        emb_col=emb_col, ids=ids),
             suppress=tuple(names(suppress)), preserve=tuple(names(preserve)),

@@ -149,7 +149,7 @@ class Suppressor(TransformerMixin, BaseEstimator):
     def _ids(self, X, ids):
         if ids is not None:
             return ids
-        table = frames.as_table(X, what="X")
+        table = frames.as_table(X, what="X", need=(self.id_col,))
         if table is not None and self.id_col in table.column_names:
             return table.column(self.id_col)
         return None
@@ -263,7 +263,7 @@ class Suppressor(TransformerMixin, BaseEstimator):
 
 def _like(X, out: np.ndarray, ids, *, id_col: str, emb_col: str, meta: dict):
     """``out`` in the shape of the input ``X`` (see :meth:`Suppressor.transform`)."""
-    table = frames.as_table(X, what="X")
+    table = frames.as_table(X, what="X", need=())  # only: is X a table?
     if table is None:
         if frames.is_pandas(X):
             import pandas as pd

@@ -140,6 +140,28 @@ def test_bad_input_names_the_row_and_the_column(leace, data):
         leace.transform(data["x"][:40], ids=ids)
 
 
+def test_a_mixed_type_object_column_is_named_when_used_and_ignored_when_not(leace, data):
+    """An object column Arrow cannot hold as one type (ints and text) was pyarrow's raw
+    ArrowInvalid, even in a column nothing reads. Unused: left out; used: named, with the
+    first two rows whose types differ."""
+    n = 40
+    odd = [1, "a"] * (n // 2)
+    frame = pd.DataFrame({"id": data["ids"][:n], "emb": [list(v) for v in data["x"][:n]],
+                          "note": odd})  # fmt: skip
+    out = leace.transform(frame)
+    assert out["id"].tolist() == data["ids"][:n].tolist()
+    assert np.allclose(np.stack(out["emb"]), leace.transform(data["x"][:n]))
+    labels = pd.DataFrame({"s": data["s"][:n], "note": odd})
+    fitted = Suppressor(suppress="s", method="leace").fit(data["x"][:n], labels)
+    assert fitted.n_features_in_ == DIM
+    with pytest.raises(ValueError, match="y: column 'note' mixes types: row 0 is int \\(1\\), "
+                                         "row 1 is str \\('a'\\)"):  # fmt: skip
+        Suppressor(suppress="note", method="leace").fit(data["x"][:n], labels)
+    frame["id"] = [7, "x"] * (n // 2)
+    with pytest.raises(ValueError, match="X: column 'id' mixes types"):
+        leace.transform(frame)
+
+
 def test_pandas_extension_dtypes_and_a_leace_release_pass_the_python_audit():
     """pandas' str ids (what read_parquet gives under pandas 3), 'category' and nullable
     'boolean' labels are read (before: numpy's TypeError on the dtype); and the rows LEACE
