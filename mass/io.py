@@ -160,10 +160,76 @@ def schema_of(path: str) -> pa.Schema:
         raise UnreadableInputError.parquet(path, e) from e
 
 
+def _common_type(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
+    """The type both of two files' encodings of one column read as, or None (they differ in
+    kind): a dictionary is its values, string and large_string are text, integers of one
+    sign (or unsigned under 64 bits beside signed) are int64/uint64, floats float64."""
+    a = a.value_type if pa.types.is_dictionary(a) else a
+    b = b.value_type if pa.types.is_dictionary(b) else b
+    if a == b:
+        return a
+    text = (pa.types.is_string, pa.types.is_large_string)
+    if any(f(a) for f in text) and any(f(b) for f in text):
+        return pa.large_string()
+    ints = [t for t in (a, b) if pa.types.is_integer(t)]
+    if len(ints) == 2:
+        unsigned = [t for t in ints if pa.types.is_unsigned_integer(t)]
+        if len(unsigned) == 2:
+            return pa.uint64()
+        if any(t.bit_width == 64 for t in unsigned):
+            return None  # uint64 beside signed: no type holds both exactly
+        return pa.int64()
+    if pa.types.is_floating(a) and pa.types.is_floating(b):
+        return pa.float64()
+    return None
+
+
+def common_schema(spec: str, files: list[str], schemas: list[pa.Schema],
+                  columns: list[str] | None = None) -> pa.Schema:  # fmt: skip
+    """One schema for the ``columns`` (None: every column) of files that differ only in how a
+    column is encoded (a dictionary page against plain values, int32 against int64: parts
+    written by different writers), in the first file's order; any other difference is a
+    :class:`SchemaError` naming both files, the column and both types."""
+    first = schemas[0]
+    cols = list(first.names) if columns is None else [c for c in columns if c in first.names]
+    fields = {c: first.field(c) for c in cols}
+    for path, schema in zip(files[1:], schemas[1:], strict=True):
+        if columns is None and sorted(schema.names) != sorted(first.names):
+            extra = sorted(set(schema.names) - set(first.names))
+            lost = sorted(set(first.names) - set(schema.names))
+            raise SchemaError(f"{spec}: {path} has other columns than {files[0]} (only there: "
+                              f"{extra}; missing there: {lost}); every file needs one schema")  # fmt: skip
+        for c in cols:
+            if c not in schema.names:
+                raise SchemaError(f"{spec}: {path} has no column '{c}' ({files[0]} has it); "
+                                  "every file needs one schema")  # fmt: skip
+            typ = _common_type(fields[c].type, schema.field(c).type)
+            if typ is None:
+                raise SchemaError(f"{spec}: column '{c}' is {schema.field(c).type} in {path} "
+                                  f"but {first.field(c).type} in {files[0]}; every file needs "
+                                  "one schema")  # fmt: skip
+            if typ != fields[c].type:
+                fields[c] = fields[c].with_type(typ)
+    return pa.schema(list(fields.values()), metadata=first.metadata)
+
+
+def conform(data, schema: pa.Schema):
+    """``data`` (a table or record batch) cast to ``schema``'s types, columns in its order."""
+    data = data.select(schema.names)
+    if data.schema.remove_metadata().equals(schema.remove_metadata()):
+        return data
+    try:
+        return data.cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise SchemaError(f"cannot read columns {schema.names} as {schema}: {e}") from e
+
+
 def read_table(spec: str, columns: list[str] | None = None) -> pa.Table:
-    """Read every file of ``spec`` into one table, naming the file that fails to parse."""
+    """Read every file of ``spec`` into one table, naming the file that fails to parse; parts
+    that differ only in a column's encoding read as values (:func:`common_schema`)."""
     tables = []
-    for path in expand_paths(spec):
+    paths = expand_paths(spec)
+    for path in paths:
         try:
             with fs.open_input(path) as f:
                 tables.append(pq.read_table(f, columns=columns))
@@ -174,10 +240,11 @@ def read_table(spec: str, columns: list[str] | None = None) -> pa.Table:
             if columns and ("No match for FieldRef" in msg or "not found" in msg.lower()):
                 raise SchemaError(f"{path}: missing column(s) among {columns}: {msg}") from e
             raise UnreadableInputError.parquet(path, e) from e
-    try:
-        return pa.concat_tables(tables, promote_options="none")
-    except pa.ArrowInvalid as e:
-        raise SchemaError(f"{spec}: files have different schemas ({e})") from e
+    schemas = [t.schema for t in tables]
+    if any(not sc.remove_metadata().equals(schemas[0].remove_metadata()) for sc in schemas):
+        target = common_schema(spec, paths, schemas)
+        tables = [conform(t, target) for t in tables]
+    return pa.concat_tables(tables, promote_options="none")
 
 
 def decode_ids(ids: pa.Array, column: str, *, source: str) -> pa.Array:

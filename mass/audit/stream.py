@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from mass import fs
 from mass.errors import InvalidValueError, SchemaError, first_null
-from mass.io import decode_ids, expand_paths, parquet_batches, schema_of
+from mass.io import common_schema, conform, decode_ids, expand_paths, parquet_batches, schema_of
 from mass.noise import row_seeds
 from mass.scratch import PrivateDir
 
@@ -88,13 +88,13 @@ def partition(
     writers: list = []
     mem: list[list[pa.RecordBatch]] = [[] for _ in range(n_parts)] if n_parts == 1 else []
     row = 0
+    # parts that differ only in a column's encoding read as values; any other difference is
+    # refused naming both files and the column
+    target = common_schema(spec, paths, [first, *(schema_of(p) for p in paths[1:])], cols)
     try:
         for path in paths:
-            if path != paths[0] and not schema_of(path).remove_metadata().equals(
-                    first.remove_metadata()):  # fmt: skip
-                raise SchemaError(f"{spec}: files have different schemas ({path} differs from "
-                                  f"{paths[0]})")  # fmt: skip
             for batch in parquet_batches(path, columns=cols, batch_rows=BATCH_ROWS):
+                batch = conform(batch, target)
                 ids = decode_ids(batch.column(id_col), id_col, source=spec)
                 if ids.null_count:
                     at = first_null(ids)
@@ -127,12 +127,12 @@ def partition(
     if n_parts == 1:
         out._mem = mem
         if out._mem_schema is None:  # no rows at all
-            sch = pa.schema([first.field(c) for c in cols]).append(pa.field(ROW, pa.int64()))
+            sch = pa.schema([target.field(c) for c in cols]).append(pa.field(ROW, pa.int64()))
             out._mem_schema = sch
     elif writers:
         out._files = [os.path.join(scratch, f"{tag}-{i:05d}.arrow") for i in range(n_parts)]
     else:  # no rows: empty partitions
-        sch = pa.schema([first.field(c) for c in cols]).append(pa.field(ROW, pa.int64()))
+        sch = pa.schema([target.field(c) for c in cols]).append(pa.field(ROW, pa.int64()))
         out.n_parts, out._mem, out._mem_schema = n_parts, [[] for _ in range(n_parts)], sch
     return out
 

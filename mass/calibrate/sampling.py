@@ -109,14 +109,17 @@ def sample_table(
     import pyarrow.parquet as pq
 
     from mass import fs
-    from mass.io import expand_paths, parquet_batches
+    from mass.io import common_schema, conform, expand_paths, parquet_batches, schema_of
 
     paths = expand_paths(spec)
+    schemas = [schema_of(p) for p in paths]
 
     def batches(cols):
+        # parts that differ only in a column's encoding read as values (mass.io.common_schema)
+        target = common_schema(spec, paths, schemas, cols)
         for path in paths:
             for batch in parquet_batches(path, columns=cols, batch_rows=batch_rows):
-                yield path, batch  # local or object store, bounded memory
+                yield path, conform(batch, target)  # local or object store, bounded memory
 
     classes: dict[str, set] = {c: set() for c in strata_cols}
     for path, batch in batches(strata_cols):

@@ -13,7 +13,7 @@ import pytest
 
 import mass.audit.stream as stream
 from mass.embeddings import embedding_array
-from mass.errors import InvalidValueError
+from mass.errors import InvalidValueError, SchemaError
 from mass.synthetic import block_attributes
 from tests.mass.audit.test_audit import FAST, D, N, _audit, _drop_s, _failed, _write
 
@@ -188,3 +188,28 @@ def test_the_attackers_numbers_do_not_depend_on_the_release_row_order(tmp_path, 
     shuffled = np.random.default_rng(3).permutation(N)
     three = _audit(tmp_path / "b", *_write(tmp_path / "b", data, x=x, keep=shuffled, parts=3))
     assert [r.accuracies for r in one.reports] == [r.accuracies for r in three.reports]
+
+
+def test_label_parts_that_differ_only_in_encoding_audit_as_one_file(tmp_path, data):
+    """Labels written by two writers (int32 ids and a dictionary-encoded s in one part, int64
+    and plain in the other) give the audit of the one-file labels; a part whose s is text
+    beside integers is refused naming both files and the column."""
+    release, labels = _write(tmp_path, data, x=_drop_s(data["x"]), parts=2)
+    whole = _audit(tmp_path, release, labels, partition_rows=TINY)
+    t = pq.read_table(labels)
+    parts = tmp_path / "labels-parts"
+    parts.mkdir()
+    half = N // 2
+    first = t.slice(0, half)
+    first = first.set_column(0, "id", first.column("id").cast(pa.int32()))
+    first = first.set_column(2, "s", first.column("s").dictionary_encode())
+    pq.write_table(first, parts / "a.parquet")
+    pq.write_table(t.slice(half), parts / "b.parquet")
+    split = _audit(tmp_path, release, str(parts), partition_rows=TINY)
+    assert [r.accuracies for r in split.reports] == [r.accuracies for r in whole.reports]
+    assert split.success == whole.success
+    second = t.slice(half)
+    pq.write_table(second.set_column(2, "s", second.column("s").cast(pa.string())),
+                   parts / "b.parquet")  # fmt: skip
+    with pytest.raises(SchemaError, match=r"column 's' is string in .*b\.parquet but .*a\.parquet"):
+        _audit(tmp_path, release, str(parts), partition_rows=TINY)
