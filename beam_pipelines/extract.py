@@ -137,7 +137,7 @@ def run_job(job: ExtractJob, *, test_pipeline=None) -> dict:
     stage = staging_dir(job.output)
     with triton_endpoint(job.serving, model=job.model) as url:
         try:
-            rows, dim = _extract(job, url, schema, ids, stage, test_pipeline)
+            rows, dim, truncated = _extract(job, url, schema, ids, stage, test_pipeline)
         finally:
             discard_staging(stage)  # never the version just committed (object stores)
     secs = time.monotonic() - t0
@@ -148,6 +148,8 @@ def run_job(job: ExtractJob, *, test_pipeline=None) -> dict:
         "rows_per_s": round(len(ids) / max(secs, 1e-9), 1),
         "dim": dim,
         "output": fs.normpath(job.output),
+        # texts past the served MiniLM's window (None: not that model, not counted)
+        "texts_truncated": truncated,
     }
     print(
         f"extract: {len(ids)} rows in, {rows} out, {secs:.1f} s, {summary['rows_per_s']:.0f} rows/s"
@@ -155,9 +157,9 @@ def run_job(job: ExtractJob, *, test_pipeline=None) -> dict:
     return summary
 
 
-def _check_texts(job: ExtractJob, schema) -> None:
+def _check_texts(job: ExtractJob, schema):
     """A text extractor's --raw-col holds strings, none null: refused by name before the
-    pipeline (before: an AttributeError inside Beam's RunInference)."""
+    pipeline (before: an AttributeError inside Beam's RunInference). Returns the texts."""
     import pyarrow as pa
 
     from mass.errors import InvalidValueError, first_null
@@ -173,15 +175,46 @@ def _check_texts(job: ExtractJob, schema) -> None:
         raise InvalidValueError(f"{job.input}: --raw-col '{job.raw_col}' row {row} is null "
                                 f"({col.null_count} in all); give every row a text or drop "
                                 "it")  # fmt: skip
+    return col
 
 
-def _extract(job: ExtractJob, url: str, schema, ids, stage: str, test_pipeline) -> tuple[int, int]:
-    """(rows published, embedding dimension): the pipeline through the served extractor."""
+def count_truncated(job: ExtractJob, url: str, version: str, texts) -> int | None:
+    """How many ``texts`` are longer than the served MiniLM's window (it embeds only their
+    opening: :mod:`mass.serving.textwindow`), warned with the first row; None when the served text
+    extractor is not the installed MiniLM (no count)."""
+    from mass.serving.contract import served_sha256
+    from mass.serving.textwindow import over_window, window_for
+
+    try:
+        client = grpcclient.InferenceServerClient(url)
+        cfg = client.get_model_config(job.model, version, as_json=True)["config"]
+    except Exception as e:
+        raise ServingError(f"Triton at {url}: no config for extractor '{job.model}' ({e})") from e
+    window = window_for(served_sha256(cfg.get("parameters", {}), version))
+    if window is None:
+        return None
+    count, first, pieces = over_window(texts, window)
+    if count:
+        msg = (f"extract: {count} of {len(texts)} texts in {job.input} --raw-col "
+               f"'{job.raw_col}' are longer than {job.model}'s window of {window.limit} word "
+               f"pieces (first: row {first}, {pieces}); the model embeds only their opening, "
+               "the rest of each is not in its embedding: split long texts into passages "
+               "first")  # fmt: skip
+        log.warning(msg)
+        print(msg)
+    return count
+
+
+def _extract(job: ExtractJob, url: str, schema, ids, stage: str,
+             test_pipeline) -> tuple[int, int, int | None]:  # fmt: skip
+    """(rows published, embedding dimension, texts past the window: :func:`count_truncated`):
+    the pipeline through the served extractor."""
     srv = job.serving
     in_name, in_type, out_name, dim, served = model_io(url, job.model, srv.model_version)
     text = in_type in ("STRING", "BYTES")
+    truncated = None
     if text:
-        _check_texts(job, schema)
+        truncated = count_truncated(job, url, served, _check_texts(job, schema))
     inputs = (TextInputs if text else ImageInputs)(raw_col=job.raw_col, name=in_name)
     handler = TritonModelHandler(
         url,
@@ -223,7 +256,7 @@ def _extract(job: ExtractJob, url: str, schema, ids, stage: str, test_pipeline) 
         schema=out_schema,
         required_metadata=("mass.extractor",),
     )
-    return rows, dim
+    return rows, dim, truncated
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import psutil
@@ -205,6 +206,22 @@ def test_minilm_matches_sentence_transformers(served):
     assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
     cos = got @ got.T
     assert cos[0, 1] > cos[0, 2] + 0.2
+    # `mass extract` knows the served model as this MiniLM by the sha256 its config records,
+    # and counts the texts past its window (the served model embeds only their opening)
+    import pyarrow as pa
+
+    from beam_pipelines.extract import count_truncated
+
+    job = SimpleNamespace(model="minilm", input="texts.parquet", raw_col="text")
+    long = "word " * 300
+    url = served["server"].grpc_url
+    assert count_truncated(job, url, "1", pa.array([*texts, long])) == 1
+    cut = _infer(served["server"], "minilm", {"TEXT": np.array([[long.encode()],
+                                                                [("word " * 254).encode()]],
+                                                               dtype=object)}, "EMBEDDING")  # fmt: skip
+    assert np.abs(cut[0] - cut[1]).max() < 1e-5  # what is past the window changes nothing
+    assert count_truncated(SimpleNamespace(model="cnn", input="x", raw_col="t"), url, "1",
+                           pa.array([long])) is None  # fmt: skip
 
 
 def test_check_server_reports_sha_and_refuses_a_different_one(served):
