@@ -165,6 +165,8 @@ def calibrate(
 
     Raises :class:`CalibrationError` (after writing the report) when nothing passes.
     """
+    from mass.methods.ot_repair.reuse import shared_fits
+
     s = _start(train, suppress, preserve, policy, cfg, val, list(watch), space)
     s.report = report_head(s, sample_note, policy_source, NOISE_LEVELS)
     infeasible = infeasible_attributes(s.audit.base, policy)
@@ -172,16 +174,19 @@ def calibrate(
         s.stopped = "infeasible request"
         ident = s.audit.measure(s.audit.x, full=True)
         s.points.append({"candidate": "identity", "noise": 0.0, **ident})
-    else:
-        cells_first = bool(policy.gate_key_compromised)
-        order = ordered(space, preserve, transductive=cfg.transductive, cells_first=cells_first)
-        if cells_first:
-            s.report["order"] = CELLS_FIRST
-            s.probe = next((c.name for c in order if _continuous(c)), None)
+        return _finish(s, infeasible, out_dir)
+    cells_first = bool(policy.gate_key_compromised)
+    order = ordered(space, preserve, transductive=cfg.transductive, cells_first=cells_first)
+    if cells_first:
+        s.report["order"] = CELLS_FIRST
+        s.probe = next((c.name for c in order if _continuous(c)), None)
+    # the cell candidates share their passes' predictor and transport (bit for bit the same
+    # fits, each computed once: mass.methods.ot_repair.reuse)
+    with shared_fits():
         for c in order:
             if _try(s, c):
                 break
-    return _finish(s, infeasible, out_dir)
+        return _finish(s, infeasible, out_dir)
 
 
 # calibration.json's ``order`` under the key gate (docs/calibration.md, "Search order")

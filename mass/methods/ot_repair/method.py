@@ -27,6 +27,7 @@ from mass.methods.ot_repair.cells import (
 )
 from mass.methods.ot_repair.params import RepairParams, check_knobs
 from mass.methods.ot_repair.predictors import fit_predictor, joint_label
+from mass.methods.ot_repair.reuse import fitted_pass, pass_key, served_rows
 from mass.methods.ot_repair.transport import fit_transport
 from mass.modifiers import AffineModifier, AffineSpec, ChainModifier, l2_normalize
 from mass.modifiers.cells import CellsModifier
@@ -93,19 +94,42 @@ def _rank_cells(spec: SlicedRepairSpec, fitted: tuple, out: torch.Tensor, y: tor
 
 
 def _source_cells(parts: list[nn.Module], x: torch.Tensor, y: torch.Tensor, k: int,
-                  p: RepairParams) -> CellsModifier:  # fmt: skip
+                  p: RepairParams, keys: list) -> CellsModifier:  # fmt: skip
     """The last part (the cells) releasing its fit rows' class-weighted source means
     (:func:`mass.methods.ot_repair.cells.source_valued`); the rows it reads are the fit rows
-    ``x`` through every earlier part, as served."""
+    ``x`` through every earlier part, as served (shared by fits of the same passes ``keys``:
+    :func:`mass.methods.ot_repair.reuse.served_rows`)."""
     book = parts[-1]
     if not isinstance(book, CellsModifier):
         raise ConfigError("ot_repair: cell_value=source needs cells of kind 'cells' (k-means "
                           "cells, or rank cells with cell_edges: common)")  # fmt: skip
-    z = x
-    with torch.no_grad():
-        for part in parts[:-1]:
-            z = part(z)
+
+    def through() -> torch.Tensor:
+        z = x
+        with torch.no_grad():
+            for part in parts[:-1]:
+                z = part(z)
+        return z
+
+    z = served_rows([] if p.pre_leace else keys, through)  # pre-LEACE's input is not keyed
     return source_valued(book, z, x, y, k, p.renormalize)
+
+
+def _fit_pass(cur: torch.Tensor, y: torch.Tensor, k: int, gen: torch.Generator,
+              p: RepairParams, i: int) -> tuple[tuple, tuple | None]:  # fmt: skip
+    """Pass ``i``'s fitted (predictor, predicted classes, transport, transported rows) on the
+    rows ``cur``, and its key (:mod:`mass.methods.ot_repair.reuse`: the same pass of an
+    earlier fit is reused inside ``shared_fits``)."""
+    key = pass_key(cur, y, k, p.seed + i, gen, p)
+
+    def fit() -> tuple:
+        predictor = fit_predictor(cur, y, k, p, seed=p.seed + i)
+        with torch.no_grad():
+            cls = predictor_logits(predictor, cur).argmax(dim=1)
+            transport, out = fit_transport(cur, cls, k, gen, p)
+        return predictor, cls, transport, out
+
+    return fitted_pass(key, gen, fit), key
 
 
 @register_method("ot_repair")
@@ -138,7 +162,7 @@ class OtRepair(Method):
                 raise ConfigError(f"ot_repair: with cell_balance={p.cell_balance} held out, "
                                   f"fewer than two classes of {suppress} keep "
                                   f">= {p.min_class_rows} fit rows; hold out less")  # fmt: skip
-        cur, parts, accuracy, moved = unit_x(train), [], [], []
+        cur, parts, accuracy, moved, keys = unit_x(train), [], [], [], []
         ranks = rank_cell_shape(y, k, cells, p, scale) if p.cell_axes else {}
         extra_cells: dict[str, Any] = {}
         if p.pre_leace:
@@ -153,11 +177,10 @@ class OtRepair(Method):
             spec = SlicedRepairSpec(dim=cur.shape[1], classes=k, steps=p.steps, knots=p.knots,
                                     hidden=p.hidden, renormalize=p.renormalize, **bound,
                                     **last)  # fmt: skip
-            predictor = fit_predictor(cur, y, k, p, seed=p.seed + i)
+            (predictor, cls, transport, out), key = _fit_pass(cur, y, k, gen, p, i)
+            keys.append(key)
             with torch.no_grad():
-                cls = predictor_logits(predictor, cur).argmax(dim=1)
                 accuracy.append(float((cls == y).float().mean()))
-                transport, out = fit_transport(cur, cls, k, gen, p)
                 out = l2_normalize(out) if p.renormalize else out
                 if last:
                     mods, extra_cells = _rank_cells(spec, (predictor, transport, cls), out, y,
@@ -183,6 +206,6 @@ class OtRepair(Method):
             parts.append(book)
             extra["cells"] = book.spec.cells
         if p.cell_value == "source":
-            parts[-1] = _source_cells(parts, unit_x(train), y, k, p)
+            parts[-1] = _source_cells(parts, unit_x(train), y, k, p, keys)
         modifier = parts[0] if len(parts) == 1 else ChainModifier.of(*parts)
         return FitResult(modifier=modifier.eval(), extra=extra)

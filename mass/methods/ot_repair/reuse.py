@@ -1,0 +1,116 @@
+"""Fits of ``ot_repair``'s predictor and transport shared between candidates (calibration).
+
+Calibration's cell candidates (the certified partition, the k-means cells, the partitions;
+docs/calibration.md, "Search order") differ only in their cells: each pass's class predictor
+and transport see the same rows, labels, seed and knobs, and on a set of 18,000 rows of 384-d
+text they are most of a fit's CPU time. Inside :func:`shared_fits` a pass's fitted predictor
+and transport, and the served chain's output on the fit rows (what source-valued cells
+average), are kept and handed to the next fit whose inputs are the same, byte for byte: the
+rows, the labels, the transport's random generator's state, the predictor's seed, the knobs
+and the thread count make the key (the predictor seeds torch's global generator itself, so
+its state before does not matter), and a hit sets both generators to where the fit had left
+them, so a fit with the cache is the fit without it (tested bit for bit). Outside it nothing
+is kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from copy import deepcopy
+from typing import Any
+
+import torch
+
+from mass.methods.ot_repair.params import RepairParams
+
+# the knobs a pass's predictor and transport read (the cells' knobs are not in the key)
+PASS_KNOBS = ("steps", "knots", "hidden", "predictor_epochs", "min_class_rows", "informed",
+              "renormalize")  # fmt: skip
+
+_cache: OrderedDict[tuple, Any] | None = None
+_limit = 0
+stats = {"hits": 0, "misses": 0}
+
+
+@contextmanager
+def shared_fits(entries: int = 6) -> Iterator[None]:
+    """Keep up to ``entries`` passes (least recently used dropped) while inside; nested uses
+    share the outer cache. Everything kept is dropped on leaving."""
+    global _cache, _limit
+    if _cache is not None:
+        yield
+        return
+    _cache, _limit = OrderedDict(), entries
+    try:
+        yield
+    finally:
+        _cache, _limit = None, 0
+
+
+def _digest(*tensors: torch.Tensor) -> str:
+    h = hashlib.sha256()
+    for t in tensors:
+        t = t.detach().contiguous()
+        h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+        h.update(t.numpy().tobytes())
+    return h.hexdigest()
+
+
+def pass_key(x: torch.Tensor, y: torch.Tensor, k: int, seed: int, gen: torch.Generator,
+             p: RepairParams) -> tuple | None:  # fmt: skip
+    """The key of one pass's fit (None outside :func:`shared_fits`)."""
+    if _cache is None:
+        return None
+    knobs = tuple(getattr(p, f) for f in PASS_KNOBS)
+    return ("pass", _digest(x, y, gen.get_state()), k, seed, knobs, torch.get_num_threads())
+
+
+def _get(key: tuple) -> Any:
+    assert _cache is not None
+    if key in _cache:
+        _cache.move_to_end(key)
+        stats["hits"] += 1
+        return _cache[key]
+    stats["misses"] += 1
+    return None
+
+
+def _put(key: tuple, value: Any) -> None:
+    assert _cache is not None
+    _cache[key] = value
+    while len(_cache) > _limit:
+        _cache.popitem(last=False)
+
+
+def fitted_pass(key: tuple | None, gen: torch.Generator, fit: Callable[[], tuple]) -> tuple:
+    """``fit()`` (it returns the pass's predictor, transport and transported rows), or a copy
+    of what it returned for ``key`` before, both generators set as it left them."""
+    if key is None:
+        return fit()
+    got = _get(key)
+    if got is None:
+        value = fit()
+        got = (deepcopy(value), gen.get_state(), torch.get_rng_state())
+        _put(key, got)
+        return value
+    value, gen_state, rng_state = got
+    gen.set_state(gen_state)
+    torch.set_rng_state(rng_state)
+    return deepcopy(value)
+
+
+def served_rows(keys: list[tuple | None], compute: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """The served chain's output on the fit rows for the passes ``keys`` (their inputs are in
+    the first key): computed once per chain inside :func:`shared_fits`."""
+    if _cache is None or not keys or any(k is None for k in keys):
+        return compute()
+    key = ("served", *keys)
+    got = _get(key)
+    if got is None:
+        got = compute()
+        _put(key, got.clone())
+        return got
+    return got.clone()
