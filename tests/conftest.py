@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 
@@ -45,6 +47,7 @@ _session_owner_key()
 os.environ["MASS_LOCAL_CONFIG"] = ""
 # The owner's newest-version ledger (mass.serving.newest) lives in this session's own directory.
 os.environ["MASS_STATE_DIR"] = tempfile.mkdtemp(prefix="mass-state-")
+atexit.register(shutil.rmtree, os.environ["MASS_STATE_DIR"], ignore_errors=True)  # ours only
 
 
 def _apply_mutant() -> None:
