@@ -30,24 +30,42 @@ from mass.methods.ot_repair.params import RepairParams
 PASS_KNOBS = ("steps", "knots", "hidden", "predictor_epochs", "min_class_rows", "informed",
               "renormalize")  # fmt: skip
 
-_cache: OrderedDict[tuple, Any] | None = None
+# what one search keeps at most: a pass of 200,000 rows of 768-d (mass train's --max-rows)
+# holds 0.6 GiB of transported rows, so the cache is bounded by bytes, not entries
+MAX_BYTES = 1 << 30
+
+_cache: OrderedDict[tuple, tuple[Any, int]] | None = None
 _limit = 0
 stats = {"hits": 0, "misses": 0}
 
 
 @contextmanager
-def shared_fits(entries: int = 6) -> Iterator[None]:
-    """Keep up to ``entries`` passes (least recently used dropped) while inside; nested uses
-    share the outer cache. Everything kept is dropped on leaving."""
+def shared_fits(max_bytes: int = MAX_BYTES) -> Iterator[None]:
+    """Keep fitted passes while inside, up to ``max_bytes`` of tensors (least recently used
+    dropped first; a pass larger than that is not kept); nested uses share the outer cache.
+    Everything kept is dropped on leaving."""
     global _cache, _limit
     if _cache is not None:
         yield
         return
-    _cache, _limit = OrderedDict(), entries
+    _cache, _limit = OrderedDict(), max_bytes
     try:
         yield
     finally:
         _cache, _limit = None, 0
+
+
+def _nbytes(value: Any) -> int:
+    """The bytes of every tensor in ``value`` (tuples, lists, dataclasses, modules)."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, torch.nn.Module):
+        return sum(_nbytes(t) for t in value.state_dict().values())
+    if isinstance(value, (tuple, list)):
+        return sum(_nbytes(v) for v in value)
+    if hasattr(value, "__dataclass_fields__"):
+        return sum(_nbytes(getattr(value, f)) for f in value.__dataclass_fields__)
+    return 0
 
 
 def _digest(*tensors: torch.Tensor) -> str:
@@ -73,15 +91,18 @@ def _get(key: tuple) -> Any:
     if key in _cache:
         _cache.move_to_end(key)
         stats["hits"] += 1
-        return _cache[key]
+        return _cache[key][0]
     stats["misses"] += 1
     return None
 
 
 def _put(key: tuple, value: Any) -> None:
     assert _cache is not None
-    _cache[key] = value
-    while len(_cache) > _limit:
+    size = _nbytes(value)
+    if size > _limit:
+        return
+    _cache[key] = (value, size)
+    while sum(n for _, n in _cache.values()) > _limit:
         _cache.popitem(last=False)
 
 

@@ -67,3 +67,15 @@ def test_a_fit_with_other_transport_knobs_or_rows_is_not_reused():
         _fits(tr, [CERTIFIED, {**CERTIFIED, "knots": 17}])
         _fits(te, [CERTIFIED])
         assert reuse.stats["hits"] == before["hits"]
+
+
+def test_passes_larger_than_the_byte_bound_are_not_kept():
+    torch.set_num_threads(1)
+    tr, _ = xor_case(n=1200)
+    alone = _fits(tr, [KMEANS])
+    with reuse.shared_fits(max_bytes=1000):  # less than one pass's transported rows
+        before = dict(reuse.stats)
+        kept = _fits(tr, [CERTIFIED, KMEANS])
+        assert reuse.stats["hits"] == before["hits"]
+        assert not reuse._cache
+    assert _same(alone[0][0], kept[1][0])
