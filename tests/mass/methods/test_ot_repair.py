@@ -135,8 +135,11 @@ def test_cells_remove_what_the_repair_leaves_at_a_fine_scale_and_keep_u():
     fresh rows' release, tested on the other. The repair alone leaves the styles (every
     nonlinear family reads s near 0.9). Cells remove most of it, and how much depends on the
     resolution: 10 fit rows per cell still read s at about 0.64 (on 500 rows it looked like
-    chance, a claim that failed at scale), 100 rows per cell are within 0.04 of chance for
-    every family, and u is kept. Hence the gate judges the release rows, never a sample."""
+    chance, a claim that failed at scale), 100 rows per cell are within 0.06 of chance for
+    every family and well under the fine cells, and u is kept. (Their 20 cells read s at
+    0.52 on an Intel AVX-512 core, 0.547 on an AMD EPYC: the k-means follows the repair's last
+    bits, and 20 cells' S shares are each a draw.) Hence the gate judges the release rows,
+    never a sample."""
     torch.set_num_threads(1)
     tr, te = styles_case()
     a, b = np.arange(len(te) // 2), np.arange(len(te) // 2, len(te))
@@ -156,7 +159,8 @@ def test_cells_remove_what_the_repair_leaves_at_a_fine_scale_and_keep_u():
     worst = {k: max(read[k]["s"].values()) for k in read}
     assert worst["fine"] < worst["repair"] - 0.2, read  # most of it removed...
     assert worst["fine"] > base + 0.06, read  # ...but not all: 10 rows per cell is too fine
-    assert worst["coarse"] <= base + 0.04, read
+    assert worst["coarse"] <= base + 0.06, read
+    assert worst["coarse"] < worst["fine"] - 0.05, read
     original_u = attack(te.x[a], te.labels["u"][a], te.x[b], te.labels["u"][b])
     assert all(read["coarse"]["u"][f] >= 0.9 * original_u[f] for f in ATTACKERS), read
 
