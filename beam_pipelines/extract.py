@@ -39,6 +39,7 @@ from mass.names import add_column_arguments, split_names
 from mass.release.columns import release_schema
 from mass.release.commit import discard_staging, staging_dir
 from mass.release.publish import publish_release
+from mass.serving.contract import served_sha256
 from mass.serving.tensors import ImageInputs, TextInputs
 from transforms.inference.triton import TritonModelHandler
 from transforms.parquet_io import ReadArrowBatches
@@ -98,9 +99,10 @@ def run(argv: list[str] | None = None, test_pipeline: beam.Pipeline | None = Non
     return run_job(plan_extract(args, beam_args), test_pipeline=test_pipeline)
 
 
-def model_io(url: str, model: str, version: str = "") -> tuple[str, str, str, int, str]:
+def model_io(url: str, model: str, version: str = "") -> tuple[str, str, str, int, str, str | None]:
     """(input name, input datatype, output name, output dim, the version served: ``version``,
-    else the newest the server has loaded) from the served config and metadata."""
+    else the newest the server has loaded, the weights sha256 its config records for that
+    version) from the served config and metadata."""
     try:
         client = grpcclient.InferenceServerClient(url)
         cfg = client.get_model_config(model, version, as_json=True)["config"]
@@ -116,7 +118,8 @@ def model_io(url: str, model: str, version: str = "") -> tuple[str, str, str, in
         )
     inp, out = cfg["input"][0], cfg["output"][0]
     dim = int(out["dims"][-1])
-    return inp["name"], inp["data_type"].removeprefix("TYPE_"), out["name"], dim, served
+    sha = served_sha256(cfg.get("parameters", {}), served)
+    return inp["name"], inp["data_type"].removeprefix("TYPE_"), out["name"], dim, served, sha
 
 
 def run_job(job: ExtractJob, *, test_pipeline=None) -> dict:
@@ -178,19 +181,13 @@ def _check_texts(job: ExtractJob, schema):
     return col
 
 
-def count_truncated(job: ExtractJob, url: str, version: str, texts) -> int | None:
+def count_truncated(job: ExtractJob, sha256: str | None, texts) -> int | None:
     """How many ``texts`` are longer than the served MiniLM's window (it embeds only their
-    opening: :mod:`mass.serving.textwindow`), warned with the first row; None when the served text
-    extractor is not the installed MiniLM (no count)."""
-    from mass.serving.contract import served_sha256
+    opening: :mod:`mass.serving.textwindow`), warned with the first row; None when the served
+    text extractor (its weights' ``sha256``, :func:`model_io`) is not the installed MiniLM."""
     from mass.serving.textwindow import over_window, window_for
 
-    try:
-        client = grpcclient.InferenceServerClient(url)
-        cfg = client.get_model_config(job.model, version, as_json=True)["config"]
-    except Exception as e:
-        raise ServingError(f"Triton at {url}: no config for extractor '{job.model}' ({e})") from e
-    window = window_for(served_sha256(cfg.get("parameters", {}), version))
+    window = window_for(sha256)
     if window is None:
         return None
     count, first, pieces = over_window(texts, window)
@@ -210,11 +207,11 @@ def _extract(job: ExtractJob, url: str, schema, ids, stage: str,
     """(rows published, embedding dimension, texts past the window: :func:`count_truncated`):
     the pipeline through the served extractor."""
     srv = job.serving
-    in_name, in_type, out_name, dim, served = model_io(url, job.model, srv.model_version)
+    in_name, in_type, out_name, dim, served, sha = model_io(url, job.model, srv.model_version)
     text = in_type in ("STRING", "BYTES")
     truncated = None
     if text:
-        truncated = count_truncated(job, url, served, _check_texts(job, schema))
+        truncated = count_truncated(job, sha, _check_texts(job, schema))
     inputs = (TextInputs if text else ImageInputs)(raw_col=job.raw_col, name=in_name)
     handler = TritonModelHandler(
         url,

@@ -210,18 +210,18 @@ def test_minilm_matches_sentence_transformers(served):
     # and counts the texts past its window (the served model embeds only their opening)
     import pyarrow as pa
 
-    from beam_pipelines.extract import count_truncated
+    from beam_pipelines.extract import count_truncated, model_io
 
     job = SimpleNamespace(model="minilm", input="texts.parquet", raw_col="text")
     long = "word " * 300
     url = served["server"].grpc_url
-    assert count_truncated(job, url, "1", pa.array([*texts, long])) == 1
+    assert count_truncated(job, model_io(url, "minilm", "1")[5], pa.array([*texts, long])) == 1
     cut = _infer(served["server"], "minilm", {"TEXT": np.array([[long.encode()],
                                                                 [("word " * 254).encode()]],
                                                                dtype=object)}, "EMBEDDING")  # fmt: skip
     assert np.abs(cut[0] - cut[1]).max() < 1e-5  # what is past the window changes nothing
-    assert count_truncated(SimpleNamespace(model="cnn", input="x", raw_col="t"), url, "1",
-                           pa.array([long])) is None  # fmt: skip
+    assert count_truncated(SimpleNamespace(model="cnn", input="x", raw_col="t"),
+                           model_io(url, "cnn", "1")[5], pa.array([long])) is None  # fmt: skip
 
 
 def test_check_server_reports_sha_and_refuses_a_different_one(served):
