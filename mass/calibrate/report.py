@@ -95,12 +95,13 @@ def _by(p: dict) -> str:
     return f", by {p['candidate']} at noise {p['noise']:g}" if p.get("candidate") else ""
 
 
-def verdict(infeasible: list[str], points: list[dict], policy, base: Baselines) -> str:
+def verdict(infeasible: list[str], points: list[dict], policy, base: Baselines,
+            lead: str = "no configuration met the policy on validation") -> str:  # fmt: skip
     if infeasible:
         return "infeasible: " + "; ".join(infeasible)
     private = [p for p in points if p["privacy_ok"] and not math.isnan(p["fraction"])]
     useful = [p for p in points if p["utility_ok"]]
-    parts = ["no configuration met the policy on validation"]
+    parts = [lead]
     if not points:
         parts.append("nothing was measured within the budget (raise --budget-minutes)")
         return "; ".join(parts)

@@ -10,6 +10,7 @@ passed (docs/calibration.md)."""
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,6 +87,14 @@ SECONDS_PER_ROW_EPOCH = 1.5e-3
 # form (seconds to fit) with a noise search of a few levels (docs/journal/calibration-runs.md);
 # a fifth of a 5-minute budget is 60 CPU-s.
 LAST_RESORT_SHARE = 0.2
+# Under the key gate the last resort is judged without noise once, then, when it passes,
+# measured whole and for what it keeps unnamed: three judgings. Once a closed-form linear
+# eraser of its kind (the probe, a one-round LEACE) has been fitted and judged, its share
+# shrinks to three times that measured cost when that is less (on `words` the fifth of 10
+# CPU-minutes kept 120 CPU-s aside for a last resort that took 10: docs/calibration.md,
+# "Search order").
+LAST_RESORT_JUDGINGS = 3
+LAST_RESORT_KIN = ("leace_iterated", "leace_project")
 
 
 # A passing candidate ends the search early only when it also keeps at least this much of the
@@ -137,12 +146,18 @@ class _Search:
     fit_seconds: dict[str, list[float]] = field(default_factory=dict)
     trained_val: dict[str, Any] = field(default_factory=dict)
     judge_seconds: float = 0.0  # the slowest judging of one release so far (one noise level)
+    # the slowest judging of the closed-form eraser the last resorts' share was planned on
+    # (_plan_reserve): what a last resort's own fits plan its judging at
+    reserve_judge: float | None = None
     # the certified partition skipped for too few audited rows: (its fewest cells, the
     # audited rows they need), for the refusal
     certified_short: tuple[int, int] | None = None
     # under the key gate: the one continuous candidate tried (the cheapest, a probe); the
     # other continuous ones are skipped (CONTINUOUS_SKIPPED)
     probe: str | None = None
+    # the first candidate that passed validation but whose lookup at the release's shape did
+    # not fit the budget: (its name, the CPU-s the search would have needed), for the refusal
+    short_of_budget: tuple[str, float] | None = None
 
 
 def calibrate(
@@ -309,12 +324,14 @@ def _epochs(s: _Search, c: Candidate, entry: dict, c_fit, c_folds, c_deadline):
     return False, None
 
 
-def _fit_parts(s: _Search, fit_on, c_fit, c_audit, c_folds, c_deadline: float, method: str):
+def _fit_parts(s: _Search, fit_on, c_fit, c_audit, c_folds, c_deadline: float, method: str,
+               judge: float | None = None):  # fmt: skip
     """(the fit, or None when cross-fitted; (modifier, validation rows) pairs). Out of fold,
     a candidate whose fits so far show that the other folds and its judging would run past
     ``c_deadline`` stops there (:class:`_OverBudget` naming the cost), so one fit, not four,
     is what a budget overruns by."""
     took = s.fit_seconds.setdefault(method, [])
+    judge = s.judge_seconds if judge is None else judge
     if not c_folds:
         t = s.now()
         fit = fit_on(c_fit)
@@ -330,7 +347,7 @@ def _fit_parts(s: _Search, fit_on, c_fit, c_audit, c_folds, c_deadline: float, m
         # after every fold, not the first only: on a loaded box later folds run slower (the
         # text set's k-means cells ate the last resorts' share); the judging that follows the
         # fits is planned on the slowest judging so far
-        rest, left = slowest * todo + s.judge_seconds, c_deadline - end
+        rest, left = slowest * todo + judge, c_deadline - end
         if todo and rest > left:
             raise _OverBudget(
                 f"budget: {k + 1} of {len(c_folds)} folds' fits took {sum(took[-k - 1 :]):.0f}s, "
@@ -386,7 +403,9 @@ def _try(s: _Search, c: Candidate) -> bool:
 
     tf = s.now()
     try:
-        fit, parts = _fit_parts(s, fit_on, c_fit, c_audit, c_folds, c_deadline, c.method)
+        # a last resort's judging is planned as its share was: at its kin's measured judging
+        judge = s.reserve_judge if c.last_resort else None
+        fit, parts = _fit_parts(s, fit_on, c_fit, c_audit, c_folds, c_deadline, c.method, judge)
     except _OverBudget as e:
         s.over_budget = True
         entry.update(status="skipped", reason=str(e), fit_seconds=s.now() - tf)
@@ -408,6 +427,7 @@ def _try(s: _Search, c: Candidate) -> bool:
         [s.judge_seconds, *(float(p.get("seconds", 0.0)) for p in found["points"])]
     )
     s.points += [{"candidate": c.name, **p} for p in found["points"]]
+    _plan_reserve(s, c, entry, found["points"])
     entry["status"] = "passed" if found["chosen"] is not None else "failed"
     entry["reason"] = found["reason"]
     if found["chosen"] is None:
@@ -417,11 +437,49 @@ def _try(s: _Search, c: Candidate) -> bool:
             s.linear_only = s.linear_only or nonlinear_leak(found["points"], c.name)
         s.over_budget = s.over_budget or s.now() > c_deadline
         return False
-    if (c.cells and not c.trained and not s.cfg.transductive
-            and not _lookups_at_release_shape(s, entry, fit_on, found["chosen"], c_audit,
-                                              len(s.train) if c_folds else len(c_fit))):  # fmt: skip
+    if c.cells and not c.trained and not s.cfg.transductive and (
+            not _shape_affordable(s, c, entry, len(c_fit), c_folds, c_deadline)
+            or not _lookups_at_release_shape(s, entry, fit_on, found["chosen"], c_audit,
+                                             len(s.train) if c_folds else len(c_fit))):  # fmt: skip
         return False
     return _rank(s, c, entry, found["chosen"], (fit, params, fit_on, parts, c_audit))
+
+
+def _shape_affordable(s: _Search, c: Candidate, entry: dict, n_fit: int, c_folds,
+                      c_deadline: float) -> bool:  # fmt: skip
+    """Whether the lookup at the release's shape (two fits, each on half the training rows,
+    whose passes no earlier fit shares) can end before ``c_deadline``: planned at the slowest
+    fit of the candidate's method so far, per fitted row and pass. False records the
+    candidate as skipped for the budget, and what it passed (``s.short_of_budget``)."""
+    took = s.fit_seconds.get(c.method) or [0.0]
+    rows = len(s.train) - len(s.train) // len(c_folds) if c_folds else n_fit
+    passes = max(int(c.params.get("passes", 1)), 1)
+    need = 2 * passes * max(took) * (len(s.train) / 2) / max(rows, 1)
+    left = c_deadline - s.now()
+    if need <= left:
+        return True
+    s.over_budget = True
+    spent = s.now() - s.t0
+    s.short_of_budget = s.short_of_budget or (c.name, spent + need + s.reserve)
+    entry.update(status="skipped", reason=(
+        f"budget: passed validation, but its lookup at the release's shape (2 fits of "
+        f"{passes} pass(es), each on half the {len(s.train)} training rows) would take "
+        f"~{need:.0f}s, {max(left, 0.0):.0f}s left"))  # fmt: skip
+    return False
+
+
+def _plan_reserve(s: _Search, c: Candidate, entry: dict, points: list[dict]) -> None:
+    """Under the key gate, shrink the last resorts' share to :data:`LAST_RESORT_JUDGINGS` times
+    the measured cost (its fits and its slowest judging) of a one-round closed-form eraser of
+    their kind, when that is less than the share."""
+    if not (s.reserve and s.policy.gate_key_compromised and c.method in LAST_RESORT_KIN
+            and int(c.params.get("rounds", 1)) == 1 and points):  # fmt: skip
+        return
+    judge = max(float(p.get("seconds", 0.0)) for p in points)
+    cost = float(entry.get("fit_seconds", 0.0)) + judge
+    if LAST_RESORT_JUDGINGS * cost < s.reserve:
+        s.reserve, s.reserve_judge = LAST_RESORT_JUDGINGS * cost, judge
+        s.report["last_resort_reserve"] = {"seconds": round(s.reserve, 1), "planned_on": c.name}
 
 
 def _lookups_at_release_shape(s: _Search, entry: dict, fit_on, pt: dict, audit,
@@ -503,7 +561,10 @@ def _finish(s: _Search, infeasible: list[str], out_dir) -> CalibrationResult:
                   feasible=None if not infeasible else False, infeasible=infeasible)  # fmt: skip
     if s.chosen is None:
         report["chosen"] = None
-        report["verdict"] = verdict(infeasible, s.points, policy, base)
+        lead = ("no configuration met the policy on validation" if not s.short_of_budget else
+                f"no configuration was judged whole within the budget ({s.short_of_budget[0]} "
+                "passed validation only)")  # fmt: skip
+        report["verdict"] = verdict(infeasible, s.points, policy, base, lead)
         need = rows_needed(base, policy, s.audit.confidence)
         if need and not infeasible:
             report["verdict"] += (
@@ -520,6 +581,11 @@ def _finish(s: _Search, infeasible: list[str], out_dir) -> CalibrationResult:
                 f"about {cells} cells at most (cells independent of S; docs/audit.md, "
                 "\"Certificate\")" if cells >= 2 else
                 f"; {rows} audited rows certify no cell release within the margin")  # fmt: skip
+            if s.short_of_budget:  # what a larger budget would have judged
+                name, need = s.short_of_budget
+                report["verdict"] += (f"; {name} passed validation but its lookup at the "
+                                      f"release's shape did not fit the budget: about "
+                                      f"--budget-minutes {math.ceil(need / 60)} would judge it")  # fmt: skip
             if s.certified_short:  # what would let the certified partition be tried
                 least, need = s.certified_short
                 report["verdict"] += (f"; the certified partition within R has at least "

@@ -229,6 +229,35 @@ def test_folds_that_slow_down_or_a_slow_judging_stop_the_candidate_before_the_de
     assert fit is None and len(parts) == 4
 
 
+def test_the_lookup_at_the_release_shape_is_planned_and_a_refusal_names_the_budget():
+    """A cell candidate that passed validation gets its lookup at the release's shape (two
+    fits of all its passes on half the training rows each) only when that fits before its
+    deadline, planned at the slowest fit of its method per row and pass; else it is skipped
+    for the budget and the search keeps what a larger budget would have judged (on `words`
+    this check took 110 CPU-s and ran the search 192 CPU-s past a 10-minute budget)."""
+    from types import SimpleNamespace
+
+    from mass.calibrate import search
+
+    ds = make_synthetic(n=400, dim=4, s_classes=2, u_classes=2, seed=0)
+    folds = [np.arange(k, 400, 4) for k in range(4)]
+    clock = [100.0]
+    s = SimpleNamespace(now=lambda: clock[0], t0=0.0, train=ds, reserve=20.0,
+                        fit_seconds={"ot_repair": [1.0, 30.0, 0.5]}, over_budget=False,
+                        short_of_budget=None)  # fmt: skip
+    two = C.Candidate("two", "ot_repair", {"passes": 2, "cell_axes": 2})
+    # 2 fits x 2 passes x 30 s per 300 fold rows x 200 rows each: 80 s
+    entry: dict = {}
+    assert search._shape_affordable(s, two, entry, 400, folds, 181.0) and not entry
+    assert not search._shape_affordable(s, two, entry, 400, folds, 179.0)
+    assert entry["status"] == "skipped" and "would take ~80s, 79s left" in entry["reason"]
+    assert s.over_budget and s.short_of_budget == ("two", 100.0 + 80.0 + 20.0)
+    # one pass: half that
+    one = C.Candidate("one", "ot_repair", {"cell_axes": 2})
+    assert search._shape_affordable(s, one, {}, 400, folds, 141.0)
+    assert s.short_of_budget[0] == "two"  # the first one short is kept
+
+
 def test_budget_exhausted_reports_budget(files, tmp_path):
     ds = load_embeddings(str(files / "ring.parquet"), label_cols=["s", "u"])
     space = (C.Candidate("mass", "mass", C.adaptive_params("none")),)
@@ -600,6 +629,58 @@ def test_the_last_resort_runs_only_when_nothing_else_passes_and_keeps_its_budget
     with pytest.raises(CalibrationError):  # without a preserved attribute it is never tried
         C.calibrate(ds, suppress=["s"], preserve=[], policy=AuditPolicy(), cfg=cfg,
                     space=(by_name["leace|R+R-span"],))  # fmt: skip
+
+
+@pytest.mark.parametrize("gated", [True, False])
+def test_the_last_resorts_share_is_planned_on_the_measured_probe_under_the_key_gate(
+    files, monkeypatch, tmp_path, gated
+):
+    """Under the key gate, once the one-round LEACE probe has been fitted and judged, the last
+    resorts' share shrinks to three times its measured cost (on `words` a fifth of 10
+    CPU-minutes kept 120 CPU-s for a last resort that took 10); without the gate (a noise
+    search of several levels) the fifth stays."""
+    from mass.calibrate import search as S
+
+    clock, seen = [0.0], []
+    monkeypatch.setattr(S, "budget_clock", lambda kind: lambda: clock[0])
+
+    def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False):
+        seen.append(deadline)
+        # the probe's and the last resort's judgings take 2 s on the budget's clock, the cell
+        # candidate's 50 s, leaving 4 s (fits take none)
+        took = 2.0 if len(seen) != 2 else 50.0
+        clock[0] = clock[0] + took if len(seen) != 2 else 296.0
+        pt = {**_point(0.0, {"logreg": False}), "privacy_ok": False, "utility_ok": True,
+              "passed": False, "excess": 0.1, "fraction": 0.95, "seconds": took}  # fmt: skip
+        return {
+            "points": [pt],
+            "chosen": None,
+            "reason": "budget exhausted during the noise search",
+        }
+
+    monkeypatch.setattr(S, "bisect_noise", fake_bisect)
+    ds = load_embeddings(str(files / "ring.parquet"), label_cols=["s", "u"])
+    by_name = {c.name: c for c in C.SEARCH_SPACE}
+    space = (by_name["leace"], by_name["ot-repair+cells|R"], by_name["leace|R+R-span"])
+    with pytest.raises(CalibrationError):
+        C.calibrate(ds, suppress=["s"], preserve=["u"],
+                    policy=AuditPolicy(gate_key_compromised=gated),
+                    cfg=CalibrationConfig(budget_minutes=5), space=space, out_dir=str(tmp_path))  # fmt: skip
+    rep = json.loads((tmp_path / "calibration.json").read_text())
+    folds = rep["candidates"][0]["validated_on"] == "main"  # out of fold: planned per fold
+    # the last resort is judged in the 4 s left: its folds' fits plan its judging at the
+    # probe's 2 s under the gate, not at the slowest judging so far (50 s)
+    assert folds and [c["status"] for c in rep["candidates"]] == (
+        ["failed"] * 3 if gated else ["failed", "failed", "skipped"]
+    )
+    if not gated:
+        assert "the judging would take ~50s" in rep["candidates"][2]["reason"]
+        return
+    probe, cells, last = seen
+    assert probe == pytest.approx(300 - S.LAST_RESORT_SHARE * 300) and last == 300
+    # three times the probe's 2 s judging (its fit took no time on this clock)
+    assert cells == pytest.approx(300 - S.LAST_RESORT_JUDGINGS * 2.0)
+    assert rep["last_resort_reserve"] == {"seconds": 6.0, "planned_on": "leace"}
 
 
 def test_the_validation_margin_widens_for_a_release_audited_on_fewer_rows():
