@@ -72,6 +72,7 @@ def bisect_noise(
     comfortable: float = 2.0,
     now=time.perf_counter,
     key_gate: bool = False,
+    certificate_gate: bool = False,
 ) -> dict[str, Any]:
     """Smallest level of :data:`NOISE_LEVELS` whose release passes the privacy half, and whose
     next level passes too, found by bisection (privacy is taken to fall with noise), or a
@@ -82,7 +83,9 @@ def bisect_noise(
     ``key_gate`` (the policy's ``gate_key_compromised``): the gate also judges the release with
     its noise removed, which for release noise is the level-0 release, so a candidate whose
     level 0 fails privacy is refused at once - no noise level can pass that gate. (A MaSS G
-    with noise inputs has more noise than this; the gate judges its full key view.)"""
+    with noise inputs has more noise than this; the gate judges its full key view.)
+    ``certificate_gate`` (``audit.gate_certificate``) likewise: a noisy release has no
+    certificate, so only level 0 can pass."""
     points: list[dict] = []
     cache: dict[int, dict] = {}
 
@@ -103,9 +106,13 @@ def bisect_noise(
     last = len(NOISE_LEVELS) - 1
     if at(0)["privacy_ok"]:
         hi = 0
-    elif key_gate:
-        reason = ("privacy fails without release noise, and the policy gates the "
-                  "key-compromised view (audit.gate_key_compromised): no noise level can pass")  # fmt: skip
+    elif key_gate or certificate_gate:
+        why = (
+            "gates the key-compromised view (audit.gate_key_compromised)"
+            if key_gate
+            else "gates the certificate (audit.gate_certificate), which a noisy release has not"
+        )
+        reason = f"privacy fails without release noise, and the policy {why}: no noise level can pass"  # fmt: skip
         return {"points": points, "chosen": None, "key_view_failed": True, "reason": reason}
     elif now() > deadline:
         reason = "budget exhausted during the noise search"

@@ -33,10 +33,14 @@ def nonlinear_leak(points: list[dict], name: str) -> str | None:
 
 
 def rank_key(pt: dict) -> tuple:
-    """Rank of a passing point: utility nobody named first (to 0.01: closer is noise), then
-    the named preserved fraction, fidelity to x, less noise."""
+    """Rank of a passing point: utility nobody named first (to 0.01: closer is noise), then,
+    under ``audit.gate_certificate``, the lower certified bound (to 0.01; ``certificate``,
+    :mod:`mass.calibrate.certified`), the named preserved fraction, fidelity to x, less
+    noise."""
     kept = (pt.get("unnamed") or {}).get("utility")
-    return (-1.0 if kept is None else round(kept, 2), round(pt["fraction"], 6),
+    cert = pt.get("certificate")
+    return (-1.0 if kept is None else round(kept, 2),
+            0.0 if cert is None else -round(float(cert), 2), round(pt["fraction"], 6),
             round(pt["fidelity"], 6), -pt["noise"])  # fmt: skip
 
 

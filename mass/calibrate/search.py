@@ -19,6 +19,12 @@ import numpy as np
 import torch
 
 from mass.audit.policy import AuditPolicy
+from mass.calibrate.certified import (
+    GATED_SKIP,
+    certificates_at_release_shape,
+    gated_refusal,
+    worst_bound,
+)
 from mass.calibrate.judge import ValidationAudit, summary
 from mass.calibrate.noise import (
     NOISE_LEVELS,
@@ -190,9 +196,11 @@ def calibrate(
         ident = s.audit.measure(s.audit.x, full=True)
         s.points.append({"candidate": "identity", "noise": 0.0, **ident})
         return _finish(s, infeasible, out_dir)
-    cells_first = bool(policy.gate_key_compromised)
+    cells_first = bool(policy.gate_key_compromised or policy.gate_certificate)
     order = ordered(space, preserve, transductive=cfg.transductive, cells_first=cells_first)
-    if cells_first:
+    if policy.gate_certificate:  # cells only: the other candidates are skipped (GATED_SKIP)
+        s.report["order"] = CERTIFIED_ONLY
+    elif cells_first:
         s.report["order"] = CELLS_FIRST
         s.probe = next((c.name for c in order if _continuous(c)), None)
     # the cell candidates share their passes' predictor and transport (bit for bit the same
@@ -210,6 +218,11 @@ CELLS_FIRST = (
     "and a deterministic continuous release leaked to a retrained non-linear judge on every "
     "real-data set measured; the cheapest candidate (a probe), the certified cells, the other "
     "cells, then the last resort (the other continuous candidates are not tried)"
+)
+# calibration.json's ``order`` under the certificate gate (.certified)
+CERTIFIED_ONLY = (
+    "cells only: the policy gates the certificate (audit.gate_certificate), which only a "
+    "noise-free cell release has; the certified cells first, then the other cells"
 )
 # why the continuous candidates after the probe are skipped under the key gate
 CONTINUOUS_SKIPPED = (
@@ -234,7 +247,9 @@ def _start(train, suppress, preserve, policy, cfg, val, watch, space) -> _Search
     folds, fit_ds, val_ds, val_how = validation_plan(train, val, cfg, strata)
     # out of fold, privacy is attacked within each fold's release (one model each)
     audit = ValidationAudit(val_ds, suppress, preserve, policy, cfg, watch=watch, fold_rows=folds)
-    last_resorts = preserve and any(c.last_resort for c in space)
+    # under the certificate gate no last resort is tried (continuous: .certified.GATED_SKIP)
+    last_resorts = (preserve and not policy.gate_certificate
+                    and any(c.last_resort for c in space))  # fmt: skip
     return _Search(
         train, list(suppress), list(preserve), policy, cfg, watch, now, t0, wall0,
         t0 + 60.0 * cfg.budget_minutes, strata, folds, fit_ds, val_ds, val_how, audit,
@@ -245,6 +260,9 @@ def _start(train, suppress, preserve, policy, cfg, val, watch, space) -> _Search
 
 def _skipped(s: _Search, c: Candidate, entry: dict) -> bool:
     """Whether ``c`` is skipped before fitting (a reason is recorded in ``entry``)."""
+    if s.policy.gate_certificate and (not c.cells or c.transductive):
+        entry.update(status="skipped", reason=GATED_SKIP)
+        return True
     if c.last_resort and s.chosen is not None:
         entry.update(status="skipped", reason=f"{s.chosen[0].name} passed and keeps more")
         return True
@@ -421,7 +439,8 @@ def _try(s: _Search, c: Candidate) -> bool:
         s.measured_rates.append(entry["fit_seconds"] / (len(c_fit) * units * (len(c_folds) or 1)))
     entry["validated_on"] = "holdout" if c_audit is not s.audit else "main"
     found = bisect_noise(parts, c_audit, c_deadline, comfortable=min(0.99, s.room_fraction),
-                         now=s.now, key_gate=s.policy.gate_key_compromised)  # fmt: skip
+                         now=s.now, key_gate=s.policy.gate_key_compromised,
+                         certificate_gate=s.policy.gate_certificate)  # fmt: skip
     entry["points"] = [{k: v for k, v in p.items() if k != "reports"} for p in found["points"]]
     s.judge_seconds = max(
         [s.judge_seconds, *(float(p.get("seconds", 0.0)) for p in found["points"])]
@@ -437,7 +456,7 @@ def _try(s: _Search, c: Candidate) -> bool:
             s.linear_only = s.linear_only or nonlinear_leak(found["points"], c.name)
         s.over_budget = s.over_budget or s.now() > c_deadline
         return False
-    if c.cells and not c.trained and not s.cfg.transductive and (
+    if c.cells and not c.trained and (not s.cfg.transductive or s.policy.gate_certificate) and (
             not _shape_affordable(s, c, entry, len(c_fit), c_folds, c_deadline)
             or not _lookups_at_release_shape(s, entry, fit_on, found["chosen"], c_audit,
                                              len(s.train) if c_folds else len(c_fit))):  # fmt: skip
@@ -515,16 +534,28 @@ def _lookups_at_release_shape(s: _Search, entry: dict, fit_on, pt: dict, audit,
     over = [f"{a}: {j} bound {r.ci_high[j]:.3f} (balanced {r.balanced_ci_high[j]:.3f}), limits "
             f"{r.baseline + r.margins[j]:.3f} ({r.balanced_baseline + r.margins[j]:.3f})"
             for a, r in reports.items() for j in r.ci_high if not r.judge_ok(j)]  # fmt: skip
+    # the certificate on the same releases, at the gate's rows per cell (.certified)
+    certs, uncertified = certificates_at_release_shape(
+        plain, pairs, s.train.labels, s.suppress, reports, confidence=s.policy.confidence,
+        margins={a: min(s.policy.margins(a).values()) for a in s.suppress},
+        release_rows=s.cfg.release_rows or len(s.val_ds), n_fit=n_fit,
+        counted="cell_count" in entry.get("params", {}), seed=s.cfg.seed + 2)  # fmt: skip
+    gated = uncertified if s.policy.gate_certificate else []
     cells = int(cells_of(plain[pairs[0][1]]).max()) + 1  # distinct vectors of one release
     entry["release_shape"] = {
         "how": how, "noise": level, "seconds": s.now() - t,
         "rows_per_cell": round(len(pairs[0][1]) / max(cells, 1), 2),
-        "lookups": {a: summary(r) for a, r in reports.items()}, "passed": not over}  # fmt: skip
-    if over:
-        entry.update(status="failed", reason=(
-            "the lookup on released values fails on releases shaped like the release's "
-            f"({how}): " + "; ".join(over)))  # fmt: skip
-    return not over
+        "lookups": {a: summary(r) for a, r in reports.items()}, "certificate": certs,
+        "passed": not (over or gated)}  # fmt: skip
+    if s.policy.gate_certificate:  # ranked on it too (mass.calibrate.rank.rank_key)
+        pt["certificate"] = worst_bound(certs)
+    if over or gated:
+        entry.update(status="failed", reason="; ".join(
+            ([f"the lookup on released values fails on releases shaped like the release's "
+              f"({how}): " + "; ".join(over)] if over else [])
+            + (["its certificate on those releases fails audit.gate_certificate: "
+                + "; ".join(gated)] if gated else [])))  # fmt: skip
+    return not (over or gated)
 
 
 def _rank(s: _Search, c: Candidate, entry: dict, pt: dict, made) -> bool:
@@ -586,6 +617,8 @@ def _finish(s: _Search, infeasible: list[str], out_dir) -> CalibrationResult:
                 report["verdict"] += (f"; {name} passed validation but its lookup at the "
                                       f"release's shape did not fit the budget: about "
                                       f"--budget-minutes {math.ceil(need / 60)} would judge it")  # fmt: skip
+            if policy.gate_certificate:  # what the certificate gate left and what it read
+                report["verdict"] += gated_refusal(report["candidates"])
             if s.certified_short:  # what would let the certified partition be tried
                 least, need = s.certified_short
                 report["verdict"] += (f"; the certified partition within R has at least "
@@ -608,6 +641,8 @@ def _finish(s: _Search, infeasible: list[str], out_dir) -> CalibrationResult:
                         "excess": pt["excess"], "fraction": pt["fraction"],
                         "privacy": pt["privacy"], "utility": pt["utility"],
                         "unnamed": pt.get("unnamed"), "why": why(pt, policy)}  # fmt: skip
+    if pt.get("certificate") is not None:  # under audit.gate_certificate (.certified)
+        report["chosen"]["certificate"] = pt["certificate"]
     report["verdict"] = "passed on validation"
     if c.last_resort:
         report["chosen"]["last_resort"] = (

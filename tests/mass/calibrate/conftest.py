@@ -12,7 +12,7 @@ def every_candidate_passes(monkeypatch):
     (what the search does after it, ranking and later checks, runs for real)."""
     from mass.calibrate import search as S
 
-    def passing(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False):
+    def passing(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False, **_):
         pt = {"noise": 0.0, "privacy": {}, "privacy_ok": True, "utility_ok": True,
               "passed": True, "excess": 0.0, "fraction": 0.97, "fidelity": 0.5,
               "utility": {"u": {"logreg": 0.9}}}  # fmt: skip

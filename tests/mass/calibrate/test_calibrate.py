@@ -521,7 +521,7 @@ def test_trained_candidates_validate_on_one_holdout_fit_and_skip_useless_erasers
 
     monkeypatch.setattr("mass.methods.get_method", lambda name: Counting(name))
 
-    def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False):
+    def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False, **_):
         models = {id(m) for m, _ in parts}
         covered = sorted(np.concatenate([rows for _, rows in parts]).tolist())
         assert covered == list(range(len(audit.x)))  # every validation row released once
@@ -582,7 +582,7 @@ def test_the_last_resort_runs_only_when_nothing_else_passes_and_keeps_its_budget
     monkeypatch.setattr(S, "budget_clock", lambda kind: lambda: clock[0])
     seen = []
 
-    def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False):
+    def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False, **_):
         model = parts[0][0]
         last = isinstance(model, ChainModifier)  # leace_project serves a chain of two affines
         seen.append(("last" if last else "other", deadline))
@@ -644,7 +644,7 @@ def test_the_last_resorts_share_is_planned_on_the_measured_probe_under_the_key_g
     clock, seen = [0.0], []
     monkeypatch.setattr(S, "budget_clock", lambda kind: lambda: clock[0])
 
-    def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False):
+    def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False, **_):
         seen.append(deadline)
         # the probe's and the last resort's judgings take 2 s on the budget's clock, the cell
         # candidate's 50 s, leaving 4 s (fits take none)
@@ -729,7 +729,7 @@ def test_trained_candidates_are_planned_on_the_slowest_rate_measured(files, monk
 
     monkeypatch.setattr("mass.methods.get_method", lambda name: Timed())
 
-    def failing(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False):
+    def failing(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False, **_):
         return {"points": [], "chosen": None, "reason": "privacy fails"}
 
     monkeypatch.setattr(S, "bisect_noise", failing)
@@ -848,7 +848,7 @@ def test_certified_cells_follow_the_rows_the_gate_will_audit(files, monkeypatch,
 
     served = []
 
-    def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False):
+    def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False, **_):
         served.append(parts[0][0].parts[-1].spec)  # one pass: the repair, then its cells
         pt = {**_point(0.0, {"logreg": True}), "privacy_ok": True, "utility_ok": False,
               "passed": False, "excess": -0.01, "fraction": 0.5, "fidelity": 0.5,
@@ -918,7 +918,7 @@ def test_under_the_key_gate_only_the_probe_of_the_continuous_candidates_is_tried
     iterated erasers included, are skipped, naming why."""
     from mass.calibrate import search as S
 
-    def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False):
+    def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False, **_):
         assert key_gate
         pt = {**_point(0.0, {"logreg": True, "logreg_remap": True, "knn": False}),
               "privacy_ok": False, "utility_ok": True, "passed": False, "excess": 0.1,
@@ -954,7 +954,7 @@ def test_under_the_key_gate_the_cells_are_tried_first_the_certified_ones_before_
     Without the key gate the order is the space's own, every candidate tried."""
     from mass.calibrate import search as S
 
-    def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False):
+    def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False, **_):
         pt = {**_point(0.0, {"logreg": False, "knn": False}), "privacy_ok": False,
               "utility_ok": True, "passed": False, "excess": 0.1, "fraction": 1.0,
               "fidelity": 0.5, "utility": {"u": {"logreg": 0.9}}}  # fmt: skip
@@ -999,7 +999,7 @@ def test_the_certified_partition_at_the_validated_rows_count_comes_first(
     monkeypatch.setattr(S, "certified_cell_count", lambda labels, sup, pol, rows: rows // 50)
     served = []
 
-    def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False):
+    def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False, **_):
         cells = parts[0][0].parts[-1].spec.cells
         served.append(cells)
         passes = cells <= 100  # the 1,200-cell partition leaks, the 18-cell one passes
@@ -1060,7 +1060,7 @@ def test_a_candidate_whose_fits_cannot_end_before_the_deadline_is_not_started(
 
     monkeypatch.setattr(M, "get_method", lambda name: Timed(name))
 
-    def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False):
+    def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False, **_):
         clock[0] += 70.0  # the noise search
         pt = {**_point(0.0, {"logreg": False}), "privacy_ok": False, "utility_ok": True,
               "passed": False, "excess": 0.1, "fraction": 1.0, "fidelity": 0.5,
