@@ -164,6 +164,9 @@ class _Search:
     # the first candidate that passed validation but whose lookup at the release's shape did
     # not fit the budget: (its name, the CPU-s the search would have needed), for the refusal
     short_of_budget: tuple[str, float] | None = None
+    # the most passes a lookup at the release's shape has fitted on its halves so far: a
+    # later one shares them (mass.methods.ot_repair.reuse) and fits only its own
+    shape_passes: int = 0
 
 
 def calibrate(
@@ -466,14 +469,18 @@ def _try(s: _Search, c: Candidate) -> bool:
 
 def _shape_affordable(s: _Search, c: Candidate, entry: dict, n_fit: int, c_folds,
                       c_deadline: float) -> bool:  # fmt: skip
-    """Whether the lookup at the release's shape (two fits, each on half the training rows,
-    whose passes no earlier fit shares) can end before ``c_deadline``: planned at the slowest
-    fit of the candidate's method so far, per fitted row and pass. False records the
+    """Whether the lookup at the release's shape (two fits, each on half the training rows)
+    can end before ``c_deadline``: each pass an earlier such check has not fitted on the same
+    halves planned at the slowest fit of the candidate's method so far, per fitted row and
+    pass, and the rest (its cells, on shared passes) at the fastest. A held-out share
+    (``cell_balance``) fits its passes on other rows: none shared. False records the
     candidate as skipped for the budget, and what it passed (``s.short_of_budget``)."""
     took = s.fit_seconds.get(c.method) or [0.0]
     rows = len(s.train) - len(s.train) // len(c_folds) if c_folds else n_fit
     passes = max(int(c.params.get("passes", 1)), 1)
-    need = 2 * passes * max(took) * (len(s.train) / 2) / max(rows, 1)
+    own = passes - (0 if c.params.get("cell_balance") else min(passes, s.shape_passes))
+    need = 2 * (own * max(took) + (min(took) if own < passes else 0.0)) * (
+        len(s.train) / 2) / max(rows, 1)  # fmt: skip
     left = c_deadline - s.now()
     if need <= left:
         return True
@@ -482,7 +489,7 @@ def _shape_affordable(s: _Search, c: Candidate, entry: dict, n_fit: int, c_folds
     s.short_of_budget = s.short_of_budget or (c.name, spent + need + s.reserve)
     entry.update(status="skipped", reason=(
         f"budget: passed validation, but its lookup at the release's shape (2 fits of "
-        f"{passes} pass(es), each on half the {len(s.train)} training rows) would take "
+        f"{passes} pass(es), {own} not shared, each on half the {len(s.train)} training rows) would take "
         f"~{need:.0f}s, {max(left, 0.0):.0f}s left"))  # fmt: skip
     return False
 
@@ -523,6 +530,8 @@ def _lookups_at_release_shape(s: _Search, entry: dict, fit_on, pt: dict, audit,
     level = 0.0 if s.policy.gate_key_compromised else float(pt["noise"])
     try:
         parts = [(fit_on(subset(s.train, fit_rows)).modifier, rows) for fit_rows, rows in pairs]
+        if not entry.get("params", {}).get("cell_balance"):  # its passes are kept for the next
+            s.shape_passes = max(s.shape_passes, int(entry["params"].get("passes", 1)))
         plain = released(parts, x, seeds, 0.0)
         xp = plain if level == 0.0 else released(parts, x, seeds, level)
     except (ConfigError, InputError, ValueError, RuntimeError) as e:  # fail closed

@@ -244,7 +244,7 @@ def test_the_lookup_at_the_release_shape_is_planned_and_a_refusal_names_the_budg
     clock = [100.0]
     s = SimpleNamespace(now=lambda: clock[0], t0=0.0, train=ds, reserve=20.0,
                         fit_seconds={"ot_repair": [1.0, 30.0, 0.5]}, over_budget=False,
-                        short_of_budget=None)  # fmt: skip
+                        short_of_budget=None, shape_passes=0)  # fmt: skip
     two = C.Candidate("two", "ot_repair", {"passes": 2, "cell_axes": 2})
     # 2 fits x 2 passes x 30 s per 300 fold rows x 200 rows each: 80 s
     entry: dict = {}
@@ -256,6 +256,18 @@ def test_the_lookup_at_the_release_shape_is_planned_and_a_refusal_names_the_budg
     one = C.Candidate("one", "ot_repair", {"cell_axes": 2})
     assert search._shape_affordable(s, one, {}, 400, folds, 141.0)
     assert s.short_of_budget[0] == "two"  # the first one short is kept
+    # after a check that fitted two passes on the halves, a later one shares them: only its
+    # cells, planned at the fastest fit (0.5 s per 300 rows: 2 x 0.5 x 200 / 300 s)
+    s.shape_passes = 2
+    assert search._shape_affordable(s, two, {}, 400, folds, 101.0)
+    # one of three passes its own: 2 x (30 + 0.5) x 200 / 300 s
+    three = C.Candidate("three", "ot_repair", {"passes": 3, "cell_axes": 2})
+    entry = {}
+    assert not search._shape_affordable(s, three, entry, 400, folds, 140.0)
+    assert "1 not shared" in entry["reason"] and "would take ~41s" in entry["reason"]
+    # a held-out share fits its passes on other rows: nothing shared
+    held = C.Candidate("held", "ot_repair", {"passes": 2, "cell_axes": 2, "cell_balance": 0.3})
+    assert not search._shape_affordable(s, held, {}, 400, folds, 179.0)
 
 
 def test_budget_exhausted_reports_budget(files, tmp_path):
@@ -1079,3 +1091,47 @@ def test_a_candidate_whose_fits_cannot_end_before_the_deadline_is_not_started(
     assert leace["status"] == "failed" and x3["status"] == "skipped", x3
     assert x3["reason"].startswith("budget: 110s left, its 4 fits would take ~120s"), x3
     assert len(fits) == 4 and clock[0] == pytest.approx(190.0)  # x3 never fitted
+
+
+def test_a_later_lookup_at_the_release_shape_shares_the_passes_an_earlier_one_fitted(
+    files, monkeypatch
+):
+    """Two partitions that pass validation: the second's lookup at the release's shape is
+    planned knowing the first fitted both passes on the same halves (on `names` three
+    partitions that passed were skipped on a plan of a full fit each), and its fits reuse
+    them (mass.methods.ot_repair.reuse): the same passes, only its cells fitted."""
+    from mass.calibrate import search as S
+    from mass.methods.ot_repair import reuse
+
+    def fake_bisect(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False, **_):
+        pt = {**_point(0.0, {"logreg": True}), "privacy_ok": True, "utility_ok": True,
+              "passed": True, "excess": 0.0, "fraction": 0.95, "fidelity": 0.5,
+              "utility": {"u": {"logreg": 0.9}}}  # fmt: skip
+        return {"points": [pt], "chosen": pt, "reason": "passes"}
+
+    seen, real = [], S._shape_affordable
+
+    def spy(s, c, *a):
+        seen.append((c.name, s.shape_passes, reuse.stats["hits"]))
+        return real(s, c, *a)
+
+    monkeypatch.setattr(S, "bisect_noise", fake_bisect)
+    monkeypatch.setattr(S, "_shape_affordable", spy)
+    ds = load_embeddings(str(files / "ring.parquet"), label_cols=["s", "u"])
+    by_name = {c.name: c for c in C.SEARCH_SPACE}
+    space = (by_name["ot-repair+partition|R"], by_name["ot-repair+partition2|R"])
+    wide = AuditPolicy(attacker_margin=dict.fromkeys(AuditPolicy().families, 0.45),
+                       frozen_margin=0.45, families=("logreg",))  # fmt: skip
+    res = C.calibrate(ds, suppress=["s"], preserve=["u"], space=space, policy=wide,
+                      cfg=CalibrationConfig(budget_minutes=5))  # fmt: skip
+    (first, before, _), (second, shared, hits) = seen
+    assert (first, before, second, shared) == (
+        "ot-repair+partition|R",
+        0,
+        "ot-repair+partition2|R",
+        2,
+    )
+    entries = res.report["candidates"]
+    assert all("release_shape" in e for e in entries), entries
+    # the second check's four pass fits (two halves x two passes) were all cache hits
+    assert reuse.stats["hits"] >= hits + 4
