@@ -167,6 +167,8 @@ class _Search:
     # the most passes a lookup at the release's shape has fitted on its halves so far: a
     # later one shares them (mass.methods.ot_repair.reuse) and fits only its own
     shape_passes: int = 0
+    # the same for the validation fits (every closed-form candidate fits the same rows)
+    fit_passes: int = 0
 
 
 def calibrate(
@@ -309,10 +311,12 @@ def _epochs(s: _Search, c: Candidate, entry: dict, c_fit, c_folds, c_deadline):
     closed-form ones); ``go`` False records why it is skipped."""
     left = c_deadline - s.now()
     if not c.trained:
-        # its fits planned on the fastest fit of its method measured so far (0 before any):
+        # its fits planned on the fastest fit of its method measured so far (0 before any),
+        # or the slowest when it fits a pass no earlier fit on these rows shares (_own_passes):
         # a candidate whose fits cannot end before the deadline is not started, instead of
         # overrunning the budget by a first fold (docs/calibration.md, "Search order")
-        need = min(s.fit_seconds.get(c.method) or [0.0]) * (len(c_folds) or 1)
+        took = s.fit_seconds.get(c.method) or [0.0]
+        need = (max(took) if _own_passes(c, s.fit_passes) else min(took)) * (len(c_folds) or 1)
         if left > need:
             return True, None
         s.over_budget = True
@@ -436,6 +440,8 @@ def _try(s: _Search, c: Candidate) -> bool:
         log.info("calibration: %s failed to fit: %s", c.name, e)
         return False
     entry["fit_seconds"] = s.now() - tf
+    if not c.trained:  # its passes are kept for the candidates after it (_own_passes)
+        s.fit_passes = max(s.fit_passes, _shareable_passes(c))
     if c.trained:
         units = (int(params.get("epochs", 30)) + 0.5 * int(params.get("branch_epochs", 30))
                  * (len(s.suppress) + len(s.preserve)))  # fmt: skip
@@ -467,6 +473,24 @@ def _try(s: _Search, c: Candidate) -> bool:
     return _rank(s, c, entry, found["chosen"], (fit, params, fit_on, parts, c_audit))
 
 
+def _shareable_passes(c: Candidate) -> int:
+    """The ``ot_repair`` passes a fit of ``c`` leaves for later fits on the same rows (the
+    shared fits, :mod:`mass.methods.ot_repair.reuse`): none with a held-out share
+    (``cell_balance`` fits its passes on other rows) or for another method."""
+    if c.method != "ot_repair" or c.params.get("cell_balance"):
+        return 0
+    return max(int(c.params.get("passes", 1)), 1)
+
+
+def _own_passes(c: Candidate, shared: int) -> int:
+    """The passes a fit of ``c`` fits itself when earlier fits on its rows fitted ``shared``
+    (0 for another method, whose fits share nothing and are planned as before)."""
+    if c.method != "ot_repair":
+        return 0
+    passes = max(int(c.params.get("passes", 1)), 1)
+    return passes - (0 if c.params.get("cell_balance") else min(passes, shared))
+
+
 def _shape_affordable(s: _Search, c: Candidate, entry: dict, n_fit: int, c_folds,
                       c_deadline: float) -> bool:  # fmt: skip
     """Whether the lookup at the release's shape (two fits, each on half the training rows)
@@ -478,7 +502,7 @@ def _shape_affordable(s: _Search, c: Candidate, entry: dict, n_fit: int, c_folds
     took = s.fit_seconds.get(c.method) or [0.0]
     rows = len(s.train) - len(s.train) // len(c_folds) if c_folds else n_fit
     passes = max(int(c.params.get("passes", 1)), 1)
-    own = passes - (0 if c.params.get("cell_balance") else min(passes, s.shape_passes))
+    own = _own_passes(c, s.shape_passes)
     need = 2 * (own * max(took) + (min(took) if own < passes else 0.0)) * (
         len(s.train) / 2) / max(rows, 1)  # fmt: skip
     left = c_deadline - s.now()
@@ -530,8 +554,10 @@ def _lookups_at_release_shape(s: _Search, entry: dict, fit_on, pt: dict, audit,
     level = 0.0 if s.policy.gate_key_compromised else float(pt["noise"])
     try:
         parts = [(fit_on(subset(s.train, fit_rows)).modifier, rows) for fit_rows, rows in pairs]
-        if not entry.get("params", {}).get("cell_balance"):  # its passes are kept for the next
-            s.shape_passes = max(s.shape_passes, int(entry["params"].get("passes", 1)))
+        s.shape_passes = max(
+            s.shape_passes,
+            _shareable_passes(Candidate(entry["name"], entry["method"], entry["params"])),
+        )  # kept for the next
         plain = released(parts, x, seeds, 0.0)
         xp = plain if level == 0.0 else released(parts, x, seeds, level)
     except (ConfigError, InputError, ValueError, RuntimeError) as e:  # fail closed

@@ -1135,3 +1135,31 @@ def test_a_later_lookup_at_the_release_shape_shares_the_passes_an_earlier_one_fi
     assert all("release_shape" in e for e in entries), entries
     # the second check's four pass fits (two halves x two passes) were all cache hits
     assert reuse.stats["hits"] >= hits + 4
+
+
+def test_a_fit_with_passes_no_earlier_fit_shares_is_planned_at_the_slowest_fit():
+    """Closed-form fits are planned at the fastest fit of their method so far (shared passes
+    make later cell candidates cheap), but a candidate that fits a pass nobody fitted on its
+    rows (a second pass after one-pass fits; a held-out share's passes, always its own) is
+    planned at the slowest: on `names` (one holdout fit, no folds to stop after) the held-out
+    partition was planned at 2 s and took 101."""
+    from types import SimpleNamespace
+
+    from mass.calibrate import search
+
+    s = SimpleNamespace(now=lambda: 0.0, deadline=100.0, over_budget=False, fit_passes=1,
+                        fit_seconds={"ot_repair": [2.0, 90.0]})  # fmt: skip
+    by_name = {c.name: c for c in C.SEARCH_SPACE}
+    for name, left, go in (("ot-repair+partition1|R", 3.0, True),
+                           ("ot-repair+balanced2|R", 89.0, False),
+                           ("ot-repair+balanced2|R", 91.0, True),
+                           ("ot-repair+partition|R", 89.0, False)):  # fmt: skip
+        entry: dict = {}
+        ok, _ = search._epochs(s, by_name[name], entry, [], [], left)
+        assert ok is go, (name, left, entry)
+    s.fit_passes = 2  # after a two-pass fit its second pass is shared too
+    assert search._epochs(s, by_name["ot-repair+partition|R"], {}, [], [], 3.0)[0]
+    assert not search._epochs(s, by_name["ot-repair+balanced2|R"], {}, [], [], 89.0)[0]
+    # another method shares nothing and is planned as before, at its fastest fit
+    s.fit_seconds["leace_iterated"] = [1.0, 50.0]
+    assert search._epochs(s, by_name["leace"], {}, [], [], 2.0)[0]
