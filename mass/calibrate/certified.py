@@ -98,9 +98,12 @@ def gated_refusal(candidates: list[dict]) -> str:
     if not seen:
         return out + " and none reached its certificate (none passed validation)"
     bound, name, shape = min(seen, key=lambda v: v[0])
-    limits = [b["balanced_limit"] for b in shape["certificate"].values()
-              if b.get("balanced_limit") is not None]  # fmt: skip
-    return out + (
-        f": the best certificate at the release's shape was {name}'s, balanced "
-        f"<= {bound:.3f}" + (f" (limit {min(limits):.3f})" if limits else "")
-    )
+    blocks = shape["certificate"].values()
+    limits = [b["balanced_limit"] for b in blocks if b.get("balanced_limit") is not None]
+    plans = [(b["cells"], b["resolution_plan"]["rows_needed"]) for b in blocks
+             if b.get("resolution_plan")]  # fmt: skip
+    need = max(plans, key=lambda p: p[1], default=None)
+    return out + (f": the best certificate at the release's shape was {name}'s, balanced "
+                  f"<= {bound:.3f}" + (f" (limit {min(limits):.3f})" if limits else "")
+                  + (f"; its {need[0]} cells (one half's) would need about {need[1]:,} "
+                     "audited rows were S independent of the cell" if need else ""))  # fmt: skip

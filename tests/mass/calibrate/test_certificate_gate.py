@@ -158,6 +158,9 @@ def test_under_the_certificate_gate_only_cells_are_tried_and_judged_on_their_cer
         assert "under audit.gate_certificate only noise-free cell candidates were tried: the " \
                "best certificate at the release's shape was ot-repair+partition1|R's" \
                in rep["verdict"]  # fmt: skip
+        plan = cert["resolution_plan"]
+        assert (f"its {cert['cells']} cells (one half's) would need about "
+                f"{plan['rows_needed']:,} audited rows") in rep["verdict"]  # fmt: skip
     else:
         assert cells["status"] == "passed" and cert["within_limit"] is True
         assert rep["chosen"]["certificate"] == pytest.approx(cert["balanced"])
