@@ -9,10 +9,12 @@ figures are recorded, not judged."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from mass.metrics.certificate import Certificate, cells_of, certify_cells, plan
-from mass.metrics.rules import judge_limit, judge_ok
+from mass.audit.certified import certificate_block
+from mass.metrics.certificate import Certificate, cells_of, certify_cells
 
 # why a continuous candidate (and the last resort, and a transductive fit) is not tried
 GATED_SKIP = (
@@ -45,39 +47,41 @@ def certificates_at_release_shape(
     """Per suppressed attribute, the worse half's certificate (``pairs``: the halves' (fit
     rows, released rows); ``plain``: their noise-free release) on a seeded draw of
     :func:`rows_to_certify` of its released rows (all of them when it holds fewer, on the
-    safe side), with the gate's limits from ``reports`` (the lookups' reports: their
-    baselines) and ``margins`` (each attribute's strictest); and why any is over its limits
-    or has none."""
+    safe side), judged as the audit's block judges it
+    (:func:`mass.audit.certified.certificate_block`) with the baselines of ``reports`` (the
+    lookups' reports) and each attribute's strictest margin in ``margins``; and why any is
+    over its limits or has none."""
     rng = np.random.default_rng(seed)
+    halves = []  # each half's drawn rows and their cell codes, once for every attribute
+    for fit_rows, rows in pairs:
+        take = min(len(rows), rows_to_certify(release_rows, len(fit_rows), n_fit, counted))
+        sub = rows if take >= len(rows) else np.sort(rng.choice(rows, take, replace=False))
+        halves.append((sub, cells_of(plain[sub])))
     out, over = {}, []
     for a in suppress:
         y = np.asarray(labels[a])
         worst = None
-        for fit_rows, rows in pairs:
-            take = min(len(rows), rows_to_certify(release_rows, len(fit_rows), n_fit, counted))
-            sub = rows if take >= len(rows) else np.sort(rng.choice(rows, take, replace=False))
-            c = certify_cells(cells_of(plain[sub]), y[sub], confidence=confidence)
+        for sub, codes in halves:
+            c = certify_cells(codes, y[sub], confidence=confidence)
             worst = c if worst is None or _worse(c, worst) else worst
-        block = {**worst.to_dict(), "release_rows": release_rows}
         r, m = reports.get(a), margins[a]
         if not worst.certified or r is None:
-            block["within_limit"] = False
+            block = {**worst.to_dict(), "within_limit": False}
             over.append(f"{a}: no certificate ({worst.reason or 'no released vector repeats'})")
-        else:
-            ok = judge_ok(worst.accuracy, r.baseline, worst.balanced, r.balanced_baseline, m)
-            block.update(limit=round(judge_limit(r.baseline, m), 6),
-                         balanced_limit=round(judge_limit(r.balanced_baseline, m), 6),
-                         within_limit=ok)  # fmt: skip
-            if not ok:
-                need = plan(worst, m)
-                block["resolution_plan"] = need
+        else:  # the audit's block at this margin (its "gated" is the audit's, not ours)
+            block = certificate_block(
+                replace(r, certificate=worst, margins=dict.fromkeys(r.margins, m))
+            )
+            block.pop("gated", None)
+            need = block.get("resolution_plan")
+            if not block["within_limit"]:
                 over.append(
                     f"{a}: certified bound {worst.accuracy:.3f} (balanced {worst.balanced:.3f}) "
                     f"on {worst.rows} rows of {worst.cells} cells, limits "
                     f"{block['limit']:.3f} ({block['balanced_limit']:.3f})"
                     + (f"; cells independent of S would need about {need['rows_needed']:,} "
                        f"audited rows for {worst.cells} cells" if need else ""))  # fmt: skip
-        out[a] = block
+        out[a] = {**block, "release_rows": release_rows}
     return out, over
 
 

@@ -467,7 +467,7 @@ def _try(s: _Search, c: Candidate) -> bool:
         return False
     if c.cells and not c.trained and (not s.cfg.transductive or s.policy.gate_certificate) and (
             not _shape_affordable(s, c, entry, len(c_fit), c_folds, c_deadline)
-            or not _lookups_at_release_shape(s, entry, fit_on, found["chosen"], c_audit,
+            or not _lookups_at_release_shape(s, c, entry, fit_on, found["chosen"], c_audit,
                                              len(s.train) if c_folds else len(c_fit))):  # fmt: skip
         return False
     return _rank(s, c, entry, found["chosen"], (fit, params, fit_on, parts, c_audit))
@@ -532,7 +532,7 @@ def _plan_reserve(s: _Search, c: Candidate, entry: dict, points: list[dict]) -> 
         s.report["last_resort_reserve"] = {"seconds": round(s.reserve, 1), "planned_on": c.name}
 
 
-def _lookups_at_release_shape(s: _Search, entry: dict, fit_on, pt: dict, audit,
+def _lookups_at_release_shape(s: _Search, c: Candidate, entry: dict, fit_on, pt: dict, audit,
                               n_fit: int) -> bool:  # fmt: skip
     """A cell candidate that passed validation, judged once more by the lookups on released
     values alone, on releases of the training rows with at least as many rows per cell as
@@ -554,10 +554,7 @@ def _lookups_at_release_shape(s: _Search, entry: dict, fit_on, pt: dict, audit,
     level = 0.0 if s.policy.gate_key_compromised else float(pt["noise"])
     try:
         parts = [(fit_on(subset(s.train, fit_rows)).modifier, rows) for fit_rows, rows in pairs]
-        s.shape_passes = max(
-            s.shape_passes,
-            _shareable_passes(Candidate(entry["name"], entry["method"], entry["params"])),
-        )  # kept for the next
+        s.shape_passes = max(s.shape_passes, _shareable_passes(c))  # kept for the next
         plain = released(parts, x, seeds, 0.0)
         xp = plain if level == 0.0 else released(parts, x, seeds, level)
     except (ConfigError, InputError, ValueError, RuntimeError) as e:  # fail closed
