@@ -137,9 +137,9 @@ def expand_paths(spec: str) -> list[str]:
 def parquet_batches(path: str, *, columns: list[str] | None, batch_rows: int):
     """Record batches of one Parquet file (local or object store, :mod:`mass.fs`) in bounded
     memory. ``pre_buffer=False``: with pyarrow's default pre-buffering, ``iter_batches`` keeps
-    the coalesced reads of the whole file (measured, 128-d rows: peak RSS 0.81 GB reading a
-    0.5 GB file, growing with the file; 0.41 GB for 0.5 GB and 5 GB files without). A file
-    whose footer or pages do not read is refused naming it."""
+    the coalesced reads of the whole file, so memory grows with the file (docs/performance.md,
+    "Memory of mass train and mass audit, and of mass anonymize"). A file whose footer or
+    pages do not read is refused naming it."""
     with fs.open_input(path) as f:
         try:
             it = pq.ParquetFile(f, pre_buffer=False).iter_batches(

@@ -304,8 +304,8 @@ def frozen_judges(train_ds, attributes: list[str], *, epochs: int = 10, seed: in
                                suppress=list(attributes), preserve=[])  # fmt: skip
     num_classes = {a: train_ds.num_classes(a) for a in attributes}
     x, labels = train_ds.x, train_ds.labels
-    # measured: 10 epochs x 2 judges on a 200k-row sample were ~1,000 CPU-s (5 CPU-s per
-    # epoch per 20k rows), more than a LEACE fit by far
+    # a seeded subsample: on the whole 200k-row sample the judges' epochs cost far more than
+    # a LEACE fit (docs/performance.md, "Memory of mass train and mass audit, ...", (***))
     keep = seeded_rows(len(x), ATTACKER_ROWS, seed)
     if keep is not None:
         x, labels = x[keep], {a: labels[a][keep] for a in attributes}

@@ -145,10 +145,10 @@ def measure(req: AuditRequest, validator: Validator) -> tuple[Scan, dict[str, pd
         # every released column besides the embedding, the ids included, judged alone; the
         # allowed columns also with the embedding (structure + per-value label statistics,
         # mass.audit.columns). Ids are judged alone only: their ~20 features beside the
-        # embedding reshuffle the combined judges' chance on small audits (docs/audit.md).
-        # The label statistics go to the judges of one column alone: beside the embedding,
-        # (k-1) x ~13 statistics per column overfit the combined judges (10 classes, 1,600
-        # rows: logreg_remap 0.270 > limit 0.261 on an independent column).
+        # embedding reshuffle the combined judges' chance on small audits. The label
+        # statistics go to the judges of one column alone: beside the embedding, (k-1) x ~13
+        # statistics per column overfit the combined judges (both measured: docs/audit.md,
+        # "Every released column, ids included").
         released = encode_released({req.id_col: s.ids, **s.extra}, max_levels=pol.max_levels)
         together = combine([released[c] for c in s.extra], n_audit)
         together = replace(together, stats=Statistics((), ()))

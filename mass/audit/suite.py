@@ -249,10 +249,11 @@ class Validator:
             gx.ValidationDefinition(name=vd_name, data=batch, suite=suite)
         )
         result = vd.run(batch_parameters={"dataframe": frame}, result_format="SUMMARY")
-        # the data source's one execution engine caches every batch it ran on (measured:
-        # +8.5 MB per 200,000-row partition frame) and every metric it resolved, the
-        # per-row condition Series included (+~20 bytes per row of every partition): drop
-        # both, the results are kept. forget() is tested in tests/mass/audit/test_audit_stream.py.
+        # the data source's one execution engine caches every batch it ran on and every
+        # metric it resolved, the per-row condition Series included, so memory grew with
+        # the partitions (docs/journal/performance-history.md, "Memory: the first runs and
+        # what still grew per partition (issue 14)"): drop both, the results are kept.
+        # forget() is tested in tests/mass/audit/test_audit_stream.py.
         self.forget()
         self.success = self.success and bool(result.success)
         return list(result.results)

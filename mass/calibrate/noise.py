@@ -135,9 +135,8 @@ def bisect_noise(
     # The smallest private level is borderline by construction (the first to pass among noisy
     # measurements). Where a measured level above it also passes and still keeps utility to
     # spare (>= ``comfortable``; a partial measurement's fraction is a lower bound), take the
-    # one with the most privacy room instead: the utility is not needed, the room is.
-    # Measured (docs/journal/calibration-runs.md): happiness chose 0.5 (excess +0.043), the gate then failed
-    # kNN's balanced bound; 0.8 and 1.2 measured +0.030 / +0.034 at the same utility.
+    # one with the most privacy room instead: the utility is not needed, the room is (why:
+    # docs/journal/calibration-runs.md, "What the runs showed, and what changed because of it").
     spare = [i for i, m in cache.items() if i >= hi and m["privacy_ok"]
              and m["utility_ok"] and m["fraction"] >= comfortable]  # fmt: skip
     if spare:

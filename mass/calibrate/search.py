@@ -90,14 +90,13 @@ MIN_EPOCHS = 5
 SECONDS_PER_ROW_EPOCH = 1.5e-3
 # Share of the budget the last-resort candidates (``Candidate.last_resort``) keep for
 # themselves while nothing has passed: the others stop where it begins. A last resort is closed
-# form (seconds to fit) with a noise search of a few levels (docs/journal/calibration-runs.md);
-# a fifth of a 5-minute budget is 60 CPU-s.
+# form (seconds to fit) with a noise search of a few levels (docs/calibration.md, "Search
+# order").
 LAST_RESORT_SHARE = 0.2
 # Under the key gate the last resort is judged without noise once, then, when it passes,
 # measured whole and for what it keeps unnamed: three judgings. Once a closed-form linear
 # eraser of its kind (the probe, a one-round LEACE) has been fitted and judged, its share
-# shrinks to three times that measured cost when that is less (on `words` the fifth of 10
-# CPU-minutes kept 120 CPU-s aside for a last resort that took 10: docs/calibration.md,
+# shrinks to three times that measured cost when that is less (why: docs/calibration.md,
 # "Search order").
 LAST_RESORT_JUDGINGS = 3
 LAST_RESORT_KIN = ("leace_iterated", "leace_project")

@@ -117,8 +117,8 @@ SEARCH_SPACE: tuple[Candidate, ...] = (
     # the same partition at the count the validated rows certify, first: tried only when
     # --release-rows certifies more cells than they do. The fit's own rows bound the
     # resolution too: a finer partition can leak on validation and spend the budget, and a
-    # release size must never leave calibration worse off than none (measured on `words`:
-    # docs/calibration.md, "Certified cells")
+    # release size must never leave calibration worse off than none (docs/calibration.md,
+    # "Certified cells")
     Candidate(
         "ot-repair+certified-val|R",
         "ot_repair",

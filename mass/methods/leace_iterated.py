@@ -4,8 +4,8 @@ Two gaps between plain ``leace`` and a release that retrained attackers cannot r
 
 - Every release is L2-renormalised (the ``affine`` kind ends with n()). LEACE leaves no linear
   information about S in W x + b, but the row norm of W x + b still differs by class, and
-  dividing by it writes S back into the directions: on synthetic data a retrained logistic
-  regression read S at 0.80 after one LEACE (majority 0.51), 0.60 after two, 0.56 after three.
+  dividing by it writes S back into the directions (measured on synthetic data:
+  docs/calibration.md, "Search order", ``leace x3``).
   This method fits LEACE again on its own renormalised output, ``rounds`` times, and serves the
   rounds as one ``chain`` of ``affine`` modifiers.
 - With ``given_preserved`` (default), the concept erased is Z = onehot(S) - E[onehot(S) | R]
