@@ -252,11 +252,51 @@ def none_can_pass(r: AttributeReport, y: np.ndarray | None, encoding=None) -> st
     )
 
 
-def min_rows(chance: float, margin: float, confidence: float) -> int:
+def min_rows(chance: float, margin: float, confidence: float, counts=None) -> int:
     """Rows from which a judge at ``chance`` keeps its upper bound 2 standard errors below
-    chance + margin: ((z + 2) / margin)^2 p (1 - p)."""
+    chance + margin: ((z + 2) / margin)^2 p (1 - p). With ``counts`` (the rows of each class
+    of the attribute) the balanced judge's too, at the same class shares pi_c: a judge
+    independent of the attribute recalls each of its k classes at 1/k, and the mean of those
+    recalls has variance sum_c (1/k)(1 - 1/k) / (pi_c N) / k^2, so N >= ((z + 2) / margin)^2
+    (1/k)(1 - 1/k) / k^2 sum_c 1 / pi_c: the larger of the two. A rare class sets it (the
+    balanced bound of a clean release is as wide as its rarest class's recall is uncertain;
+    docs/audit.md, "Confidence bounds")."""
     z = z_value(confidence)
-    return int(np.ceil(((z + 2.0) / max(margin, 1e-6)) ** 2 * chance * (1 - chance)))
+    scale = ((z + 2.0) / max(margin, 1e-6)) ** 2
+    need = scale * chance * (1 - chance)
+    counts = np.asarray([] if counts is None else counts, dtype=np.float64)
+    counts = counts[counts > 0]
+    if counts.size >= 2:
+        k = counts.size
+        need = max(
+            need, scale * (1 / k) * (1 - 1 / k) / k**2 * float(np.sum(counts.sum() / counts))
+        )
+    return int(np.ceil(need))
+
+
+def too_few_rows(r: AttributeReport, y: np.ndarray | None, confidence: float) -> str | None:
+    """The audit's warning when suppressed attribute ``r`` was judged on fewer rows than
+    :func:`min_rows` asks for (its balanced judges' need at the class shares of ``y``
+    included), else None."""
+    if r.role != "suppressed":
+        return None
+    counts = class_counts(y) if r.balanced_ci_high else None
+    need = min_rows(r.baseline, min(r.margins.values(), default=0.05), confidence, counts)
+    if r.n >= need:
+        return None
+    rare = (f" (its rarest class has {int(min(counts))} of them: the balanced bound is as wide "
+            "as that class's recall is uncertain)" if counts is not None and len(counts) > 1
+            else "")  # fmt: skip
+    return (
+        f"{r.name}: {r.n} audited rows{rare}; a judge at chance has a 95% upper bound only "
+        f"~2 standard errors below the limit from {need} rows on: with fewer, a clean "
+        "release can fail by chance (audit more rows, not a wider margin)"
+    )
+
+
+def class_counts(y) -> np.ndarray:
+    """The rows of each class present in the labels ``y`` (empty for none)."""
+    return np.unique(np.asarray(y), return_counts=True)[1] if y is not None else np.array([])
 
 
 def _keyless(req: AuditRequest, s: Scan, extra: np.ndarray):
@@ -360,14 +400,8 @@ def run_audit(req: AuditRequest) -> AuditResult:
                 f"{r.name}: learning curve still climbing at 100% of the attack training set "
                 f"({steps}): an attacker with more labelled rows may do better than measured"
             )
-    for r in reports:
-        need = min_rows(r.baseline, min(r.margins.values(), default=0.05), req.policy.confidence)
-        if r.role == "suppressed" and r.n < need:
-            warnings.append(
-                f"{r.name}: {r.n} audited rows; a judge at chance has a 95% upper bound only "
-                f"~2 standard errors below the limit from {need} rows on: with fewer, a clean "
-                "release can fail by chance (audit more rows, not a wider margin)"
-            )
+    warnings += [w for r in reports
+                 if (w := too_few_rows(r, s.y.get(r.name), req.policy.confidence))]  # fmt: skip
     warnings += [w for r in reports
                  if (w := none_can_pass(r, s.y.get(r.name), s.encodings.get(r.name)))]  # fmt: skip
     warnings += calibrated_size_hint(reports, req.run_dir)

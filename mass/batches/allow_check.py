@@ -168,8 +168,9 @@ def _encode_labels(table: pa.Table, attr: str, source: str) -> np.ndarray:
     return pc.index_in(vals, value_set=pc.unique(vals)).to_numpy(zero_copy_only=False)
 
 
-def _verdict(column: str, report, confidence: float) -> ColumnVerdict:
-    """The report's judge closest to (or over) its limit, read off the audit's own numbers."""
+def _verdict(column: str, report, confidence: float, y=None) -> ColumnVerdict:
+    """The report's judge closest to (or over) its limit, read off the audit's own numbers
+    (``y``: the attribute's labels, whose class shares set the balanced judges' rows)."""
     from mass.metrics import judge_limit
 
     best = None
@@ -187,10 +188,11 @@ def _verdict(column: str, report, confidence: float) -> ColumnVerdict:
             if best is None or cand[0] > best[0]:
                 best = cand
     assert best is not None, "attribute_report always has judges"
-    from mass.audit.runner import min_rows  # the audit's own few-rows warning
+    from mass.audit.runner import class_counts, min_rows  # the audit's own few-rows warning
 
     _, judge, scale, value, upper, limit, base = best
-    need = min_rows(report.baseline, min(report.margins.values()), confidence)
+    counts = class_counts(y) if report.balanced_ci_high else None
+    need = min_rows(report.baseline, min(report.margins.values()), confidence, counts)
     return ColumnVerdict(column=column, attribute=report.name, rows=report.n,
                          passed=report.passed, judge=judge, scale=scale, value=float(value),
                          upper=float(upper), limit=float(limit), baseline=float(base),
@@ -222,7 +224,7 @@ def judge_columns(table: pa.Table, columns: list[str], *, suppress: list[str],
                 seed=policy.seed, max_rows=policy.max_rows, confidence=policy.confidence,
                 curve=False,  # the learning curve warns; it is not part of the rule
             )  # fmt: skip
-            out.append(_verdict(col, report, policy.confidence))
+            out.append(_verdict(col, report, policy.confidence, y[attr]))
     return out
 
 

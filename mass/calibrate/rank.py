@@ -63,15 +63,29 @@ def infeasible_attributes(base: Baselines, policy: AuditPolicy) -> list[str]:
     return out
 
 
-def rows_needed(base: Baselines, policy: AuditPolicy, confidence: float) -> dict[str, int]:
+def rows_needed(base: Baselines, policy: AuditPolicy, confidence: float,
+                labels: dict | None = None) -> dict[str, int]:  # fmt: skip
     """Suppressed attributes whose validation rows are too few for the policy's margin at the
-    validation ``confidence`` (the audit's own warning, mass.audit.runner.min_rows):
+    validation ``confidence`` (the audit's own warning, mass.audit.runner.min_rows; with the
+    validation rows' ``labels``, the balanced judges' need at their class shares too):
     attribute -> rows needed."""
-    from mass.audit.runner import min_rows
+    from mass.audit.runner import class_counts, min_rows
 
-    need = {s: min_rows(base.baseline(s), min(policy.margins(s).values()), confidence)
+    labels = labels or {}
+    need = {s: min_rows(base.baseline(s), min(policy.margins(s).values()), confidence,
+                        class_counts(labels.get(s)))
             for s in base.suppress}  # fmt: skip
     return {s: n for s, n in need.items() if base.n_eval < n}
+
+
+def rarest_note(y) -> str:
+    """``, its rarest class N of the M rows`` for labels ``y`` of several classes (else "")."""
+    from mass.audit.runner import class_counts
+
+    counts = class_counts(y)
+    if len(counts) < 2:
+        return ""
+    return f", its rarest class {int(counts.min())} of the {int(counts.sum()):,} rows"
 
 
 def watch_shortfall(policy: AuditPolicy, unnamed: dict) -> str | None:

@@ -38,6 +38,7 @@ from mass.calibrate.rank import (  # noqa: F401  (infeasible_attributes, nonline
     infeasible_attributes,
     nonlinear_leak,
     rank_key,
+    rarest_note,
     rows_needed,
     watch_shortfall,
 )
@@ -627,14 +628,15 @@ def _finish(s: _Search, infeasible: list[str], out_dir) -> CalibrationResult:
                 f"no configuration was judged whole within the budget ({s.short_of_budget[0]} "
                 "passed validation only)")  # fmt: skip
         report["verdict"] = verdict(infeasible, s.points, policy, base, lead)
-        need = rows_needed(base, policy, s.audit.confidence)
+        need = rows_needed(base, policy, s.audit.confidence, s.audit.labels)
         if need and not infeasible:
             report["verdict"] += (
                 f"; {base.n_eval} validation rows are too few for the policy's margin: a "
                 f"release at chance keeps its validation upper bound 2 standard errors under "
-                f"the limit "
-                f"only from {max(need.values())} rows on ({need}): more rows (or --val)"
-            )
+                f"the limit only from {max(need.values()):,} rows on ("
+                + ", ".join(f"{a}: {n:,}{rarest_note(s.audit.labels.get(a))}"
+                            for a, n in need.items())
+                + "): more rows (or --val)")  # fmt: skip
         if not infeasible:  # what a certified cell release of this size could be
             rows = s.cfg.release_rows or len(s.val_ds)
             cells = certified_cell_count(s.train.labels, s.suppress, policy, rows)
