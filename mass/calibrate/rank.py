@@ -88,6 +88,15 @@ def rarest_note(y) -> str:
     return f", its rarest class {int(counts.min())} of the {int(counts.sum()):,} rows"
 
 
+def rare_class(y) -> bool:
+    """Whether the labels ``y`` have a class under half of an even share (1 / 2k of the rows):
+    then the balanced judges' need, not the accuracy judges', sets the rows (min_rows)."""
+    from mass.audit.runner import class_counts
+
+    counts = class_counts(y)
+    return len(counts) >= 2 and 2 * len(counts) * int(counts.min()) < int(counts.sum())
+
+
 def watch_shortfall(policy: AuditPolicy, unnamed: dict) -> str | None:
     """Why a release fails ``audit.watch_min_kept`` on validation (None: it does not)."""
     if policy.watch_min_kept is None:

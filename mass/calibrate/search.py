@@ -38,6 +38,7 @@ from mass.calibrate.rank import (  # noqa: F401  (infeasible_attributes, nonline
     infeasible_attributes,
     nonlinear_leak,
     rank_key,
+    rare_class,
     rarest_note,
     rows_needed,
     watch_shortfall,
@@ -636,7 +637,9 @@ def _finish(s: _Search, infeasible: list[str], out_dir) -> CalibrationResult:
                 f"the limit only from {max(need.values()):,} rows on ("
                 + ", ".join(f"{a}: {n:,}{rarest_note(s.audit.labels.get(a))}"
                             for a, n in need.items())
-                + "): more rows (or --val)")  # fmt: skip
+                + "): more rows (or --val)"
+                + (", above all of the rarest class, or that class merged into another"
+                   if any(rare_class(s.audit.labels.get(a)) for a in need) else ""))  # fmt: skip
         if not infeasible:  # what a certified cell release of this size could be
             rows = s.cfg.release_rows or len(s.val_ds)
             cells = certified_cell_count(s.train.labels, s.suppress, policy, rows)

@@ -77,6 +77,7 @@ def test_calibration_refusal_names_the_rows_the_rare_class_needs(tmp_path):
     msg = str(refused.value)
     assert "validation rows are too few for the policy's margin" in msg
     assert f"its rarest class {int(s.sum())} of the 600 rows" in msg
+    assert "above all of the rarest class, or that class merged into another" in msg
     need = int(msg.split("only from ")[1].split(" rows on")[0].replace(",", ""))
     # the balanced judges' need, at validation's stricter confidence: above the gate's own
     assert need >= min_rows(max(s.mean(), 1 - s.mean()), 0.05, 0.95, np.bincount(s)) > 10_000
