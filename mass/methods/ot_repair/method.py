@@ -104,14 +104,7 @@ def _source_cells(parts: list[nn.Module], x: torch.Tensor, y: torch.Tensor, k: i
         raise ConfigError("ot_repair: cell_value=source needs cells of kind 'cells' (k-means "
                           "cells, or rank cells with cell_edges: common)")  # fmt: skip
 
-    def through() -> torch.Tensor:
-        z = x
-        with torch.no_grad():
-            for part in parts[:-1]:
-                z = part(z)
-        return z
-
-    z = served_rows([] if p.pre_leace else keys, through)  # pre-LEACE's input is not keyed
+    z = served_rows([] if p.pre_leace else keys, x, parts[:-1])  # pre-LEACE's input: not keyed
     return source_valued(book, z, x, y, k, p.renormalize)
 
 

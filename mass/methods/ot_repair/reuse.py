@@ -123,15 +123,30 @@ def fitted_pass(key: tuple | None, gen: torch.Generator, fit: Callable[[], tuple
     return deepcopy(value)
 
 
-def served_rows(keys: list[tuple | None], compute: Callable[[], torch.Tensor]) -> torch.Tensor:
-    """The served chain's output on the fit rows for the passes ``keys`` (their inputs are in
-    the first key): computed once per chain inside :func:`shared_fits`."""
-    if _cache is None or not keys or any(k is None for k in keys):
-        return compute()
-    key = ("served", *keys)
-    got = _get(key)
-    if got is None:
-        got = compute()
-        _put(key, got.clone())
-        return got
-    return got.clone()
+def served_rows(keys: list[tuple | None], x: torch.Tensor,
+                parts: list[torch.nn.Module]) -> torch.Tensor:  # fmt: skip
+    """The fit rows ``x`` through the served ``parts`` (one per pass of ``keys``, whose inputs
+    are in the first key), every prefix computed once inside :func:`shared_fits`: a one-pass
+    chain's output is a two-pass chain's first step, so either reuses the other's (the
+    same module forwards in the same order: bit for bit the rows without the cache)."""
+
+    def run(z: torch.Tensor, mods: list[torch.nn.Module]) -> torch.Tensor:
+        with torch.no_grad():
+            for m in mods:
+                z = m(z)
+        return z
+
+    # not one part per pass (never for source-valued cells, the only caller): not kept, so a
+    # key always names the rows through exactly its passes
+    if _cache is None or not keys or any(k is None for k in keys) or len(parts) != len(keys):
+        return run(x, parts)
+    start, z = 0, x
+    for i in range(len(keys), 0, -1):  # the longest prefix served before
+        got = _get(("served", *keys[:i]))
+        if got is not None:
+            start, z = i, got.clone()
+            break
+    for i in range(start, len(keys)):
+        z = run(z, [parts[i]])
+        _put(("served", *keys[: i + 1]), z.clone())
+    return z

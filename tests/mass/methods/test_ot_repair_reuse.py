@@ -79,3 +79,35 @@ def test_passes_larger_than_the_byte_bound_are_not_kept():
         assert reuse.stats["hits"] == before["hits"]
         assert not reuse._cache
     assert _same(alone[0][0], kept[1][0])
+
+
+def test_a_one_pass_chain_reuses_the_first_step_of_a_two_pass_chain_bit_for_bit():
+    """The served rows of the fit rows (what source-valued cells average) are kept per prefix
+    of the chain: a one-pass candidate after a two-pass one on the same rows serves nothing
+    again (calibration's lookups at the release's shape fit them in this order)."""
+    torch.set_num_threads(1)
+    tr, _ = xor_case(n=1200)
+    configs = [TWO_PASSES, CERTIFIED]
+    torch.manual_seed(7)
+    alone = _fits(tr, configs)
+    torch.manual_seed(7)
+    with reuse.shared_fits():
+        served_calls = []
+        real = reuse._put
+
+        def put(key, value):
+            if key[0] == "served":
+                served_calls.append(len(key) - 1)
+            real(key, value)
+
+        reuse._put = put
+        try:
+            shared = _fits(tr, configs)
+        finally:
+            reuse._put = real
+        kept = [k for k in reuse._cache if k[0] == "served"]
+    for (sa, ra), (sb, rb), params in zip(alone, shared, configs, strict=True):
+        assert _same(sa, sb), params
+        assert ra == rb, params
+    # the two-pass fit served its rows once through each pass; the one-pass fit served none
+    assert served_calls == [1, 2] and len(kept) == 2
