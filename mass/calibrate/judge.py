@@ -253,6 +253,45 @@ class ValidationAudit:
                 out[s] = r
         return out
 
+    def clearly_fails(self, model, rows: np.ndarray) -> str | None:
+        """The first fold's verdict, before the other folds are fitted: one fitted model's
+        release (noise 0) of its own validation ``rows``, judged by the cheapest family and its
+        re-mapped twin on that fold's attackers' rows. The leak it names (None: none) has the
+        judge's lower bound - its validation upper bound mirrored about the estimate - over
+        the limit already on one fold, so the pooled validation (whose attackers also train
+        within one fold's release, with upper bounds only wider) fails too
+        (docs/calibration.md, "A first fold that clearly fails")."""
+        from mass.calibrate.noise import released
+        from mass.metrics.rules import judge_ok
+
+        keep = np.flatnonzero(np.isin(self.rows, rows))
+        if len(keep) < 4 * self.folds:
+            return None
+        idx = self.rows[keep]
+        xp = released([(model, np.arange(len(idx)))], self.x[idx], self.seeds[idx], 0.0)
+        for s in self.suppress:
+            r = attribute_report(
+                s, self.labels[s][keep], self.x[idx], xp, role="suppressed",
+                preserved={p: self.labels[p][keep] for p in self.preserve},
+                margins=self.policy.margins(s), families=tuple(self.families[:1]),
+                folds=self.folds, seed=self.cfg.seed, confidence=self.confidence,
+                curve=False, original=self.base.original[s],
+                class_names=self.names.get(s))  # fmt: skip
+            for j, acc in r.accuracies.items():
+                if j not in r.ci_high:
+                    continue
+                low = 2 * acc - r.ci_high[j]
+                bal, bal_high = r.balanced.get(j), r.balanced_ci_high.get(j)
+                bal_low = None if bal is None or bal_high is None else 2 * bal - bal_high
+                if not judge_ok(low, r.baseline, bal_low, r.balanced_baseline, r.margins[j]):
+                    return (f"fails on its first fold alone: {s}: {j} {acc:.3f} (lower bound "
+                            f"{low:.3f}), balanced {bal if bal is not None else float('nan'):.3f}"
+                            f" (lower bound {bal_low if bal_low is not None else float('nan'):.3f}), "
+                            f"limits {r.baseline + r.margins[j]:.3f} "
+                            f"({r.balanced_baseline + r.margins[j]:.3f}) on {len(idx)} rows; "
+                            "the other folds not fitted")  # fmt: skip
+        return None
+
     def measure(self, xp: np.ndarray, *, full: bool = False, known: dict | None = None
                 ) -> dict[str, Any]:  # fmt: skip
         """Privacy (every family: the gate's verdict, and the frontier's exact privacy axis)

@@ -351,11 +351,12 @@ def _epochs(s: _Search, c: Candidate, entry: dict, c_fit, c_folds, c_deadline):
 
 
 def _fit_parts(s: _Search, fit_on, c_fit, c_audit, c_folds, c_deadline: float, method: str,
-               judge: float | None = None):  # fmt: skip
+               judge: float | None = None, check=None):  # fmt: skip
     """(the fit, or None when cross-fitted; (modifier, validation rows) pairs). Out of fold,
     a candidate whose fits so far show that the other folds and its judging would run past
     ``c_deadline`` stops there (:class:`_OverBudget` naming the cost), so one fit, not four,
-    is what a budget overruns by."""
+    is what a budget overruns by; one whose first fold ``check(modifier, rows)`` names a leak
+    for stops there too (:class:`_ClearlyFails`)."""
     took = s.fit_seconds.setdefault(method, [])
     judge = s.judge_seconds if judge is None else judge
     if not c_folds:
@@ -370,6 +371,11 @@ def _fit_parts(s: _Search, fit_on, c_fit, c_audit, c_folds, c_deadline: float, m
         end = s.now()
         took.append(end - t)
         slowest, todo = max(slowest, end - t), len(c_folds) - 1 - k
+        if check is not None and k == 0 and todo:
+            leak = check(parts[0][0], rows)
+            if leak:
+                raise _ClearlyFails(leak)
+            end = s.now()
         # after every fold, not the first only: on a loaded box later folds run slower (the
         # text set's k-means cells ate the last resorts' share); the judging that follows the
         # fits is planned on the slowest judging so far
@@ -384,6 +390,10 @@ def _fit_parts(s: _Search, fit_on, c_fit, c_audit, c_folds, c_deadline: float, m
 
 class _OverBudget(Exception):
     """A candidate's fits would run past its deadline (the message says by how much)."""
+
+
+class _ClearlyFails(Exception):
+    """A candidate's first fold already fails validation (the message names the leak)."""
 
 
 def _try(s: _Search, c: Candidate) -> bool:
@@ -431,10 +441,14 @@ def _try(s: _Search, c: Candidate) -> bool:
     try:
         # a last resort's judging is planned as its share was: at its kin's measured judging
         judge = s.reserve_judge if c.last_resort else None
-        fit, parts = _fit_parts(s, fit_on, c_fit, c_audit, c_folds, c_deadline, c.method, judge)
+        fit, parts = _fit_parts(s, fit_on, c_fit, c_audit, c_folds, c_deadline, c.method, judge,
+                                check=_first_fold_check(s, c, c_audit))  # fmt: skip
     except _OverBudget as e:
         s.over_budget = True
         entry.update(status="skipped", reason=str(e), fit_seconds=s.now() - tf)
+        return False
+    except _ClearlyFails as e:
+        entry.update(status="failed", reason=str(e), fit_seconds=s.now() - tf, folds_fitted=1)
         return False
     except (ConfigError, InputError, ValueError, RuntimeError) as e:
         entry.update(status="error", reason=str(e))
@@ -472,6 +486,16 @@ def _try(s: _Search, c: Candidate) -> bool:
                                              len(s.train) if c_folds else len(c_fit))):  # fmt: skip
         return False
     return _rank(s, c, entry, found["chosen"], (fit, params, fit_on, parts, c_audit))
+
+
+def _first_fold_check(s: _Search, c: Candidate, audit):
+    """A cell candidate's first-fold verdict (:meth:`ValidationAudit.clearly_fails`), where
+    its release without noise decides (the key or the certificate gated: no noise level can
+    rescue a fail); None elsewhere."""
+    if not (c.cells and not c.trained and hasattr(audit, "clearly_fails")
+            and (s.policy.gate_key_compromised or s.policy.gate_certificate)):  # fmt: skip
+        return None
+    return audit.clearly_fails
 
 
 def _shareable_passes(c: Candidate) -> int:

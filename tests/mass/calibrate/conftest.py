@@ -9,7 +9,8 @@ import pytest
 def every_candidate_passes(monkeypatch):
     """Calibration's noise search (``mass.calibrate.search.bisect_noise``) replaced: every
     candidate passes validation at noise 0 with the same privacy and named-utility numbers
-    (what the search does after it, ranking and later checks, runs for real)."""
+    (what the search does after it, ranking and later checks, runs for real). The first
+    fold's verdict, validation's own early look (``_first_fold_check``), is off with it."""
     from mass.calibrate import search as S
 
     def passing(parts, audit, deadline, comfortable=2.0, now=None, key_gate=False, **_):
@@ -19,4 +20,5 @@ def every_candidate_passes(monkeypatch):
         return {"points": [pt], "chosen": pt, "reason": "passes at noise 0.0"}
 
     monkeypatch.setattr(S, "bisect_noise", passing)
+    monkeypatch.setattr(S, "_first_fold_check", lambda *a: None)
     return passing

@@ -21,7 +21,7 @@ from mass.config import CalibrationConfig
 from mass.embeddings import embedding_array
 from mass.errors import CalibrationError, ConfigError
 from mass.io import load_embeddings
-from mass.methods._common import toy_dataset
+from mass.methods._common import subset, toy_dataset
 from mass.metrics import majority_rate, retrained_attackers
 from mass.modifiers import ChainModifier, DataModifier, ModifierSpec, load_modifier
 from mass.noise import row_seeds
@@ -227,6 +227,57 @@ def test_folds_that_slow_down_or_a_slow_judging_stop_the_candidate_before_the_de
     s.judge_seconds = 0.1
     fit, parts = search._fit_parts(s, fit_on, ds, None, folds, time.perf_counter() + 0.45, "m")
     assert fit is None and len(parts) == 4
+
+
+def test_a_cell_candidate_whose_first_fold_clearly_fails_stops_after_one_fit():
+    """The first fold's release, judged alone by the cheapest family: a release that leaks S
+    with its lower bound over the limit stops the candidate after one fit (on the text sets
+    the k-means cells failed every judge by 0.1 or more, after four fits and a whole
+    judging); one whose bounds reach the limit only from above, or that keeps nothing of S,
+    goes on to its other folds."""
+    import time
+    from types import SimpleNamespace
+
+    from mass.calibrate import search
+    from mass.calibrate.judge import ValidationAudit
+    from mass.methods import get_method
+
+    class Same(torch.nn.Module):
+        def forward(self, x, seeds):
+            return x
+
+    class One(torch.nn.Module):  # every row released as one vector
+        def forward(self, x, seeds):
+            return torch.ones_like(x) / math.sqrt(x.shape[1])
+
+    ds = make_synthetic(n=800, dim=8, s_classes=2, u_classes=2, sep_s=2.0, seed=0)
+    folds = [np.arange(k, 800, 4) for k in range(4)]
+    audit = ValidationAudit(ds, ["s"], ["u"], AuditPolicy(), CalibrationConfig(),
+                            fold_rows=folds)  # fmt: skip
+    leak = audit.clearly_fails(Same(), folds[0])
+    assert leak and leak.startswith("fails on its first fold alone: s: logreg")
+    assert "200 rows" in leak and "the other folds not fitted" in leak
+    assert audit.clearly_fails(One(), folds[0]) is None
+    eraser = get_method("leace").fit(subset(ds, np.concatenate(folds[1:])), suppress=["s"],
+                                     preserve=[], params={}).modifier  # fmt: skip
+    assert audit.clearly_fails(eraser, folds[0]) is None
+    assert audit.clearly_fails(Same(), folds[0][:10]) is None  # too few rows to say
+
+    fits = []
+
+    def fit_on(part):
+        fits.append(len(part))
+        return SimpleNamespace(modifier=Same() if len(fits) == 1 else One())
+
+    s = SimpleNamespace(now=time.perf_counter, train=ds, fit_seconds={}, judge_seconds=0.0)
+    with pytest.raises(search._ClearlyFails, match="first fold alone"):
+        search._fit_parts(s, fit_on, ds, audit, folds, time.perf_counter() + 60, "m",
+                          check=audit.clearly_fails)  # fmt: skip
+    assert fits == [600]
+    fits[:] = [0]  # the first fit now releases one vector: every fold is fitted
+    fit, parts = search._fit_parts(s, fit_on, ds, audit, folds, time.perf_counter() + 60, "m",
+                                   check=audit.clearly_fails)  # fmt: skip
+    assert fit is None and len(parts) == 4 and fits == [0, 600, 600, 600, 600]
 
 
 def test_the_lookup_at_the_release_shape_is_planned_and_a_refusal_names_the_budget():
