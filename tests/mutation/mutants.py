@@ -481,14 +481,14 @@ MUTANTS = [
            ("tests/mass/test_pseudonym_reference.py",),
            "pseudonyms keyed by the signing subkey, not release-ids (no purpose separation)"),
     Mutant("pseudonym-hmac-state-carried", "mass.pseudonym:pseudonymize",
-           "h = base.copy()", "h = base", ("tests/mass/test_pseudonym_reference.py",),
+           "h = inner.copy()", "h = inner", ("tests/mass/test_pseudonym_reference.py",),
            "an id's pseudonym depends on the ids before it (not the documented HMAC)"),
     Mutant("columns-suffix-as-prefix", "mass.audit.columns:_strings",
            "pc.utf8_slice_codeunits(pc.utf8_reverse(s), 0, n)",
            "pc.utf8_slice_codeunits(s, 0, n)", COLUMNS,
            "a suffix-only proxy (00001F) is not read through its suffix"),
     Mutant("columns-integer-order-lost", "mass.audit.columns:column_codes",
-           "order = np.where(missing, np.nan, v.astype(np.float64))", "order = None", COLUMNS,
+           "order = np.where(missing, np.nan, _order(v))", "order = None", COLUMNS,
            "ids assigned in blocks per class are not read along their order"),
     Mutant("columns-own-label-in", "mass.audit.columns:Statistics.split",
            "tr[q] = self._fit(rest, y[rest], train[q], classes)",
@@ -589,8 +589,14 @@ MUTANTS = [
            "torch.argsort(cls, stable=True)", "torch.argsort(-cls, stable=True)",
            ("tests/mass/methods/test_ot_repair_golden.py",),
            "rows are transported with another class's quantile knots (the repair releases S)"),
+    Mutant("calibrate-first-fold-upper-bound", "mass.calibrate.judge:ValidationAudit.clearly_fails",
+           "point - (high - point) * shrink", "point + (high - point) * shrink",
+           ("tests/mass/calibrate/test_calibrate.py::test_a_cell_candidate_whose_first_fold_"
+            "clearly_fails_stops_after_one_fit",),
+           "a candidate whose first fold could still pass is stopped after one fit"),
     Mutant("calibrate-cells-not-first", "mass.calibrate.search:calibrate",
-           "cells_first = bool(policy.gate_key_compromised)", "cells_first = False",
+           "cells_first = bool(policy.gate_key_compromised or policy.gate_certificate)",
+           "cells_first = False",
            ("tests/mass/calibrate/test_calibrate.py::test_under_the_key_gate_the_cells_are_"
             "tried_first_the_certified_ones_before_the_rest",),
            "the erasers and the plain transport spend the budget before any cell candidate"),
@@ -618,7 +624,7 @@ MUTANTS = [
            "only the first fold re-plans a candidate's fits: later, slower folds eat the last "
            "resorts' share of the budget"),
     Mutant("fold-budget-judging-unplanned", "mass.calibrate.search:_fit_parts",
-           "slowest * todo + s.judge_seconds", "slowest * todo",
+           "slowest * todo + judge", "slowest * todo",
            ("tests/mass/calibrate/test_calibrate.py::test_folds_that_slow_down_or_a_slow_"
             "judging_stop_the_candidate_before_the_deadline",),
            "the judging after a candidate's fits is left out of its plan"),
@@ -637,8 +643,8 @@ MUTANTS = [
            "under the key gate every continuous candidate is tried, and one whose leak grows "
            "past validation's projection can be chosen (unicode's quadratic eraser)"),
     Mutant("calibrate-lookup-release-shape-skipped", "mass.calibrate.search:_try",
-           "if (c.cells and not c.trained and not s.cfg.transductive",
-           "if (False and not c.trained and not s.cfg.transductive",
+           "if c.cells and not c.trained and (not s.cfg.transductive",
+           "if False and not c.trained and (not s.cfg.transductive",
            ("tests/mass/calibrate/test_release_shape.py",),
            "a cell candidate is judged only on validation's releases, whose lookups see a third "
            "of the release's rows per cell (twoyear: chosen, then refused at the gate)"),
