@@ -594,6 +594,13 @@ MUTANTS = [
            ("tests/mass/calibrate/test_calibrate.py::test_a_cell_candidate_whose_first_fold_"
             "clearly_fails_stops_after_one_fit",),
            "a candidate whose first fold could still pass is stopped after one fit"),
+    Mutant("calibrate-first-fold-own-floor", "mass.calibrate.judge:ValidationAudit.clearly_fails",
+           "max(r.baseline, base), max(r.balanced_baseline, bal_base)",
+           "r.baseline, r.balanced_baseline",
+           ("tests/mass/calibrate/test_calibrate.py::test_the_first_fold_is_held_to_the_pooled_"
+            "validations_limits",),
+           "a first fold whose own floor reads low stops a candidate the pooled validation "
+           "could pass"),
     Mutant("calibrate-cells-not-first", "mass.calibrate.search:calibrate",
            "cells_first = bool(policy.gate_key_compromised or policy.gate_certificate)",
            "cells_first = False",

@@ -284,6 +284,34 @@ def test_a_cell_candidate_whose_first_fold_clearly_fails_stops_after_one_fit():
     assert fit is None and len(parts) == 4 and fits == [0, 600, 600, 600, 600]
 
 
+def test_the_first_fold_is_held_to_the_pooled_validations_limits():
+    """R reads S on three folds (S = R there) and not on the first: a release that reads S at
+    0.85 on the first fold is far over that fold's own floor (0.5) but under the pooled
+    validation's (0.87): the first fold does not stop it, the pooled judging decides."""
+    from mass.calibrate.judge import ValidationAudit
+
+    class Same(torch.nn.Module):
+        def forward(self, x, seeds):
+            return x
+
+    ds = toy_dataset(800, dim=8, classes={"s": 2, "u": 2}, seed=3)
+    rng = np.random.default_rng(1)
+    folds = [np.arange(k, 800, 4) for k in range(4)]
+    s = ds.labels["u"].copy()
+    s[folds[0]] = rng.integers(0, 2, len(folds[0]))  # the first fold: S independent of R
+    ds.labels["s"] = s
+    ds.x[:] = rng.normal(size=ds.x.shape)
+    ds.x[:, 0] = s * 1.2 + rng.normal(size=800) * 0.6
+    audit = ValidationAudit(ds, ["s"], ["u"], AuditPolicy(), CalibrationConfig(),
+                            fold_rows=folds)  # fmt: skip
+    assert audit.base.floor["s"] > 0.85
+    assert audit.clearly_fails(Same(), folds[0]) is None
+    ds.x[:, 0] = s * 4.0 + rng.normal(size=800) * 0.3  # now S reads at ~1.0 there: over both
+    audit = ValidationAudit(ds, ["s"], ["u"], AuditPolicy(), CalibrationConfig(),
+                            fold_rows=folds)  # fmt: skip
+    assert "first fold alone" in (audit.clearly_fails(Same(), folds[0]) or "")
+
+
 def test_the_lookup_at_the_release_shape_is_planned_and_a_refusal_names_the_budget():
     """A cell candidate that passed validation gets its lookup at the release's shape (two
     fits of all its passes on half the training rows each) only when that fits before its
