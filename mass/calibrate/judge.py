@@ -21,7 +21,7 @@ not rerun here.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -86,6 +86,8 @@ class Baselines:
     original: dict[str, dict[str, float]]  # attribute -> family -> accuracy on x
     n_eval: int
     safety: dict[str, float]  # preserved: one standard error, in fraction units
+    # suppressed: max(1/k, balanced floor) on every attackers' row
+    balanced_baseline: dict[str, float] = field(default_factory=dict)
 
     def best_original(self, a: str) -> float:
         return max(self.original[a].values())
@@ -192,18 +194,24 @@ class ValidationAudit:
             preds = attack_predictions(x, y, families=self.families, folds=self.folds,
                                        seed=cfg.seed)  # fmt: skip
             original[a] = {f: float((p[1.0] == y).mean()) for f, p in preds.items()}
-        majority, floor, safety = {}, {}, {}
+        majority, floor, safety, balanced = {}, {}, {}, {}
         pres = {r: self.labels[r] for r in preserve}
         for s in suppress:
             majority[s] = M.majority_rate(self.labels[s])
             floor[s] = M.leakage_floor(self.labels[s], pres, folds=self.folds, seed=cfg.seed)
+            balanced[s] = baseline_of(
+                M.chance_level(self.labels[s]),
+                M.leakage_floor(
+                    self.labels[s], pres, folds=self.folds, seed=cfg.seed, balanced=True
+                ),
+            )
         n_eval = len(self.rows)
         for r in preserve:
             best = max(original[r].values())
             q = min(0.99, best * policy.fraction(r))
             safety[r] = max(0.01, math.sqrt(q * (1 - q) / max(n_eval, 1)) / max(best, 1e-6))
         self.base = Baselines(list(suppress), list(preserve), majority, floor, original,
-                              n_eval, safety)  # fmt: skip
+                              n_eval, safety, balanced)  # fmt: skip
 
     def rare_report(self) -> dict:
         """The rare classes and S x R cells of the validation rows, and the rule that judged
@@ -278,7 +286,7 @@ class ValidationAudit:
             return None if point is None or high is None else point - (high - point) * shrink
 
         for s in self.suppress:
-            base, bal_base = self._pooled_baselines(s)
+            base, bal_base = self.base.baseline(s), self.base.balanced_baseline[s]
             r = attribute_report(
                 s, self.labels[s][keep], self.x[idx], xp, role="suppressed",
                 preserved={p: self.labels[p][keep] for p in self.preserve},
@@ -304,20 +312,6 @@ class ValidationAudit:
                             f"{len(idx)} rows; "
                             "the other folds not fitted")  # fmt: skip
         return None
-
-    def _pooled_baselines(self, s: str) -> tuple[float, float]:
-        """Suppressed ``s``'s baselines on every attackers' row (accuracy, balanced), what the
-        pooled validation holds its judges to."""
-        from mass import metrics as M
-
-        cache = self.__dict__.setdefault("_pooled", {})
-        if s not in cache:
-            pres = {r: self.labels[r] for r in self.preserve}
-            floor = M.leakage_floor(self.labels[s], pres, folds=self.folds, seed=self.cfg.seed,
-                                    balanced=True)  # fmt: skip
-            cache[s] = (self.base.baseline(s),
-                        baseline_of(M.chance_level(self.labels[s]), floor))  # fmt: skip
-        return cache[s]
 
     def measure(self, xp: np.ndarray, *, full: bool = False, known: dict | None = None
                 ) -> dict[str, Any]:  # fmt: skip

@@ -492,7 +492,7 @@ def _first_fold_check(s: _Search, c: Candidate, audit):
     """A cell candidate's first-fold verdict (:meth:`ValidationAudit.clearly_fails`), where
     its release without noise decides (the key or the certificate gated: no noise level can
     rescue a fail); None elsewhere."""
-    if not (c.cells and not c.trained and hasattr(audit, "clearly_fails")
+    if not (c.cells and not c.trained
             and (s.policy.gate_key_compromised or s.policy.gate_certificate)):  # fmt: skip
         return None
     return audit.clearly_fails
