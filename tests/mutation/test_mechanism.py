@@ -35,6 +35,17 @@ except mutants.StaleMutant:
 """
 
 
+def _beside(name: str):
+    """The module ``name`` of tests/mutation/ (not a package: imported from its folder)."""
+    import importlib
+
+    sys.path.insert(0, str(HERE))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(HERE))
+
+
 def test_a_mutant_replaces_the_code_everywhere_and_a_missing_target_is_stale():
     proc = subprocess.run([sys.executable, "-c", PROBE, str(HERE)], capture_output=True,
                           text=True, timeout=120)  # fmt: skip
@@ -43,11 +54,7 @@ def test_a_mutant_replaces_the_code_everywhere_and_a_missing_target_is_stale():
 
 
 def test_mutant_names_are_unique_and_each_has_tests_and_a_reason():
-    sys.path.insert(0, str(HERE))
-    try:
-        import mutants
-    finally:
-        sys.path.remove(str(HERE))
+    mutants = _beside("mutants")
     assert len({m.name for m in mutants.MUTANTS}) == len(mutants.MUTANTS) >= 30
     assert all(m.tests and m.why and ":" in m.target for m in mutants.MUTANTS)
 
@@ -55,11 +62,7 @@ def test_mutant_names_are_unique_and_each_has_tests_and_a_reason():
 def test_every_mutant_still_aims_at_the_code_it_breaks():
     """A rewrite that removes a mutant's snippet leaves the mutation check blind there (five
     mutants had gone stale unnoticed until session 42): each snippet is in its target once."""
-    sys.path.insert(0, str(HERE))
-    try:
-        import mutants
-    finally:
-        sys.path.remove(str(HERE))
+    mutants = _beside("mutants")
     stale = []
     for m in mutants.MUTANTS:
         try:
@@ -72,11 +75,7 @@ def test_every_mutant_still_aims_at_the_code_it_breaks():
 
 
 def test_a_named_test_runs_whatever_its_marks_and_a_file_runs_its_fast_tests():
-    sys.path.insert(0, str(HERE))
-    try:
-        import run
-    finally:
-        sys.path.remove(str(HERE))
+    run = _beside("run")
     named = "tests/x/test_a.py::test_slow_end_to_end"
     assert run.pytest_runs([named, "tests/x/test_b.py"]) == [
         [named], ["-m", "not slow", "tests/x/test_b.py"]]  # fmt: skip

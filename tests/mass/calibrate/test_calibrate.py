@@ -229,8 +229,15 @@ def test_folds_that_slow_down_or_a_slow_judging_stop_the_candidate_before_the_de
     assert fit is None and len(parts) == 4
 
 
+class _Same(torch.nn.Module):
+    """A release equal to its input."""
+
+    def forward(self, x, seeds):
+        return x
+
+
 def test_a_cell_candidate_whose_first_fold_clearly_fails_stops_after_one_fit():
-    """The first fold's release, judged alone by the cheapest family: a release that leaks S
+    """The first fold's release, judged alone by the two cheapest families: a release that leaks S
     with its lower bound over the limit stops the candidate after one fit (on the text sets
     the k-means cells failed every judge by 0.1 or more, after four fits and a whole
     judging); one that keeps less of S, or nothing, goes on to its other folds."""
@@ -241,10 +248,6 @@ def test_a_cell_candidate_whose_first_fold_clearly_fails_stops_after_one_fit():
     from mass.calibrate.judge import ValidationAudit
     from mass.methods import get_method
 
-    class Same(torch.nn.Module):
-        def forward(self, x, seeds):
-            return x
-
     class One(torch.nn.Module):  # every row released as one vector
         def forward(self, x, seeds):
             return torch.ones_like(x) / math.sqrt(x.shape[1])
@@ -253,7 +256,7 @@ def test_a_cell_candidate_whose_first_fold_clearly_fails_stops_after_one_fit():
     folds = [np.arange(k, 800, 4) for k in range(4)]
     audit = ValidationAudit(ds, ["s"], ["u"], AuditPolicy(), CalibrationConfig(),
                             fold_rows=folds)  # fmt: skip
-    leak = audit.clearly_fails(Same(), folds[0])
+    leak = audit.clearly_fails(_Same(), folds[0])
     assert leak and leak.startswith("fails on its first fold alone: s: logreg")
     assert "200 rows" in leak and "the other folds not fitted" in leak
     assert audit.clearly_fails(One(), folds[0]) is None
@@ -265,13 +268,13 @@ def test_a_cell_candidate_whose_first_fold_clearly_fails_stops_after_one_fit():
 
     assert "s: logreg" in audit.clearly_fails(eraser(1), folds[0])
     assert audit.clearly_fails(eraser(5), folds[0]) is None
-    assert audit.clearly_fails(Same(), folds[0][:10]) is None  # too few rows to say
+    assert audit.clearly_fails(_Same(), folds[0][:10]) is None  # too few rows to say
 
     fits = []
 
     def fit_on(part):
         fits.append(len(part))
-        return SimpleNamespace(modifier=Same() if len(fits) == 1 else One())
+        return SimpleNamespace(modifier=_Same() if len(fits) == 1 else One())
 
     s = SimpleNamespace(now=time.perf_counter, train=ds, fit_seconds={}, judge_seconds=0.0)
     with pytest.raises(search._ClearlyFails, match="first fold alone"):
@@ -290,10 +293,6 @@ def test_the_first_fold_is_held_to_the_pooled_validations_limits():
     validation's (0.87): the first fold does not stop it, the pooled judging decides."""
     from mass.calibrate.judge import ValidationAudit
 
-    class Same(torch.nn.Module):
-        def forward(self, x, seeds):
-            return x
-
     ds = toy_dataset(800, dim=8, classes={"s": 2, "u": 2}, seed=3)
     rng = np.random.default_rng(1)
     folds = [np.arange(k, 800, 4) for k in range(4)]
@@ -305,11 +304,11 @@ def test_the_first_fold_is_held_to_the_pooled_validations_limits():
     audit = ValidationAudit(ds, ["s"], ["u"], AuditPolicy(), CalibrationConfig(),
                             fold_rows=folds)  # fmt: skip
     assert audit.base.floor["s"] > 0.85
-    assert audit.clearly_fails(Same(), folds[0]) is None
+    assert audit.clearly_fails(_Same(), folds[0]) is None
     ds.x[:, 0] = s * 4.0 + rng.normal(size=800) * 0.3  # now S reads at ~1.0 there: over both
     audit = ValidationAudit(ds, ["s"], ["u"], AuditPolicy(), CalibrationConfig(),
                             fold_rows=folds)  # fmt: skip
-    assert "first fold alone" in (audit.clearly_fails(Same(), folds[0]) or "")
+    assert "first fold alone" in (audit.clearly_fails(_Same(), folds[0]) or "")
 
 
 def test_the_lookup_at_the_release_shape_is_planned_and_a_refusal_names_the_budget():
