@@ -6,20 +6,29 @@ returns the fitted :class:`mass.modifiers.sliced_repair.Transport` and the rows 
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from mass.methods.ot_repair.params import RepairParams
-from mass.modifiers.sliced_repair import Transport, quantile_map
+from mass.modifiers.sliced_repair import Transport, class_runs, quantile_map
 
 
 def knots_of(y: torch.Tensor, q: int) -> torch.Tensor:
     """The empirical quantiles of every column of ``y`` [n, d] at q levels 0..1: [d, q]."""
-    ys = y.sort(dim=0).values
-    pos = torch.linspace(0, len(y) - 1, q, dtype=torch.float64)
+    return knots_along_rows(y.T, q)
+
+
+def knots_along_rows(yt: torch.Tensor, q: int) -> torch.Tensor:
+    """The empirical quantiles of every row of ``yt`` [d, n] at q levels 0..1: [d, q]. Sorted
+    by numpy along contiguous rows: the values of torch's sort along strided columns, at a
+    fraction of its CPU time (docs/performance.md, "Calibration's fits")."""
+    ys = np.sort(np.ascontiguousarray(yt.detach().cpu().numpy()), axis=1)
+    ys = torch.from_numpy(ys).to(yt.device)
+    pos = torch.linspace(0, yt.shape[1] - 1, q, dtype=torch.float64)
     lo = pos.floor().long()
     hi = pos.ceil().long()
-    t = (pos - lo).to(y.dtype)[:, None]
-    return (ys[lo] * (1 - t) + ys[hi] * t).T.contiguous()
+    t = (pos - lo).to(yt.dtype)
+    return ys[:, lo] * (1 - t) + ys[:, hi] * t
 
 
 def rotation(d: int, gen: torch.Generator) -> torch.Tensor:
@@ -58,20 +67,25 @@ def fit_transport(x: torch.Tensor, cls: torch.Tensor, classes: int, gen: torch.G
     counts = torch.bincount(cls, minlength=classes)
     present = [c for c in range(classes) if counts[c] > 0]
     weights = counts.double() / counts.sum()
+    # the rows grouped by class once: every step maps contiguous runs of its transpose
+    order, ends = class_runs(cls, classes)
+    runs = {c: (e - n, e) for c, (n, e) in enumerate(zip(counts.tolist(), ends, strict=True)) if n}
     for j in range(p.steps):
         informed = p.informed and j % 2 == 0
         rot = discriminant_rotation(cur, cls, present, weights) if informed else rotation(d, gen)
         rot = rot.flip(1) if informed else rot  # eigh sorts ascending: largest gap first
-        y = cur @ rot
-        per_class = {c: knots_of(y[cls == c], q) for c in present}
+        yt = (cur @ rot)[order].T.contiguous()  # [d, n], each class one run of columns
+        per_class = {c: knots_along_rows(yt[:, a:b], q) for c, (a, b) in runs.items()}
         center = sum(weights[c] * per_class[c] for c in present)
-        out = torch.empty_like(y)
+        mapped = torch.empty_like(yt)
         for c in range(classes):
             knots = per_class.get(c, center)
             class_knots[j, c] = knots.float()
-            rows = cls == c
-            if bool(rows.any()):
-                out[rows] = quantile_map(y[rows].T.contiguous(), knots, center).T
+            if c in runs:
+                a, b = runs[c]
+                mapped[:, a:b] = quantile_map(yt[:, a:b].contiguous(), knots, center)
+        out = torch.empty_like(cur)
+        out[order] = mapped.T
         rotations[j], center_knots[j] = rot.float(), center.float()
         cur = out @ rot.T
     return Transport(rotations, class_knots, center_knots), cur.float()

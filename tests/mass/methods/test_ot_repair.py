@@ -85,6 +85,26 @@ def test_the_fit_rows_classes_end_with_one_distribution_and_the_served_model_tak
         assert (knots_of(before[cls == c], mod.spec.knots) - center).abs().max() > 0.1, int(c)
 
 
+def test_knots_of_interpolates_each_columns_order_statistics():
+    """knots_of sorts through numpy along the transpose; these are torch's sorted columns,
+    interpolated, value for value (ties, one row, float32 and float64)."""
+    g = torch.Generator().manual_seed(3)
+    for n, d, q, dtype in [(1, 3, 5, torch.float64), (2, 1, 33, torch.float32),
+                           (501, 7, 33, torch.float64), (64, 5, 9, torch.float32)]:  # fmt: skip
+        y = torch.randn(n, d, generator=g, dtype=dtype)
+        y[:, 0] = torch.round(y[:, 0])  # ties
+        ys = y.sort(dim=0).values
+        pos = torch.linspace(0, n - 1, q, dtype=torch.float64)
+        lo, hi = pos.floor().long(), pos.ceil().long()
+        t = (pos - lo).to(dtype)[:, None]
+        want = (ys[lo] * (1 - t) + ys[hi] * t).T
+        got = knots_of(y, q)
+        assert got.dtype == dtype and got.shape == (d, q) and torch.equal(got, want)
+    assert torch.equal(
+        knots_of(torch.tensor([[2.0], [0.0], [1.0]]), 3), torch.tensor([[0.0, 1.0, 2.0]])
+    )
+
+
 def test_quantile_map_sends_knots_to_knots_and_shifts_beyond_them():
     src = torch.tensor([[0.0, 1.0, 3.0]])
     dst = torch.tensor([[10.0, 20.0, 22.0]])
