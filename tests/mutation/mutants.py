@@ -589,6 +589,16 @@ MUTANTS = [
            "torch.argsort(cls, stable=True)", "torch.argsort(-cls, stable=True)",
            ("tests/mass/methods/test_ot_repair_golden.py",),
            "rows are transported with another class's quantile knots (the repair releases S)"),
+    # --- session 43: the transport's knots by numpy, each class one run -----------------------
+    Mutant("transport-fit-rows-not-grouped", "mass.methods.ot_repair.transport:fit_transport",
+           "(cur @ rot)[order].T.contiguous()", "(cur @ rot).T.contiguous()",
+           ("tests/bench/test_transport_fit.py", "tests/mass/methods/test_ot_repair.py"),
+           "each class's knots and map read other classes' rows (the repair releases S)"),
+    Mutant("transport-knots-unsorted", "mass.methods.ot_repair.transport:knots_along_rows",
+           "ys = np.sort(np.ascontiguousarray(yt.detach().cpu().numpy()), axis=1)",
+           "ys = np.ascontiguousarray(yt.detach().cpu().numpy())",
+           ("tests/bench/test_transport_fit.py", "tests/mass/methods/test_ot_repair.py"),
+           "the knots are rows in their stored order, not quantiles"),
     Mutant("calibrate-first-fold-upper-bound", "mass.calibrate.judge:ValidationAudit.clearly_fails",
            "point - (high - point) * shrink", "point + (high - point) * shrink",
            ("tests/mass/calibrate/test_calibrate.py::test_a_cell_candidate_whose_first_fold_"
