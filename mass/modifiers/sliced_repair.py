@@ -28,6 +28,7 @@ with the same function, :func:`rank_cell`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 import torch
@@ -115,6 +116,26 @@ def class_runs(cls: torch.Tensor, classes: int) -> tuple[torch.Tensor, list[int]
     times (docs/performance.md, "On a GPU")."""
     order = torch.argsort(cls, stable=True)
     return order, torch.bincount(cls, minlength=classes).cumsum(0).tolist()
+
+
+def run_slices(ends: list[int]) -> Iterator[tuple[int, int, int]]:
+    """(class, start, end) of every non-empty run of :func:`class_runs`' ``ends``."""
+    start = 0
+    for c, end in enumerate(ends):
+        if end > start:
+            yield c, start, end
+        start = end
+
+
+def map_class_runs(ys: torch.Tensor, ends: list[int], class_knots, center: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """Columns ``ys`` [d, N] grouped by class (:func:`class_runs`), each class's run mapped
+    from its knots ``class_knots[c]`` [d, Q] onto ``center`` [d, Q] (:func:`quantile_map`): one
+    map per class (k small), where one gather of every row's knots would be [N, d, Q]. The
+    fit and the served step both map this way (:mod:`mass.methods.ot_repair.transport`)."""
+    mapped = torch.empty_like(ys)
+    for c, a, b in run_slices(ends):
+        mapped[:, a:b] = quantile_map(ys[:, a:b].contiguous(), class_knots[c], center)
+    return mapped
 
 
 def quantile_map(v: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
@@ -206,16 +227,8 @@ class SlicedRepairModifier(nn.Module):
         rot = self.rotations[j]
         y = (x @ rot).T.contiguous()  # [d, N]: searchsorted runs along the last axis
         ys = y[:, order]  # columns grouped by class: each class one contiguous run
-        mapped = torch.empty_like(ys)
-        start = 0
-        for c, end in enumerate(ends):  # k small; avoids an [N, d, Q] gather
-            if end > start:
-                mapped[:, start:end] = quantile_map(
-                    ys[:, start:end].contiguous(), self.class_knots[j, c], self.center_knots[j]
-                )
-            start = end
         out = torch.empty_like(y)
-        out[:, order] = mapped
+        out[:, order] = map_class_runs(ys, ends, self.class_knots[j], self.center_knots[j])
         return out.T @ rot.T
 
     def cell_of(self, z: torch.Tensor, cls: torch.Tensor,

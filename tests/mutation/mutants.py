@@ -599,6 +599,12 @@ MUTANTS = [
            "ys = np.ascontiguousarray(yt.detach().cpu().numpy())",
            ("tests/bench/test_transport_fit.py", "tests/mass/methods/test_ot_repair.py"),
            "the knots are rows in their stored order, not quantiles"),
+    # --- session 44: one class-run map for the fit and the served step ------------------------
+    Mutant("class-runs-map-one-class", "mass.modifiers.sliced_repair:map_class_runs",
+           "class_knots[c], center)", "class_knots[0], center)",
+           ("tests/mass/methods/test_ot_repair.py", "tests/mass/methods/test_ot_repair_golden.py"),
+           "every class is mapped with the first class's knots (the fit and the served repair "
+           "release S)"),
     Mutant("calibrate-first-fold-upper-bound", "mass.calibrate.judge:ValidationAudit.clearly_fails",
            "point - (high - point) * shrink", "point + (high - point) * shrink",
            ("tests/mass/calibrate/test_calibrate.py::test_a_cell_candidate_whose_first_fold_"

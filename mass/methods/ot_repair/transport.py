@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from mass.methods.ot_repair.params import RepairParams
-from mass.modifiers.sliced_repair import Transport, class_runs, quantile_map
+from mass.modifiers.sliced_repair import Transport, class_runs, map_class_runs, run_slices
 
 
 def knots_of(y: torch.Tensor, q: int) -> torch.Tensor:
@@ -69,23 +69,17 @@ def fit_transport(x: torch.Tensor, cls: torch.Tensor, classes: int, gen: torch.G
     weights = counts.double() / counts.sum()
     # the rows grouped by class once: every step maps contiguous runs of its transpose
     order, ends = class_runs(cls, classes)
-    runs = {c: (e - n, e) for c, (n, e) in enumerate(zip(counts.tolist(), ends, strict=True)) if n}
     for j in range(p.steps):
         informed = p.informed and j % 2 == 0
         rot = discriminant_rotation(cur, cls, present, weights) if informed else rotation(d, gen)
         rot = rot.flip(1) if informed else rot  # eigh sorts ascending: largest gap first
         yt = (cur @ rot)[order].T.contiguous()  # [d, n], each class one run of columns
-        per_class = {c: knots_along_rows(yt[:, a:b], q) for c, (a, b) in runs.items()}
+        per_class = {c: knots_along_rows(yt[:, a:b], q) for c, a, b in run_slices(ends)}
         center = sum(weights[c] * per_class[c] for c in present)
-        mapped = torch.empty_like(yt)
-        for c in range(classes):
-            knots = per_class.get(c, center)
-            class_knots[j, c] = knots.float()
-            if c in runs:
-                a, b = runs[c]
-                mapped[:, a:b] = quantile_map(yt[:, a:b].contiguous(), knots, center)
+        knots = [per_class.get(c, center) for c in range(classes)]
+        class_knots[j] = torch.stack(knots).float()
         out = torch.empty_like(cur)
-        out[order] = mapped.T
+        out[order] = map_class_runs(yt, ends, knots, center).T
         rotations[j], center_knots[j] = rot.float(), center.float()
         cur = out @ rot.T
     return Transport(rotations, class_knots, center_knots), cur.float()

@@ -13,7 +13,7 @@ from mass.methods import get_method
 from mass.methods._common import subset, toy_dataset
 from mass.methods.ot_repair.transport import knots_of
 from mass.modifiers import load_modifier, save_modifier
-from mass.modifiers.sliced_repair import quantile_map
+from mass.modifiers.sliced_repair import class_runs, map_class_runs, quantile_map, run_slices
 from tests.mass.methods.privacy_cases import ATTACKERS, attack, chance, release
 
 
@@ -111,6 +111,31 @@ def test_quantile_map_sends_knots_to_knots_and_shifts_beyond_them():
     v = torch.tensor([[0.0, 0.5, 1.0, 2.0, 3.0, -1.0, 5.0]])
     got = quantile_map(v, src, dst)
     assert torch.allclose(got, torch.tensor([[10.0, 15.0, 20.0, 21.0, 22.0, 9.0, 24.0]]))
+
+
+def test_map_class_runs_maps_each_row_by_its_own_class_knots():
+    """The fit's and the served step's shared map: every column of a class run goes through
+    that class's knots, an absent class (an empty run) is skipped, the order is kept."""
+    gen = torch.Generator().manual_seed(3)
+    d, q, classes = 3, 5, 4
+    cls = torch.tensor([2, 0, 2, 3, 0, 0, 2])  # class 1 absent
+    order, ends = class_runs(cls, classes)
+    assert list(run_slices(ends)) == [(0, 0, 3), (2, 3, 6), (3, 6, 7)]
+    knots = torch.sort(torch.randn(classes, d, q, generator=gen), dim=2).values
+    center = torch.sort(torch.randn(d, q, generator=gen), dim=1).values
+    v = torch.randn(d, len(cls), generator=gen)
+    got = torch.empty_like(v)
+    got[:, order] = map_class_runs(v[:, order], ends, knots, center)
+    for i, c in enumerate(cls.tolist()):
+        want = quantile_map(v[:, i : i + 1], knots[c], center)
+        assert torch.equal(got[:, i : i + 1], want), i
+    # a class's knots swapped for another's moves exactly that class's rows
+    other = knots.clone()
+    other[3] = knots[0]
+    moved = torch.empty_like(v)
+    moved[:, order] = map_class_runs(v[:, order], ends, other, center)
+    assert torch.equal(moved[:, cls != 3], got[:, cls != 3])
+    assert not torch.equal(moved[:, cls == 3], got[:, cls == 3])
 
 
 def test_ot_repair_refuses_a_label_with_one_usable_class_naming_the_parameter():
